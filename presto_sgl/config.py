@@ -1,0 +1,84 @@
+"""Frozen, validated configuration. Errors name the argument, its value and the fix."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+Keying = Literal["path", "step"]
+Rule = Literal["bfs", "step"]
+
+RULE_KEYING: dict[str, Keying] = {"bfs": "path", "step": "step"}
+"""The keying each planning rule couples with (DESIGN §2)."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class PowerConfig:
+    """PowerMH: target pi_alpha(x) ∝ p0(x)^alpha, block schedule of n/B stages, K steps each.
+
+    ``tau`` is the proposal temperature and defaults to 1/alpha. ``max_new_tokens`` must
+    be a positive multiple of ``block_size`` (stage l targets the first l*B tokens).
+    """
+
+    alpha: float = 4.0
+    max_new_tokens: int = 64
+    block_size: int = 16
+    steps: int = 10
+    tau: float | None = None
+    keying: Keying = "step"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha) or self.alpha <= 0:
+            raise ValueError(f"`alpha` (={self.alpha!r}) must be a finite number > 0; power sampling uses alpha > 1, e.g. alpha=4.0")
+        if self.tau is not None and (
+            isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)) or not math.isfinite(self.tau) or self.tau <= 0
+        ):
+            raise ValueError(f"`tau` (={self.tau!r}) must be a finite number > 0, or None for the default 1/alpha")
+        if not _is_int(self.block_size) or self.block_size < 1:
+            raise ValueError(f"`block_size` (={self.block_size!r}) must be a positive integer, e.g. 16")
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1 or self.max_new_tokens % self.block_size:
+            hint = self.block_size * (max(1, -(-self.max_new_tokens // self.block_size)) if _is_int(self.max_new_tokens) else 1)
+            raise ValueError(
+                f"`max_new_tokens` (={self.max_new_tokens!r}) must be a positive multiple of "
+                f"`block_size` (={self.block_size}); use e.g. max_new_tokens={hint}"
+            )
+        if not _is_int(self.steps) or self.steps < 0:
+            raise ValueError(f"`steps` (={self.steps!r}) must be an integer >= 0 (MH transitions per block)")
+        if self.keying not in ("path", "step"):
+            raise ValueError(f"`keying` (={self.keying!r}) must be 'path' or 'step'")
+
+    @property
+    def temperature(self) -> float:
+        """The proposal temperature tau (1/alpha unless given)."""
+        return float(self.tau) if self.tau is not None else 1.0 / float(self.alpha)
+
+    @property
+    def num_stages(self) -> int:
+        return self.max_new_tokens // self.block_size
+
+
+@dataclass(frozen=True)
+class PrestoConfig:
+    """PreSTO prefetching: planning ``rule`` and per-call request ``budget`` (N_pf).
+
+    ``bfs`` is the paper's breadth-first rule over the path-keyed tree; ``step`` issues
+    one shared request per depth (step keys) and carries valid proposals over rounds.
+    """
+
+    rule: Rule = "step"
+    budget: int = 20
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULE_KEYING:
+            raise ValueError(f"`rule` (={self.rule!r}) must be one of {sorted(RULE_KEYING)}")
+        if not _is_int(self.budget) or self.budget < 1:
+            raise ValueError(f"`budget` (={self.budget!r}) must be an integer >= 1 (requests per model call), e.g. 20")
+
+    @property
+    def keying(self) -> Keying:
+        return RULE_KEYING[self.rule]

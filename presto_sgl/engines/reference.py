@@ -1,0 +1,144 @@
+"""A reference LM in numpy, small enough to enumerate, and its engine.
+
+The model is context dependent (a second-order Markov LM with position terms):
+
+    logits(ctx) = W1[x_{t-1}] + W2[x_{t-2}] + Wpos[t mod P]
+
+so p0 and q_tau = softmax(logits / tau) of any sequence are exact and cheap. Sampling
+is a pure function of (seed, prefix, position): token t of a seeded request is the
+inverse-CDF draw of q_tau(. | prefix) at u = H(seed, t), so results do not depend on
+how requests are batched. Unseeded requests draw from the engine's own generator.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from radix import RadixTree
+
+from ..keys import hash64, uniform01
+from .base import Completion, EngineCapabilities, Request, validate_completion
+
+ALPHABET = " etaoinshrdlucmfwypvbgkjqxz.,!?'"
+"""Characters of the text view, most frequent first; token id = index."""
+
+
+class ReferenceLM:
+    """Second-order Markov LM over ``vocab_size`` tokens with position-dependent logits."""
+
+    def __init__(self, vocab_size: int = 32, *, sharpness: float = 2.0, period: int = 7, seed: int = 0) -> None:
+        if not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ValueError(f"`vocab_size` (={vocab_size!r}) must be an integer >= 2")
+        if not (sharpness > 0 and math.isfinite(sharpness)):
+            raise ValueError(f"`sharpness` (={sharpness!r}) must be a finite number > 0")
+        if not isinstance(period, int) or period < 1:
+            raise ValueError(f"`period` (={period!r}) must be a positive integer")
+        rng = np.random.default_rng(seed)  # model weights only, local to this instance
+        v = vocab_size
+        self.vocab_size = v
+        self.period = period
+        self._w1 = rng.normal(size=(v + 1, v)) * sharpness  # row v: "no token" (start)
+        self._w2 = rng.normal(size=(v + 1, v)) * sharpness * 0.5
+        self._wpos = rng.normal(size=(period, v)) * 0.5
+        self._dist = lru_cache(maxsize=None)(self._distribution)
+
+    def _distribution(self, prev2: int, prev1: int, phase: int, temperature: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        logits = self._w1[prev1] + self._w2[prev2] + self._wpos[phase]
+        logp = logits - np.logaddexp.reduce(logits)
+        scaled = logits / temperature
+        logq = scaled - np.logaddexp.reduce(scaled)
+        cdf = np.cumsum(np.exp(logq))
+        return logp, logq, cdf
+
+    def distribution(self, context: Sequence[int], temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(log p0, log q_tau, CDF of q_tau) of the next token after ``context``."""
+        v = self.vocab_size
+        prev1 = context[-1] if len(context) >= 1 else v
+        prev2 = context[-2] if len(context) >= 2 else v
+        return self._dist(prev2, prev1, len(context) % self.period, float(temperature))
+
+    def entropy(self, context: Sequence[int]) -> float:
+        logp = self.distribution(context)[0]
+        return float(-np.sum(np.exp(logp) * logp))
+
+    def score(self, prefix: Sequence[int], tokens: Sequence[int], temperature: float = 1.0) -> tuple[float, float]:
+        """(log p0, log q_tau) of ``tokens`` after ``prefix``, summed over positions."""
+        ctx = list(prefix)
+        lp = lq = 0.0
+        for t in tokens:
+            logp, logq, _ = self.distribution(ctx, temperature)
+            lp += float(logp[t])
+            lq += float(logq[t])
+            ctx.append(t)
+        return lp, lq
+
+
+class ReferenceEngine:
+    """The engine protocol over a :class:`ReferenceLM`, with radix-tree cache accounting.
+
+    ``seeded=False`` ignores request seeds (like SGLang on CPU): every request is then a
+    fresh draw from the engine's own generator (``rng_seed`` makes that reproducible).
+    """
+
+    def __init__(
+        self,
+        lm: ReferenceLM | None = None,
+        *,
+        seeded: bool = True,
+        rng_seed: int | None = None,
+        cache_tokens: int = 1 << 20,
+    ) -> None:
+        self.lm = lm if lm is not None else ReferenceLM()
+        self.capabilities = EngineCapabilities(seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size)
+        self._rng = np.random.default_rng(rng_seed)
+        self._cache = RadixTree(max_tokens=cache_tokens)
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        return [self._complete(r) for r in requests]
+
+    def _complete(self, request: Request) -> Completion:
+        lm = self.lm
+        ctx = list(request.prefix)
+        tokens: list[int] = []
+        logq: list[float] = []
+        logp: list[float] = []
+        entropy: list[float] = []
+        for _ in range(request.max_new_tokens):
+            lp, lq, cdf = lm.distribution(ctx, request.temperature)
+            if self.capabilities.seeded and request.seed is not None:
+                u = uniform01(hash64(request.seed, len(ctx)))
+            else:
+                u = 1.0 - self._rng.random()
+            tok = min(int(np.searchsorted(cdf, u * cdf[-1])), lm.vocab_size - 1)
+            tokens.append(tok)
+            logq.append(float(lq[tok]))
+            logp.append(float(lp[tok]))
+            if request.return_entropy:
+                entropy.append(float(-np.sum(np.exp(lp) * lp)))
+            ctx.append(tok)
+        cached = self._cache.match_prefix(request.prefix).length
+        self._cache.insert(ctx)
+        completion = Completion(
+            tokens=tuple(tokens),
+            logq=tuple(logq),
+            logp=tuple(logp),
+            entropy=tuple(entropy) if request.return_entropy else None,
+            cached_tokens=cached,
+        )
+        validate_completion(request, completion, lm.vocab_size)
+        return completion
+
+    # -- text view for the CLI and demos ---------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        alphabet = ALPHABET[: self.lm.vocab_size]
+        bad = sorted({ch for ch in text.lower() if ch not in alphabet})
+        if bad:
+            raise ValueError(f"`prompt` contains characters {bad} outside the reference vocabulary {alphabet!r}")
+        return [alphabet.index(ch) for ch in text.lower()]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(ALPHABET[i] if i < len(ALPHABET) else f"<{i}>" for i in ids)

@@ -1,0 +1,94 @@
+"""The MH kernel for suffix resampling: acceptance in one function, in log space.
+
+For a state x, a cut c and a candidate y = (x_{0:c}, y_{c+1:T}) drawn from q_tau
+(paper Eq. 6, derivation App. B.1):
+
+    log A = min(0, [log q(x_suf) - log q(y_suf)] + alpha [log p0(y_suf) - log p0(x_suf)])
+
+where every term is a sum of per-token log-probabilities over positions c+1..T under
+the shared prefix x_{0:c}. Accept iff u <= A with u ~ Unif(0, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .engines.base import EngineError
+from .state import ChainState
+
+NEG_INF = float("-inf")
+
+
+def log_acceptance(
+    logq_current: float,
+    logq_proposal: float,
+    logp_current: float,
+    logp_proposal: float,
+    alpha: float,
+) -> float:
+    """log A in [-inf, 0] for suffix log-probabilities of the current state and the proposal.
+
+    Infinite cases follow the limits of the ratio A = [p(y)^a q(x)] / [p(x)^a q(y)]:
+    a proposal impossible under p0 is rejected (-inf); one that leaves an impossible
+    current state is accepted (0); a current suffix the proposal could not propose back
+    (q(x) = 0) is rejected. NaN, +inf, or a proposal with q(y) = 0 (it could not have
+    been sampled) is an engine error, never a silent accept.
+    """
+    values = (logq_current, logq_proposal, logp_current, logp_proposal)
+    if any(math.isnan(v) or v == math.inf for v in values):
+        raise EngineError(f"log-probabilities must be finite or -inf, got (logq_x, logq_y, logp_x, logp_y) = {values}")
+    if logq_proposal == NEG_INF:
+        raise EngineError("the proposal has log q_tau = -inf: the engine returned a suffix it could not have sampled")
+    if logp_proposal == NEG_INF:
+        return NEG_INF
+    if logp_current == NEG_INF:
+        return 0.0
+    if logq_current == NEG_INF:
+        return NEG_INF
+    return min(0.0, (logq_current - logq_proposal) + alpha * (logp_proposal - logp_current))
+
+
+def accepts(log_a: float, u: float) -> bool:
+    """The MH decision: accept iff u <= A, with u in (0, 1]."""
+    return log_a >= 0.0 or (log_a > NEG_INF and math.log(u) <= log_a)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A suffix drawn from q_tau after keeping ``cut`` response tokens of a state."""
+
+    cut: int
+    tokens: tuple[int, ...]
+    logq: tuple[float, ...]
+    logp: tuple[float, ...]
+    entropy: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Diagnostics of one MH transition (travel beside the state, never inside it)."""
+
+    cut: int
+    log_accept: float
+    uniform: float
+    accepted: bool
+
+
+def mh_step(state: ChainState, proposal: Proposal, alpha: float, u: float) -> tuple[ChainState, Transition]:
+    """One MH transition of ``state`` with a prefetched or fresh ``proposal``."""
+    c = proposal.cut
+    if len(proposal.tokens) != state.length - c:
+        raise EngineError(f"proposal at cut {c} has {len(proposal.tokens)} tokens, expected {state.length - c}")
+    log_a = log_acceptance(
+        state.suffix_logq(c),
+        math.fsum(proposal.logq),
+        state.suffix_logp(c),
+        math.fsum(proposal.logp),
+        alpha,
+    )
+    accepted = accepts(log_a, u)
+    new_state = (
+        state.replace_suffix(c, proposal.tokens, proposal.logq, proposal.logp, proposal.entropy) if accepted else state
+    )
+    return new_state, Transition(cut=c, log_accept=log_a, uniform=u, accepted=accepted)

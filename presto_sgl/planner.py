@@ -1,0 +1,98 @@
+"""Planners: which suffix requests a PreSTO round sends (not which path MH takes).
+
+Both rules see the round's root state and return requests whose prefixes are
+prefixes of the root (DESIGN §2):
+
+* :class:`BFSPlanner` -- the paper's default (§3.2) over the path-keyed tree. Root cut
+  T; expanding node v forms the request of its decision with cut c_v; it is feasible
+  iff c_v <= the cut that produced v's state (Condition 1). Feasible: add it and
+  enqueue the accept child. Infeasible: defer (the cut is kept: it is keyed). The
+  reject child is enqueued either way -- the paper's quirk: requests below a deferred
+  node are issued but unreachable in this batch. Depth cap K - k, budget N_pf.
+* :class:`StepPlanner` -- step keys: every node at depth d shares decision k0 + d, its
+  cut and its proposal, so one request root[0:c_k] + suffix serves every node at that
+  depth whose state still starts with root[0:c_k]. Proposals still valid from earlier
+  rounds are carried over instead of regenerated.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from .config import Keying
+from .keys import DecisionDraws
+from .proposals import DecisionId, ProposalStore
+from .state import ChainState
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    decision: DecisionId
+    cut: int
+    reachable: bool = True  # False: below a deferred node (BFS quirk)
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    root: ChainState
+    root_path: str  # accept ("1") / reject ("0") bits from the stage start to the root
+    k0: int  # transitions already done in this stage
+    remaining: int  # K - k0: the depth cap
+    budget: int  # N_pf
+    draws: Callable[[DecisionId], DecisionDraws]
+    store: ProposalStore
+
+
+class Planner(Protocol):
+    keying: Keying
+    carries_over: bool
+
+    def plan(self, ctx: RoundContext) -> list[PlannedRequest]: ...
+
+
+class BFSPlanner:
+    """The paper's breadth-first rule, quirk included."""
+
+    keying: Keying = "path"
+    carries_over = False
+
+    def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
+        T = ctx.root.length
+        depth0 = len(ctx.root_path)
+        # (node path, cut that produced the node's state, reachable in this batch)
+        queue: deque[tuple[str, int, bool]] = deque([(ctx.root_path, T, True)])
+        batch: list[PlannedRequest] = []
+        while queue and len(batch) < ctx.budget:
+            path, state_cut, reachable = queue.popleft()
+            if len(path) - depth0 >= ctx.remaining:
+                continue
+            cut = ctx.draws(path).cut(T)
+            feasible = cut <= state_cut
+            if feasible:
+                batch.append(PlannedRequest(path, cut, reachable))
+                queue.append((path + "1", cut, reachable))
+            queue.append((path + "0", state_cut, reachable and feasible))
+        return batch
+
+
+class StepPlanner:
+    """One shared request per depth from the root prefix, with carry-over."""
+
+    keying: Keying = "step"
+    carries_over = True
+
+    def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
+        T = ctx.root.length
+        batch: list[PlannedRequest] = []
+        for k in range(ctx.k0, ctx.k0 + ctx.remaining):
+            if len(batch) >= ctx.budget:
+                break
+            cut = ctx.draws(k).cut(T)
+            if ctx.store.find(k, ctx.root.tokens, cut) is None:
+                batch.append(PlannedRequest(k, cut))
+        return batch
+
+
+PLANNERS: dict[str, Callable[[], Planner]] = {"bfs": BFSPlanner, "step": StepPlanner}
