@@ -1,0 +1,324 @@
+"""Command line: ``presto-sgl sample`` draws one response by (PreSTO-)PowerMH.
+
+Exit codes: 0 success; 2 bad arguments or input (argparse errors included);
+3 the engine returned something the sampler cannot use (:class:`EngineError`);
+130 interrupted (Ctrl-C). Results go to stdout; the progress line and all error
+messages go to stderr only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from typing import Any, Callable, Sequence, TextIO
+
+from .config import RULE_KEYING, PowerConfig, PrestoConfig
+from .engines.base import Engine, EngineError
+from .kernel import Transition
+from .metrics import PromptMetrics, TraceWriter
+from .samplers import make_sampler
+from .state import ChainState
+
+PROG = "presto-sgl"
+SEQUENTIAL = "sequential"
+RULES = (SEQUENTIAL, *sorted(RULE_KEYING))
+
+
+# -- engines ------------------------------------------------------------------------
+def _reference_engine(args: argparse.Namespace) -> Engine:
+    from .engines.reference import ReferenceEngine, ReferenceLM
+
+    return ReferenceEngine(ReferenceLM(args.vocab_size, seed=args.model_seed))
+
+
+ENGINES: dict[str, Callable[[argparse.Namespace], Engine]] = {
+    "reference": _reference_engine,
+}
+"""Engine name -> builder from the parsed arguments. Add new engines here."""
+
+
+class _CountingEngine:
+    """Forwards to an engine and counts its calls (the progress line needs them)."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    @property
+    def capabilities(self):  # noqa: ANN201 - forwards EngineCapabilities
+        return self.inner.capabilities
+
+    def generate(self, requests):  # noqa: ANN001, ANN201 - the Engine protocol
+        self.calls += 1
+        return self.inner.generate(requests)
+
+
+# -- progress -----------------------------------------------------------------------
+class _Progress:
+    """A single self-overwriting status line on ``stream`` (stderr)."""
+
+    def __init__(self, stream: TextIO, engine: _CountingEngine, total: int, min_interval: float = 0.1) -> None:
+        self.stream = stream
+        self.engine = engine
+        self.total = total
+        self.min_interval = min_interval
+        self.done = 0
+        self.accepted = 0
+        self.mh_calls = 0
+        self._last = float("-inf")
+        self._width = 0
+        self._shown = False
+
+    def __call__(self, stage: int, k: int, state: ChainState, transition: Transition) -> None:
+        self.done += 1
+        self.accepted += bool(transition.accepted)
+        # The extension that opens stage s precedes its transitions; those of later
+        # stages come after, so MH calls so far = all calls - ``stage`` extensions.
+        self.mh_calls = self.engine.calls - stage
+        now = time.monotonic()
+        if self.done >= self.total or now - self._last >= self.min_interval:
+            self._last = now
+            self._draw()
+
+    def _draw(self) -> None:
+        rate = self.accepted / self.done if self.done else 0.0
+        line = (
+            f"{PROG}: transitions {self.done}/{self.total}  model calls {self.mh_calls}  "
+            f"acceptance {100 * rate:.1f}%"
+        )
+        pad = " " * max(0, self._width - len(line))
+        self._width = len(line)
+        self.stream.write("\r" + line + pad)
+        self.stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        """End the status line (newline) if anything was drawn."""
+        if self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._shown = False
+
+
+# -- arguments ----------------------------------------------------------------------
+def _prompt_ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.replace(" ", "").split(",") if part != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids such as 1,2,3, got {text!r}") from None
+
+
+def _prompt_id(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Exact LLM power sampling (PowerMH, PreSTO-PowerMH).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p = sub.add_parser(
+        "sample",
+        help="sample one response from p0^alpha",
+        description="Sample one response from pi_alpha ∝ p0^alpha by PowerMH or PreSTO-PowerMH.",
+    )
+
+    eng = p.add_argument_group("engine")
+    eng.add_argument("--engine", choices=sorted(ENGINES), default="reference", help="model engine (default: reference)")
+    eng.add_argument("--vocab-size", type=int, default=32, help="reference LM vocabulary size (default: 32)")
+    eng.add_argument("--model-seed", type=int, default=0, help="reference LM weights seed (default: 0)")
+
+    prm = p.add_argument_group("prompt").add_mutually_exclusive_group(required=True)
+    prm.add_argument("--prompt", metavar="TEXT", help="prompt text, encoded by the engine's tokenizer")
+    prm.add_argument("--prompt-ids", metavar="IDS", type=_prompt_ids, help="prompt token ids, e.g. 1,2,3")
+
+    smp = p.add_argument_group("sampler")
+    smp.add_argument("--alpha", type=float, default=4.0, help="power alpha of the target p0^alpha (default: 4.0)")
+    smp.add_argument("--tau", type=float, default=None, help="proposal temperature (default: 1/alpha)")
+    smp.add_argument("--max-new-tokens", type=int, default=64, help="response length, a multiple of --block-size (default: 64)")
+    smp.add_argument("--block-size", type=int, default=16, help="tokens per stage (default: 16)")
+    smp.add_argument("--steps", type=int, default=10, help="MH transitions per stage, K (default: 10)")
+    smp.add_argument(
+        "--rule",
+        choices=RULES,
+        default="step",
+        help="sequential = PowerMH, one call per transition; bfs (path keys) or step (step keys) = PreSTO (default: step)",
+    )
+    smp.add_argument(
+        "--keying",
+        choices=("path", "step"),
+        default=None,
+        help="decision keys; for --rule sequential (default: step); bfs and step imply path and step",
+    )
+    smp.add_argument("--budget", type=int, default=20, help="PreSTO requests per model call, N_pf (default: 20)")
+    smp.add_argument("--seed", type=int, default=0, help="run seed (default: 0)")
+    smp.add_argument("--prompt-id", type=_prompt_id, default=0, help="prompt id in the chain keys (default: 0)")
+
+    out = p.add_argument_group("output")
+    out.add_argument("--trace", metavar="FILE", help="write a JSONL trace of every call and transition to FILE")
+    out.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    out.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress line on stderr (default: only when stderr is a terminal)",
+    )
+    p.set_defaults(func=_cmd_sample)
+    return parser
+
+
+# -- sample -------------------------------------------------------------------------
+def _encode(engine: Engine, args: argparse.Namespace) -> list[int]:
+    if args.prompt_ids is not None:
+        ids = list(args.prompt_ids)
+    else:
+        encode = getattr(engine, "encode", None)
+        if encode is None:
+            raise ValueError(f"`--prompt`: engine {args.engine!r} has no text encoder; pass --prompt-ids instead")
+        ids = list(encode(args.prompt))
+    flag = "--prompt-ids" if args.prompt_ids is not None else "--prompt"
+    if not ids:
+        raise ValueError(f"`{flag}` is empty; pass at least one character (--prompt) or token id (--prompt-ids)")
+    vocab = engine.capabilities.vocab_size
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"`{flag}` has token ids {bad[:5]} outside the vocabulary [0, {vocab}); see --vocab-size")
+    return ids
+
+
+def _decode(engine: Engine, ids: Sequence[int]) -> str | None:
+    decode = getattr(engine, "decode", None)
+    return decode(list(ids)) if decode is not None else None
+
+
+def _summary(metrics: PromptMetrics) -> str:
+    m = metrics
+    rate = m.accepted / m.transitions if m.transitions else 0.0
+    return "\n".join(
+        [
+            f"transitions       {m.transitions} (accepted {m.accepted}, acceptance rate {100 * rate:.1f}%)",
+            f"model calls       {m.model_calls} (+{m.extend_calls} block extensions), "
+            f"transitions/call {m.transitions_per_call:.2f}",
+            f"requests          issued {m.requests_issued}, realized {m.requests_realized}, "
+            f"unreachable {m.requests_unreachable}",
+            f"call time         {m.call_time_s:.3f} s (extensions {m.extend_time_s:.3f} s)",
+            f"coordinator time  {m.coordinator_time_s:.3f} s",
+        ]
+    )
+
+
+class _UsageError(Exception):
+    """Bad arguments or input: exit code 2."""
+
+
+_FLAGS = {
+    name: "--" + name.replace("_", "-")
+    for name in ("alpha", "tau", "max_new_tokens", "block_size", "steps", "keying", "rule", "budget", "seed", "vocab_size", "prompt")
+}
+
+
+def _cli_names(message: str) -> str:
+    """Library messages name parameters as `max_new_tokens`; say `--max-new-tokens`."""
+    for name, flag in _FLAGS.items():
+        message = message.replace(f"`{name}`", f"`{flag}`").replace(f"e.g. {name}=", f"e.g. {flag} ")
+    return message
+
+
+def _cmd_sample(args: argparse.Namespace) -> int:
+    # Everything that can be rejected is checked before the trace file is opened, and
+    # only this setup maps ValueError/TypeError to exit code 2: the same exceptions
+    # from inside a run would be bugs and keep their traceback.
+    try:
+        sequential = args.rule == SEQUENTIAL
+        keying = args.keying or ("step" if sequential else RULE_KEYING[args.rule])
+        if not sequential and keying != RULE_KEYING[args.rule]:
+            raise ValueError(
+                f"`--keying` (={keying!r}) does not fit `--rule` {args.rule!r}, which uses "
+                f"{RULE_KEYING[args.rule]} keys; drop --keying"
+            )
+        config = PowerConfig(
+            alpha=args.alpha,
+            max_new_tokens=args.max_new_tokens,
+            block_size=args.block_size,
+            steps=args.steps,
+            tau=args.tau,
+            keying=keying,
+        )
+        presto = PrestoConfig(rule="step" if sequential else args.rule, budget=args.budget)  # validates --budget
+        engine = _CountingEngine(ENGINES[args.engine](args))
+        sampler = make_sampler(engine, config, None if sequential else presto)
+        prompt = _encode(engine.inner, args)
+        stream = None
+        if args.trace:
+            try:
+                stream = open(args.trace, "w", encoding="utf-8")
+            except OSError as exc:
+                raise ValueError(f"`--trace` cannot open {args.trace!r}: {exc.strerror or exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(_cli_names(str(exc))) from exc
+
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    progress = _Progress(sys.stderr, engine, config.steps * config.num_stages) if show else None
+    try:
+        trace = TraceWriter(stream) if stream is not None else None
+        result = sampler.run(prompt, seed=args.seed, prompt_id=args.prompt_id, trace=trace, on_transition=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+        if stream is not None:
+            stream.close()
+
+    state = result.state
+    text = _decode(engine.inner, state.tokens)
+    if args.json:
+        loglik = state.log_likelihood()
+        payload: dict[str, Any] = {
+            "engine": args.engine,
+            "seed": args.seed,
+            "prompt_id": args.prompt_id,
+            "prompt_ids": list(state.prompt),
+            "response_ids": list(state.tokens),
+            "response_text": text,
+            "config": sampler.describe(),
+            "metrics": asdict(result.metrics),
+            "log_likelihood": loglik,
+            "log_likelihood_per_token": loglik / state.length if state.length else 0.0,
+        }
+        print(json.dumps(payload))
+    else:
+        print(text if text is not None else " ".join(map(str, state.tokens)))
+        print()
+        print(_summary(result.metrics))
+    return 0
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0, 2, 3 or 130)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    try:
+        return args.func(args)
+    except _UsageError as exc:
+        _error(str(exc))
+        return 2
+    except EngineError as exc:
+        _error(f"engine: {exc}")
+        return 3
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; trace holds the finished calls", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
