@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any, Callable, Sequence, TextIO
 
 from .config import RULE_KEYING, PowerConfig, PrestoConfig
-from .engines.base import Engine, EngineError
+from .engines.base import Completion, Engine, EngineCapabilities, EngineError, Request
 from .kernel import Transition
 from .metrics import PromptMetrics, TraceWriter
 from .samplers import make_sampler
@@ -48,10 +48,10 @@ class _CountingEngine:
         self.calls = 0
 
     @property
-    def capabilities(self):  # noqa: ANN201 - forwards EngineCapabilities
+    def capabilities(self) -> EngineCapabilities:
         return self.inner.capabilities
 
-    def generate(self, requests):  # noqa: ANN001, ANN201 - the Engine protocol
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
         self.calls += 1
         return self.inner.generate(requests)
 
