@@ -1,0 +1,169 @@
+"""Bad input gives ValueErrors that name the argument; the reference engine keeps its
+contract; bad engine results raise EngineError before the chain moves."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+
+import numpy as np
+import pytest
+
+from presto_sgl import (
+    Completion, EngineError, PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH, Request, metrics_from_trace,
+    read_trace, TraceWriter,
+)
+from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"alpha": 0.0}, "alpha"), ({"alpha": -1.0}, "alpha"), ({"alpha": math.inf}, "alpha"), ({"alpha": math.nan}, "alpha"),
+        ({"tau": 0.0}, "tau"), ({"tau": -0.5}, "tau"), ({"steps": -1}, "steps"), ({"steps": 2.5}, "steps"),
+        ({"max_new_tokens": 20, "block_size": 16}, "max_new_tokens"), ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"block_size": 0}, "block_size"), ({"keying": "tree"}, "keying"),
+    ],
+)
+def test_power_config_errors_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=f"`{name}`") as err:
+        PowerConfig(**kwargs)
+    assert repr(list(kwargs.values())[0])[:3] in str(err.value)  # the bad value is shown
+
+
+def test_remainder_message_suggests_a_fix():
+    with pytest.raises(ValueError, match="max_new_tokens=32"):
+        PowerConfig(max_new_tokens=20, block_size=16)
+
+
+@pytest.mark.parametrize("kwargs, name", [({"budget": 0}, "budget"), ({"budget": -3}, "budget"), ({"rule": "dfs"}, "rule")])
+def test_presto_config_errors(kwargs, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        PrestoConfig(**kwargs)
+
+
+def test_rule_and_keying_must_match():
+    with pytest.raises(ValueError, match="keying='path'"):
+        PrestoPowerMH(ReferenceEngine(), PowerConfig(keying="step"), PrestoConfig("bfs"))
+
+
+@pytest.mark.parametrize("prompt, match", [([], "empty"), ([0, 32], "outside the vocabulary"), ([-1], "outside"), ([1.0], "outside")])
+def test_prompt_errors(prompt, match):
+    with pytest.raises(ValueError, match=match):
+        PowerMH(ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1)).run(prompt, seed=0)
+
+
+def test_seed_must_be_an_integer():
+    with pytest.raises(ValueError, match="`seed`"):
+        PowerMH(ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1)).run([1], seed="x")
+
+
+# -- the reference engine --------------------------------------------------------------
+
+def test_reference_engine_scores_match_the_lm_and_seeds_reproduce():
+    lm = ReferenceLM(10, seed=2)
+    eng = ReferenceEngine(lm)
+    reqs = [Request((1, 2, 3), 6, 0.25, seed=11, return_entropy=True), Request((1, 2), 5, 1.0, seed=12)]
+    a = eng.generate(reqs)
+    b = eng.generate(reqs[::-1])[::-1]  # another batch order: same tokens
+    c = eng.generate(reqs[:1])
+    assert [x.tokens for x in a] == [x.tokens for x in b] and a[0].tokens == c[0].tokens
+    for req, comp in zip(reqs, a):
+        assert len(comp.tokens) == req.max_new_tokens
+        lp, lq = lm.score(req.prefix, comp.tokens, req.temperature)
+        assert math.fsum(comp.logp) == pytest.approx(lp, abs=1e-12)
+        assert math.fsum(comp.logq) == pytest.approx(lq, abs=1e-12)
+    ctx = list(reqs[0].prefix)
+    for t, h in zip(a[0].tokens, a[0].entropy):
+        assert h == pytest.approx(lm.entropy(ctx))
+        ctx.append(t)
+    assert a[1].entropy is None
+
+
+def test_reference_engine_sampling_law():
+    """Seeded draws over many seeds follow q_tau (chi-square), so keyed seeds are fresh draws."""
+    from scipy import stats
+
+    lm = ReferenceLM(5, seed=2)
+    eng = ReferenceEngine(lm)
+    toks = [c.tokens[0] for c in eng.generate([Request((1, 2), 1, 0.5, seed=s) for s in range(5000)])]
+    q = np.exp(lm.distribution((1, 2), 0.5)[1])
+    assert stats.chisquare(np.bincount(toks, minlength=5), q * 5000).pvalue > 1e-3
+
+
+def test_unseeded_engine_draws_fresh_and_cache_accounting():
+    eng = ReferenceEngine(ReferenceLM(10), seeded=False, rng_seed=1)
+    r = Request((1, 2, 3, 4), 12, 1.0, seed=5)
+    first, second = eng.generate([r, r])
+    assert first.tokens != second.tokens  # seeds ignored: fresh draws
+    assert first.cached_tokens == 0 and second.cached_tokens == 4  # the prefix was inserted by the first
+    assert eng.generate([Request((1, 2, 9), 1, 1.0)])[0].cached_tokens == 2
+
+
+# -- engine errors never move the chain ----------------------------------------------------
+
+class FaultyEngine:
+    """Wraps the reference engine and corrupts the ``bad_call``-th call."""
+
+    def __init__(self, mode: str, bad_call: int):
+        self.inner = ReferenceEngine(ReferenceLM(12, seed=3))
+        self.capabilities = self.inner.capabilities
+        self.mode, self.bad_call, self.calls = mode, bad_call, 0
+
+    def generate(self, requests):
+        out = self.inner.generate(requests)
+        self.calls += 1
+        if self.calls != self.bad_call:
+            return out
+        c = out[-1]
+        bad = {
+            "short": dataclasses.replace(c, tokens=c.tokens[:-1], logq=c.logq[:-1], logp=c.logp[:-1]),
+            "logq-length": dataclasses.replace(c, logq=c.logq[:-1]),
+            "nan": dataclasses.replace(c, logp=(math.nan,) + c.logp[1:]),
+            "token": dataclasses.replace(c, tokens=(10_000,) + c.tokens[1:]),
+            "count": None,
+        }[self.mode]
+        return out[:-1] if bad is None else out[:-1] + [bad]
+
+
+@pytest.mark.parametrize("mode", ["short", "logq-length", "nan", "token", "count"])
+@pytest.mark.parametrize("rule", [None, "bfs", "step"])
+def test_bad_engine_results_raise_and_do_not_advance(mode, rule):
+    keying = "step" if rule in (None, "step") else "path"
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, keying=keying)
+
+    def sampler(engine):
+        return PowerMH(engine, cfg) if rule is None else PrestoPowerMH(engine, cfg, PrestoConfig(rule, budget=4))
+
+    good: list = []
+    sampler(FaultyEngine(mode, bad_call=10**9)).run([1, 2], seed=4, on_transition=lambda *a: good.append(a[2]))
+    seen: list = []
+    with pytest.raises(EngineError):
+        sampler(FaultyEngine(mode, bad_call=4)).run([1, 2], seed=4, on_transition=lambda *a: seen.append(a[2]))
+    assert seen == good[: len(seen)] and len(seen) < len(good)  # nothing committed from bad data
+
+
+# -- metrics recomputed from the trace ----------------------------------------------------
+
+@pytest.mark.parametrize("rule", [None, "bfs", "step"])
+def test_trace_reproduces_metrics(rule):
+    keying = "path" if rule == "bfs" else "step"
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=32, block_size=16, steps=12, keying=keying)
+    eng = ReferenceEngine()
+    sampler = PowerMH(eng, cfg) if rule is None else PrestoPowerMH(eng, cfg, PrestoConfig(rule, budget=6))
+    buf = io.StringIO()
+    results = [sampler.run([1, 2, 3], seed=s, trace=TraceWriter(buf)) for s in (0, 1)]
+    records = read_trace(io.StringIO(buf.getvalue()))
+    assert metrics_from_trace(records) == [r.metrics for r in results]
+    m = results[0].metrics
+    assert m.transitions == 24 and m.extend_calls == 2
+    calls = [r for r in records if r["type"] == "call" and r["kind"] == "mh"]
+    assert all(len(c["requests"]) <= 6 for c in calls)
+    assert m.requests_issued == sum(len(c["requests"]) for c in calls[: m.model_calls])
+    assert m.requests_realized + m.requests_wasted == m.requests_issued
+    assert m.requests_realized == m.transitions  # every transition used its own request
+    if rule is None:
+        assert m.model_calls == 24 and m.transitions_per_call == 1.0
+    else:
+        assert m.model_calls < 24 and m.transitions_per_call == pytest.approx(24 / m.model_calls)
