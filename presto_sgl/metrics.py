@@ -134,6 +134,8 @@ def metrics_from_trace(records: Iterable[dict[str, Any]]) -> list[PromptMetrics]
     runs: list[tuple[list[CallRecord], list[NodeRecord]]] = []
     for rec in records:
         kind = rec["type"]
+        if kind in ("call", "node") and not runs:
+            raise ValueError(f"trace has a {kind!r} record before any 'run' record: is it truncated at the start?")
         if kind == "run":
             runs.append(([], []))
         elif kind == "call":

@@ -6,9 +6,11 @@ sequential sampler; step keys couple the step rule with the step-keyed one.
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
-from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
+from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH, TraceWriter, read_trace
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 
 pytestmark = pytest.mark.exactness
@@ -66,3 +68,20 @@ def test_keyings_give_different_chains():
         cfg = PowerConfig(alpha=4.0, max_new_tokens=24, block_size=8, steps=12, keying=keying)
         states[keying] = PowerMH(engine, cfg).run([1, 2, 3], seed=0).state
     assert states["path"] != states["step"]
+
+
+def test_coupling_runs_exercise_deferral_quirk_and_carry_over():
+    """Guard: the rounds above really defer (BFS quirk) and carry proposals over (step)."""
+    engine = ReferenceEngine(ReferenceLM(12, sharpness=2.0, seed=3))
+    bfs_cfg = PowerConfig(alpha=4.0, max_new_tokens=30, block_size=10, steps=25, keying="path")
+    bfs = PrestoPowerMH(engine, bfs_cfg, PrestoConfig("bfs", budget=20)).run([1, 2, 3], seed=0).metrics
+    assert bfs.requests_unreachable > 0 and bfs.model_calls > 3  # several rounds per stage
+    step_cfg = PowerConfig(alpha=4.0, max_new_tokens=30, block_size=10, steps=25, keying="step")
+    carried = []
+    sampler = PrestoPowerMH(engine, step_cfg, PrestoConfig("step", budget=5))
+    buf = io.StringIO()
+    sampler.run([1, 2, 3], seed=0, trace=TraceWriter(buf))
+    for rec in read_trace(io.StringIO(buf.getvalue())):
+        if rec["type"] == "node" and rec["request"][0] < rec["call"]:
+            carried.append(rec)
+    assert carried, "no proposal was carried over to a later round"

@@ -31,6 +31,8 @@ SAMPLERS = {
     "sequential-step": ("step", None),
     "bfs": ("path", PrestoConfig("bfs", budget=3)),
     "step": ("step", PrestoConfig("step", budget=3)),
+    "bfs-20": ("path", PrestoConfig("bfs", budget=20)),
+    "step-1": ("step", PrestoConfig("step", budget=1)),
 }
 
 
