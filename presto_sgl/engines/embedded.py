@@ -1,0 +1,241 @@
+"""The embedded engine: transformers weights + torch, in process, with a radix KV cache.
+
+One call decodes a batch of suffix requests *position-synchronously*: rows are sorted
+by prefix length; at step t every row whose prefix is in place feeds its token at
+absolute position t and attends over its own KV [0, t]. Forks of one root at different
+cuts therefore batch without padding, and the prefix KV of every row comes from the
+radix tree (computed once, reused across rows and calls). The last prefix token is
+always re-fed so the first new token's distribution comes from this pass.
+
+Per new token the engine returns log q_tau = log_softmax(logits / tau), log p0 =
+log_softmax(logits) and the p0 entropy, all from the same float32 logits row, over the
+full vocabulary. Seeded requests draw their uniforms from their own torch.Generator;
+unseeded ones from the engine's generator. Tokens are inverse-CDF draws of q_tau.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from radix import RadixTree
+
+from .base import Completion, EngineCapabilities, Request, validate_completion
+from .forward import BufferView, CausalLM, KVSegment
+
+
+@dataclass
+class CallStats:
+    """What one ``generate`` call did."""
+
+    requests: int = 0
+    cached_tokens: int = 0  # prefix tokens whose KV came from the radix cache
+    prefill_tokens: int = 0  # prefix tokens computed in this call
+    decode_tokens: int = 0  # new tokens generated
+    forward_steps: int = 0  # position-synchronous decode steps
+    seconds: float = 0.0
+    peak_rows: int = 0
+
+
+@dataclass
+class EngineTotals:
+    calls: int = 0
+    cached_tokens: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    history: list[CallStats] = field(default_factory=list)
+
+
+class EmbeddedEngine:
+    """The engine protocol on a transformers causal LM (CPU by default, CUDA when asked)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        cache_bytes: int = 1 << 30,
+        seeded: bool = True,
+        rng_seed: int | None = None,
+        name: str = "model",
+    ) -> None:
+        self.lm = CausalLM(model)
+        self.tokenizer = tokenizer
+        self.name = name
+        self.capabilities = EngineCapabilities(seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size)
+        if cache_bytes < 0:
+            raise ValueError(f"`cache_bytes` (={cache_bytes}) must be >= 0")
+        budget = cache_bytes // self.lm.kv_bytes_per_token
+        self.cache = RadixTree(max_tokens=budget) if budget > 0 else None
+        self._rng = torch.Generator(device="cpu")
+        self._rng.manual_seed(rng_seed if rng_seed is not None else int.from_bytes(os.urandom(7), "little"))
+        self.totals = EngineTotals()
+
+    # -- the protocol ----------------------------------------------------------------------
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        t_start = time.perf_counter()
+        lm = self.lm
+        if not requests:
+            return []
+        for r in requests:
+            if r.max_new_tokens < 1:
+                raise ValueError(f"`max_new_tokens` (={r.max_new_tokens}) must be >= 1 for the embedded engine")
+            if len(r.prefix) < 1:
+                raise ValueError("a request `prefix` is empty; the embedded engine needs at least one prompt token")
+            end = len(r.prefix) + r.max_new_tokens
+            if end > lm.max_positions:
+                raise ValueError(
+                    f"prompt + new tokens = {end} exceeds the model context ({lm.max_positions} positions); "
+                    "shorten the prompt or lower --max-new-tokens"
+                )
+        order = sorted(range(len(requests)), key=lambda i: len(requests[i].prefix))
+        reqs = [requests[i] for i in order]
+        ends = [len(r.prefix) + r.max_new_tokens for r in reqs]
+        width = max(ends) - 1  # the last new token is never fed
+        bufs = lm.new_buffers(len(reqs), max(width, 1))
+        stats = CallStats(requests=len(reqs))
+        cached = [self._load_history(row, r.prefix, bufs, stats) for row, r in enumerate(reqs)]
+        seqs = [list(r.prefix) for r in reqs]
+        out_logq: list[list[float]] = [[] for _ in reqs]
+        out_logp: list[list[float]] = [[] for _ in reqs]
+        out_ent: list[list[float]] = [[] for _ in reqs]
+        gens = [self._generator(r) for r in reqs]
+        temps = torch.tensor([r.temperature for r in reqs], dtype=torch.float32, device=lm.device)
+        starts = [len(r.prefix) - 1 for r in reqs]
+        active = 0
+        for t in range(starts[0], width):
+            while active < len(reqs) and starts[active] <= t:
+                active += 1
+            feed = [seqs[r][t] if t < len(seqs[r]) else 0 for r in range(active)]
+            logits = lm.forward(torch.tensor(feed, device=lm.device)[:, None], t, bufs.rows(0, active))
+            stats.forward_steps += 1
+            stats.peak_rows = max(stats.peak_rows, active)
+            live = [r for r in range(active) if t + 1 < ends[r] and t + 1 == len(seqs[r])]
+            self._sample(logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent)
+        self._store(reqs, seqs, ends, bufs)
+        completions: list[Completion | None] = [None] * len(reqs)
+        for r, req in enumerate(reqs):
+            n = len(req.prefix)
+            comp = Completion(
+                tokens=tuple(seqs[r][n:]),
+                logq=tuple(out_logq[r]),
+                logp=tuple(out_logp[r]),
+                entropy=tuple(out_ent[r]) if req.return_entropy else None,
+                cached_tokens=cached[r],
+            )
+            validate_completion(req, comp, self.capabilities.vocab_size)
+            completions[order[r]] = comp
+            stats.decode_tokens += req.max_new_tokens
+        stats.seconds = time.perf_counter() - t_start
+        self._account(stats)
+        return completions  # type: ignore[return-value]
+
+    # -- pieces ------------------------------------------------------------------------------
+    def _generator(self, req: Request) -> torch.Generator:
+        if self.capabilities.seeded and req.seed is not None:
+            g = torch.Generator(device="cpu")
+            g.manual_seed(req.seed)
+            return g
+        return self._rng
+
+    def _sample(self, logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent) -> None:
+        if not live:
+            return
+        idx = torch.tensor(live, device=logits.device)
+        z = logits[idx]
+        logp = torch.log_softmax(z, dim=-1)
+        logq = torch.log_softmax(z / temps[idx, None], dim=-1)
+        ent = -(logp.exp() * logp).sum(-1)
+        cdf = torch.cumsum(logq.double().exp(), dim=-1)
+        u = torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in live]).to(cdf.device)
+        u = 1.0 - u  # in (0, 1]
+        tok = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None]).clamp_(max=z.shape[-1] - 1)[:, 0]
+        tok_l = tok.tolist()
+        lq = logq.gather(1, tok[:, None])[:, 0].tolist()
+        lp = logp.gather(1, tok[:, None])[:, 0].tolist()
+        en = ent.tolist()
+        for j, r in enumerate(live):
+            seqs[r].append(tok_l[j])
+            out_logq[r].append(lq[j])
+            out_logp[r].append(lp[j])
+            out_ent[r].append(en[j])
+
+    def _load_history(self, row: int, prefix: Sequence[int], bufs, stats: CallStats) -> int:
+        """Put the KV of prefix[:-1] into ``row``: cached segments, then prefill the rest."""
+        hist = len(prefix) - 1
+        m = 0
+        if self.cache is not None and hist > 0:
+            match = self.cache.match_prefix(prefix[:hist])
+            m = match.length
+            off = 0
+            for seg in match.values:
+                n = len(seg)
+                for i in range(len(bufs.k)):
+                    bufs.k[i][row, :, off : off + n] = seg.k[i]
+                    bufs.v[i][row, :, off : off + n] = seg.v[i]
+                off += n
+        if m < hist:
+            tokens = torch.tensor(list(prefix[m:hist]), device=self.lm.device)[None, :]
+            self.lm.forward(tokens, m, bufs.rows(row, row + 1))
+            stats.prefill_tokens += hist - m
+            if self.cache is not None:
+                self._insert(list(prefix[:hist]), BufferView(bufs, row, 0, hist))
+        stats.cached_tokens += m
+        return m
+
+    def _store(self, reqs, seqs, ends, bufs) -> None:
+        """Insert every row's fed tokens (all but its last new token) with their KV."""
+        if self.cache is None:
+            return
+        for r in range(len(reqs)):
+            fed = ends[r] - 1
+            if fed > 0:
+                self._insert(seqs[r][:fed], BufferView(bufs, r, 0, fed))
+
+    def _insert(self, tokens: list[int], view: BufferView) -> None:
+        assert self.cache is not None
+        if len(tokens) > (self.cache.max_tokens or 0):
+            return  # larger than the whole cache: not worth keeping
+        from radix import TreeFullError
+
+        try:
+            self.cache.insert(tokens, view)
+        except TreeFullError:
+            pass  # everything else is locked; serve without caching
+
+    def _account(self, stats: CallStats) -> None:
+        t = self.totals
+        t.calls += 1
+        t.cached_tokens += stats.cached_tokens
+        t.prefill_tokens += stats.prefill_tokens
+        t.decode_tokens += stats.decode_tokens
+        t.history.append(stats)
+
+    @property
+    def last_call(self) -> CallStats | None:
+        return self.totals.history[-1] if self.totals.history else None
+
+    # -- text ----------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise ValueError("this engine has no tokenizer; pass token ids")
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        if self.tokenizer is None:
+            return " ".join(map(str, ids))
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def chat_prompt(self, text: str) -> list[int]:
+        """Prompt ids with the tokenizer's chat template when it has one, else plain text."""
+        tok = self.tokenizer
+        if tok is not None and getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return list(ids)
+        return self.encode(text)

@@ -1,0 +1,151 @@
+"""A Llama-family decoder forward over explicit, position-addressed KV buffers.
+
+Weights come from a transformers ``LlamaForCausalLM`` (or Qwen2/Mistral-style model:
+RMSNorm, rotary embeddings with the default rope, grouped-query attention, SwiGLU
+MLP). Owning the forward lets the embedded engine fork one sequence into many rows
+that share prefix KV and decode them position-synchronously: at step t every active
+row feeds the token at absolute position t and attends over its own KV [0, t], so no
+padding is ever needed. Requires torch (imported by the caller).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+
+
+@dataclass
+class KVBuffers:
+    """Per-layer key/value buffers, shape [rows, kv_heads, length, head_dim]."""
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+
+    def rows(self, start: int, stop: int) -> KVBuffers:
+        return KVBuffers([x[start:stop] for x in self.k], [x[start:stop] for x in self.v])
+
+
+@dataclass
+class KVSegment:
+    """KV of a run of consecutive tokens, [layers, kv_heads, n, head_dim]; a radix-tree payload."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.k.shape[2]
+
+    def __getitem__(self, s: slice) -> KVSegment:
+        return KVSegment(self.k[:, :, s], self.v[:, :, s])
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.numel() * self.k.element_size() * 2
+
+
+class BufferView:
+    """Tokens [start, stop) of one buffer row, materialized only when sliced (radix insert)."""
+
+    def __init__(self, bufs: KVBuffers, row: int, start: int, stop: int) -> None:
+        self.bufs, self.row, self.start, self.stop = bufs, row, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, s: slice) -> KVSegment:
+        a, b, _ = s.indices(len(self))
+        lo, hi = self.start + a, self.start + b
+        return KVSegment(
+            torch.stack([x[self.row, :, lo:hi] for x in self.bufs.k]).clone(),
+            torch.stack([x[self.row, :, lo:hi] for x in self.bufs.v]).clone(),
+        )
+
+
+class CausalLM:
+    """The decoder stack of a transformers causal LM, run over :class:`KVBuffers`."""
+
+    def __init__(self, hf_model: torch.nn.Module) -> None:
+        cfg = hf_model.config
+        if cfg.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(
+                f"model type {cfg.model_type!r} is not supported by the embedded engine; "
+                f"use one of {SUPPORTED_MODEL_TYPES} (Llama-family decoders)"
+            )
+        rope = getattr(cfg, "rope_parameters", None) or {"rope_type": "default", "rope_theta": getattr(cfg, "rope_theta", 10000.0)}
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"rope type {rope.get('rope_type')!r} is not supported by the embedded engine (default rope only)")
+        self.hf_model = hf_model.eval()
+        self.config = cfg
+        inner = hf_model.model
+        self.embed = inner.embed_tokens
+        self.layers = list(inner.layers)
+        self.norm = inner.norm
+        self.lm_head = hf_model.lm_head
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.max_positions = cfg.max_position_embeddings
+        self.vocab_size = cfg.vocab_size
+        self.dtype = next(hf_model.parameters()).dtype
+        self.device = next(hf_model.parameters()).device
+        theta = float(rope["rope_theta"])
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float, device=self.device) / self.head_dim))
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * len(self.layers) * self.n_kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
+
+    def new_buffers(self, rows: int, length: int) -> KVBuffers:
+        shape = (rows, self.n_kv_heads, length, self.head_dim)
+        mk = lambda: torch.empty(shape, dtype=self.dtype, device=self.device)  # noqa: E731
+        return KVBuffers([mk() for _ in self.layers], [mk() for _ in self.layers])
+
+    def _rope(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = torch.arange(start, start + n, dtype=torch.float, device=self.device)
+        freqs = pos[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, start: int, bufs: KVBuffers, *, all_logits: bool = False) -> torch.Tensor:
+        """Feed ``tokens`` [rows, S] at positions start..start+S-1 (the same for every row).
+
+        Writes their KV into ``bufs`` (whose first ``start`` positions hold each row's
+        history) and returns float32 logits of the last position [rows, V], or of every
+        position [rows, S, V] with ``all_logits``.
+        """
+        rows, S = tokens.shape
+        end = start + S
+        h = self.embed(tokens)
+        cos, sin = self._rope(start, S)
+        mask = None
+        if S > 1:
+            q_pos = torch.arange(start, end, device=self.device)[:, None]
+            mask = torch.arange(end, device=self.device)[None, :] <= q_pos
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = attn.q_proj(x).view(rows, S, self.n_heads, self.head_dim).transpose(1, 2)
+            k = attn.k_proj(x).view(rows, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+            v = attn.v_proj(x).view(rows, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+            bufs.k[i][:, :, start:end] = k
+            bufs.v[i][:, :, start:end] = v
+            o = F.scaled_dot_product_attention(
+                q, bufs.k[i][:, :, :end], bufs.v[i][:, :, :end], attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads
+            )
+            h = h + attn.o_proj(o.transpose(1, 2).reshape(rows, S, self.n_heads * self.head_dim))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        h = self.norm(h if all_logits else h[:, -1:])
+        logits = self.lm_head(h).float()
+        return logits if all_logits else logits[:, 0]

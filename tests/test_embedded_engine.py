@@ -1,0 +1,156 @@
+"""The embedded engine: log q / log p0 / entropy equal a plain full forward pass, with and
+without cached prefixes, single and batched; seeds reproduce tokens; the radix cache
+reuses prefix KV; coupling holds on it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH  # noqa: E402
+from presto_sgl.engines.base import Request  # noqa: E402
+from presto_sgl.engines.embedded import EmbeddedEngine  # noqa: E402
+
+TOL = 2e-5  # float32: our forward vs transformers' forward, per-token log-probabilities
+
+
+def random_model(model_type: str = "llama"):
+    torch.manual_seed(0)
+    common = dict(vocab_size=61, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=96)
+    if model_type == "qwen2":
+        cfg = transformers.Qwen2Config(**common)
+    else:
+        cfg = transformers.LlamaConfig(**common, attention_bias=True, tie_word_embeddings=True)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    with torch.no_grad():  # sharper logits than the default init, so sampling is not uniform
+        model.lm_head.weight.mul_(4.0)
+    return model
+
+
+def reference(model, prefix, tokens, tau):
+    """Per-token (log q_tau, log p0, entropy) from one plain full forward pass."""
+    ids = torch.tensor([list(prefix) + list(tokens)])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+    n = len(prefix)
+    rows = logits[n - 1 : n - 1 + len(tokens)]
+    logp = torch.log_softmax(rows, -1)
+    logq = torch.log_softmax(rows / tau, -1)
+    idx = torch.tensor(list(tokens))[:, None]
+    ent = -(logp.exp() * logp).sum(-1)
+    return logq.gather(1, idx)[:, 0].tolist(), logp.gather(1, idx)[:, 0].tolist(), ent.tolist()
+
+
+def assert_matches(model, req, comp):
+    lq, lp, ent = reference(model, req.prefix, comp.tokens, req.temperature)
+    assert len(comp.tokens) == req.max_new_tokens
+    assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL * 5 / req.temperature
+    assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
+    if comp.entropy is not None:
+        assert max(abs(a - b) for a, b in zip(ent, comp.entropy)) < TOL
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_logprobs_equal_a_full_forward_single_batched_and_cached(model_type):
+    model = random_model(model_type)
+    eng = EmbeddedEngine(model)
+    root = [1, 5, 9, 13, 2, 7, 30, 41, 3, 3, 8, 11]
+    single = Request(tuple(root[:6]), 10, 0.5, seed=3, return_entropy=True)
+    (c,) = eng.generate([single])
+    assert c.cached_tokens == 0 and eng.last_call.prefill_tokens == 5
+    assert_matches(model, single, c)
+    (again,) = eng.generate([single])  # prefix KV now cached
+    assert again.cached_tokens == 5 and eng.last_call.prefill_tokens == 0
+    assert again.tokens == c.tokens
+    assert_matches(model, single, again)
+    forks = [Request(tuple(root[:n]), len(root) + 6 - n, tau, seed=s, return_entropy=True)
+             for n, tau, s in [(12, 0.25, 1), (3, 1.0, 2), (7, 0.5, 3), (1, 0.25, 4), (9, 2.0, 5)]]
+    comps = eng.generate(forks)
+    for req, comp in zip(forks, comps):
+        assert_matches(model, req, comp)
+    assert eng.last_call.forward_steps == len(root) + 6 - 1  # position-synchronous: one step per position
+
+
+def test_uncached_engine_and_prefill_numerics_agree():
+    model = random_model()
+    cached, plain = EmbeddedEngine(model), EmbeddedEngine(model, cache_bytes=0)
+    req = Request((4, 8, 15, 16, 23, 42, 7, 9), 12, 0.25, seed=11)
+    cached.generate([Request(req.prefix[:5], 3, 1.0, seed=1)])  # warms a partial prefix
+    a, b = cached.generate([req])[0], plain.generate([req])[0]
+    assert a.cached_tokens == 5 and b.cached_tokens == 0  # the warm call stored all 5 prefix tokens
+    assert a.tokens == b.tokens
+    assert max(abs(x - y) for x, y in zip(a.logp, b.logp)) < TOL
+    assert_matches(model, req, a)
+
+
+def test_seeds_reproduce_tokens_whatever_the_batch():
+    model = random_model()
+    eng = EmbeddedEngine(model, cache_bytes=0)
+    reqs = [Request((1, 2, 3, 4, 5)[:n], 8, 1.0, seed=40 + n) for n in (1, 3, 5)]
+    together = eng.generate(reqs)
+    for r, c in zip(reqs, together):
+        assert eng.generate([r])[0].tokens == c.tokens
+    other = eng.generate([Request((1, 2, 3), 8, 1.0, seed=999)])[0]
+    assert other.tokens != together[1].tokens
+
+
+def test_unseeded_engine_draws_fresh_tokens():
+    eng = EmbeddedEngine(random_model(), seeded=False, rng_seed=0)
+    r = Request((1, 2, 3), 12, 1.0, seed=5)
+    assert eng.generate([r])[0].tokens != eng.generate([r])[0].tokens
+
+
+def test_sampling_follows_q_tau():
+    """Many seeded one-token draws follow softmax(logits / tau) (chi-square)."""
+    from scipy import stats
+
+    model = random_model()
+    eng = EmbeddedEngine(model, cache_bytes=0)
+    reqs = [Request((3, 1, 4), 1, 0.7, seed=s) for s in range(3000)]
+    toks = [c.tokens[0] for c in eng.generate(reqs)]
+    with torch.no_grad():
+        q = torch.softmax(model(torch.tensor([[3, 1, 4]])).logits[0, -1].float() / 0.7, -1).double().numpy()
+    counts = torch.bincount(torch.tensor(toks), minlength=61).double().numpy()
+    keep = q * 3000 >= 5
+    obs = list(counts[keep]) + [counts[~keep].sum()]
+    exp = list(q[keep] * 3000) + [q[~keep].sum() * 3000]
+    exp = [e * sum(obs) / sum(exp) for e in exp]  # float64 rounding of q
+    assert stats.chisquare(obs, exp).pvalue > 1e-3
+
+
+def test_context_limit_and_bad_requests():
+    eng = EmbeddedEngine(random_model())
+    with pytest.raises(ValueError, match="exceeds the model context"):
+        eng.generate([Request(tuple(range(1, 60)), 40, 1.0)])
+    with pytest.raises(ValueError, match="empty"):
+        eng.generate([Request((), 4, 1.0)])
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("rule,budget", [("bfs", 5), ("step", 8), ("step", 3)])
+def test_coupling_on_the_embedded_engine(rule, budget):
+    """Sequential == PreSTO on a real transformer: identical tokens and decisions after every
+    transition; log-probs agree to float32 batch numerics (batched rows vs single rows)."""
+    model = random_model()
+    keying = PrestoConfig(rule).keying
+    # tau = 1 (not 1/alpha): a random model's log Z(ctx) barely varies, so tau = 1/alpha accepts all
+    cfg = PowerConfig(alpha=4.0, tau=1.0, max_new_tokens=16, block_size=8, steps=6, keying=keying)
+    prompt = [1, 2, 3, 4]
+    runs = []
+    for sampler in (PowerMH(EmbeddedEngine(model), cfg), PrestoPowerMH(EmbeddedEngine(model), cfg, PrestoConfig(rule, budget))):
+        seen = []
+        res = sampler.run(prompt, seed=5, on_transition=lambda s, k, st, tr: seen.append((s, k, st, tr.accepted)))
+        runs.append((seen, res))
+    (seq, seq_res), (pre, pre_res) = runs
+    assert len(seq) == len(pre) == 12
+    assert {acc for *_, acc in seq} == {True, False}
+    for (s1, k1, a, acc1), (s2, k2, b, acc2) in zip(seq, pre):
+        assert (s1, k1, acc1, a.tokens) == (s2, k2, acc2, b.tokens)
+        assert max(abs(x - y) for x, y in zip(a.logq + a.logp, b.logq + b.logp)) < 1e-4
+    assert pre_res.metrics.model_calls < seq_res.metrics.model_calls
+    assert pre_res.metrics.cached_tokens > 0
