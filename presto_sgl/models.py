@@ -81,6 +81,9 @@ def load(model: str, *, device: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the one-time materialization prints its own line
     path = resolve(model)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()

@@ -23,14 +23,14 @@ STEPS = 8
 
 
 def run_json(capsys, *extra: str) -> dict:
-    rc = cli.main(["sample", *SMALL, "--json", *extra])
+    rc = cli.main(["sample", "--engine", "reference", *SMALL, "--json", *extra])
     out, err = capsys.readouterr()
     assert rc == 0, err
     return json.loads(out)
 
 
 def run_error(capsys, *argv: str) -> str:
-    rc = cli.main(["sample", *argv])
+    rc = cli.main(["sample", "--engine", "reference", *argv])
     out, err = capsys.readouterr()
     assert rc == 2
     assert out == ""
@@ -76,7 +76,7 @@ def test_seed_and_model_seed_change_the_result(capsys):
 
 
 def test_prompt_ids_and_tau(capsys):
-    rc = cli.main(["sample", "--prompt-ids", "2,8,1", *RUN, "--tau", "0.5", "--json"])
+    rc = cli.main(["sample", "--engine", "reference", "--prompt-ids", "2,8,1", *RUN, "--tau", "0.5", "--json"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     data = json.loads(out)
@@ -102,7 +102,7 @@ def test_trace_reproduces_metrics(capsys, tmp_path):
 
 
 def test_text_output_and_summary(capsys):
-    rc = cli.main(["sample", *SMALL, "--rule", "sequential"])
+    rc = cli.main(["sample", "--engine", "reference", *SMALL, "--rule", "sequential"])
     out, _ = capsys.readouterr()
     assert rc == 0
     lines = out.splitlines()
@@ -114,13 +114,13 @@ def test_text_output_and_summary(capsys):
 
 
 def test_progress_goes_to_stderr_only(capsys):
-    rc = cli.main(["sample", *SMALL, "--json", "--progress"])
+    rc = cli.main(["sample", "--engine", "reference", *SMALL, "--json", "--progress"])
     out, err = capsys.readouterr()
     assert rc == 0
     data = json.loads(out)  # stdout stays one clean JSON object
     assert f"transitions {STEPS * STAGES}/{STEPS * STAGES}" in err
     assert f"model calls {data['metrics']['model_calls']}" in err
-    rc = cli.main(["sample", *SMALL, "--json"])  # captured stderr is no TTY: no progress
+    rc = cli.main(["sample", "--engine", "reference", *SMALL, "--json"])  # captured stderr is no TTY: no progress
     out, err = capsys.readouterr()
     assert rc == 0 and err == ""
 
@@ -184,19 +184,19 @@ class _FlakyEngine:
 
 def test_engine_error_returns_3(capsys, monkeypatch):
     monkeypatch.setitem(cli.ENGINES, "reference", lambda args: _FlakyEngine(3, None))
-    rc = cli.main(["sample", *SMALL])
+    rc = cli.main(["sample", "--engine", "reference", *SMALL])
     out, err = capsys.readouterr()
     assert rc == 3 and out == ""
     assert err.startswith("presto-sgl: error:") and "wrong lengths" in err and "Traceback" not in err
     monkeypatch.setitem(cli.ENGINES, "reference", lambda args: _FlakyEngine(3, lambda: EngineError("boom")))
-    assert cli.main(["sample", *SMALL]) == 3
+    assert cli.main(["sample", "--engine", "reference", *SMALL]) == 3
     assert "boom" in capsys.readouterr().err
 
 
 def test_interrupt_returns_130_with_valid_trace(capsys, monkeypatch, tmp_path):
     monkeypatch.setitem(cli.ENGINES, "reference", lambda args: _FlakyEngine(5, KeyboardInterrupt))
     path = tmp_path / "trace.jsonl"
-    rc = cli.main(["sample", *SMALL, "--rule", "sequential", "--trace", str(path), "--progress"])
+    rc = cli.main(["sample", "--engine", "reference", *SMALL, "--rule", "sequential", "--trace", str(path), "--progress"])
     out, err = capsys.readouterr()
     assert rc == 130 and out == ""
     assert "interrupted; trace holds the finished calls" in err
@@ -211,7 +211,7 @@ def test_interrupt_returns_130_with_valid_trace(capsys, monkeypatch, tmp_path):
 def test_module_entry_point_subprocess(tmp_path):
     path = tmp_path / "trace.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "presto_sgl.cli", "sample", *SMALL, "--json", "--trace", str(path)],
+        [sys.executable, "-m", "presto_sgl.cli", "sample", "--engine", "reference", *SMALL, "--json", "--trace", str(path)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -225,7 +225,7 @@ def test_module_entry_point_subprocess(tmp_path):
         (metrics,) = metrics_from_trace(read_trace(f))
     assert asdict(metrics) == data["metrics"]
     bad = subprocess.run(
-        [sys.executable, "-m", "presto_sgl.cli", "sample", "--prompt", "#"],
+        [sys.executable, "-m", "presto_sgl.cli", "sample", "--engine", "reference", "--prompt", "#"],
         cwd=REPO,
         capture_output=True,
         text=True,

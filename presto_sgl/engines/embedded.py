@@ -143,26 +143,30 @@ class EmbeddedEngine:
         return self._rng
 
     def _sample(self, logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent) -> None:
+        """Draw the next token of each live row from q_tau = softmax(z / tau) by inverse CDF."""
         if not live:
             return
         idx = torch.tensor(live, device=logits.device)
         z = logits[idx]
-        logp = torch.log_softmax(z, dim=-1)
-        logq = torch.log_softmax(z / temps[idx, None], dim=-1)
-        ent = -(logp.exp() * logp).sum(-1)
-        cdf = torch.cumsum(logq.double().exp(), dim=-1)
-        u = torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in live]).to(cdf.device)
-        u = 1.0 - u  # in (0, 1]
-        tok = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None]).clamp_(max=z.shape[-1] - 1)[:, 0]
-        tok_l = tok.tolist()
-        lq = logq.gather(1, tok[:, None])[:, 0].tolist()
-        lp = logp.gather(1, tok[:, None])[:, 0].tolist()
-        en = ent.tolist()
-        for j, r in enumerate(live):
-            seqs[r].append(tok_l[j])
+        zq = z / temps[idx, None]
+        lse_p = torch.logsumexp(z, dim=-1)
+        lse_q = torch.logsumexp(zq, dim=-1)
+        cdf = torch.cumsum(torch.exp(zq - lse_q[:, None]), dim=-1, dtype=torch.float64)
+        u = 1.0 - torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in live])  # (0, 1]
+        tok = torch.searchsorted(cdf, (u.to(cdf.device) * cdf[:, -1])[:, None]).clamp_(max=z.shape[-1] - 1)
+        lq = (zq.gather(1, tok)[:, 0] - lse_q).tolist()
+        lp = (z.gather(1, tok)[:, 0] - lse_p).tolist()
+        want_entropy = [reqs[r].return_entropy for r in live]
+        en = None
+        if any(want_entropy):
+            logp = z - lse_p[:, None]
+            en = (-(logp.exp() * logp).sum(-1)).tolist()
+        for j, (r, t) in enumerate(zip(live, tok[:, 0].tolist())):
+            seqs[r].append(t)
             out_logq[r].append(lq[j])
             out_logp[r].append(lp[j])
-            out_ent[r].append(en[j])
+            if en is not None and want_entropy[j]:
+                out_ent[r].append(en[j])
 
     def _load_history(self, row: int, prefix: Sequence[int], bufs, stats: CallStats) -> int:
         """Put the KV of prefix[:-1] into ``row``: cached segments, then prefill the rest."""
@@ -224,6 +228,10 @@ class EmbeddedEngine:
         if self.tokenizer is None:
             raise ValueError("this engine has no tokenizer; pass token ids")
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return getattr(self.tokenizer, "eos_token_id", None)
 
     def decode(self, ids: Sequence[int]) -> str:
         if self.tokenizer is None:

@@ -1,0 +1,136 @@
+"""The embedded engine on SmolLM2-135M (CPU): batching, prefix reuse, and PowerMH vs PreSTO.
+
+Part A -- one call of N suffix requests forking one root at uniform cuts (N = 1, 4, 10,
+20), after the root's KV is cached: wall time, time relative to a single request
+(mean over single requests at the same cuts), cached vs computed prefill tokens, for
+two root lengths (prefill work must follow the new tokens, not the root length).
+
+Part B -- sequential PowerMH vs PreSTO (`bfs`, `step`) on the same prompts and keys in
+one run: model calls, transitions per call, time per call, cumulative call time,
+speedup (paper Eq. 20: ratio of mean cumulative call times) and whether the final
+states match the sequential chain's.
+
+    python benchmarks/embedded.py [--model smollm2] [--part A|B|AB] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH  # noqa: E402
+from presto_sgl.engines.base import Request  # noqa: E402
+from presto_sgl.keys import ChainKeys  # noqa: E402
+from presto_sgl.models import embedded_engine  # noqa: E402
+
+PROMPTS = [
+    "What is 17 + 25? Answer with the number.",
+    "Name a prime number between 10 and 20.",
+    "Complete the sentence: The capital of France is",
+    "What is 6 times 7?",
+]
+
+
+def part_a(engine, args) -> list[dict]:
+    rows = []
+    for prompt_words in (1, 6):
+        prompt = engine.chat_prompt(" ".join([PROMPTS[0]] * prompt_words))
+        (root_c,) = engine.generate([Request(tuple(prompt), args.T, 1.0 / args.alpha, seed=1)])
+        root = tuple(prompt) + root_c.tokens
+        engine.generate([Request(root, 1, 1.0, seed=2)])  # cache the whole root's KV
+        keys = ChainKeys(7)
+        cuts = [keys.decision(1, k).cut(args.T) for k in range(20)]
+        reqs = [Request(root[: len(prompt) + c], args.T - c, 1.0 / args.alpha, seed=100 + k) for k, c in enumerate(cuts)]
+        singles = []
+        for r in reqs[:6]:
+            t0 = time.perf_counter()
+            engine.generate([r])
+            singles.append(time.perf_counter() - t0)
+        single = statistics.mean(singles)
+        for n in (1, 4, 10, 20):
+            t0 = time.perf_counter()
+            engine.generate(reqs[:n])
+            dt = time.perf_counter() - t0
+            st = engine.last_call
+            rows.append({
+                "root_len": len(root), "requests": n, "seconds": dt, "x_single": dt / single,
+                "new_tokens": st.decode_tokens, "prefill_computed": st.prefill_tokens, "prefill_cached": st.cached_tokens,
+                "steps": st.forward_steps,
+            })
+            print(f"A root={len(root):4d} N={n:2d} {dt:6.2f}s  x{dt / single:4.2f} of a single request "
+                  f"({single:.2f}s)  new={st.decode_tokens:4d} prefill computed={st.prefill_tokens} cached={st.cached_tokens}",
+                  flush=True)
+    return rows
+
+
+def part_b(engine, args) -> list[dict]:
+    prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]
+    rows = []
+    runs = [("sequential", "path", None), ("bfs", "path", args.budget), ("sequential", "step", None), ("step", "step", args.budget)]
+    seq_states: dict[str, list] = {}
+    seq_time: dict[str, float] = {}
+    for rule, keying, budget in runs:
+        cfg = PowerConfig(alpha=args.alpha, max_new_tokens=args.T, block_size=args.T, steps=args.K, keying=keying)
+        results = []
+        for i, p in enumerate(prompts):
+            sampler = PowerMH(engine, cfg) if budget is None else PrestoPowerMH(engine, cfg, PrestoConfig(rule, budget))
+            results.append(sampler.run(p, seed=args.seed, prompt_id=i))
+        ms = [r.metrics for r in results]
+        calls = sum(m.model_calls for m in ms)
+        call_time = statistics.mean(m.call_time_s for m in ms)
+        if budget is None:
+            seq_states[keying] = [r.state for r in results]
+            seq_time[keying] = call_time
+        same = [r.state.tokens == s.tokens for r, s in zip(results, seq_states[keying])]
+        row = {
+            "rule": rule, "keys": keying, "budget": budget or 1, "calls_per_prompt": calls / len(ms),
+            "transitions_per_call": sum(m.transitions for m in ms) / calls,
+            "time_per_call_s": sum(m.call_time_s for m in ms) / calls,
+            "call_time_per_prompt_s": call_time, "speedup": seq_time[keying] / call_time,
+            "cached_share": sum(m.cached_tokens for m in ms) / max(1, sum(m.prefill_tokens for m in ms)),
+            "acceptance": sum(m.accepted for m in ms) / sum(m.transitions for m in ms),
+            "same_final_tokens": f"{sum(same)}/{len(same)}",
+        }
+        rows.append(row)
+        print(f"B {rule:10s} {keying:4s} N_pf={row['budget']:2d} calls/prompt={row['calls_per_prompt']:5.1f} "
+              f"trans/call={row['transitions_per_call']:5.2f} time/call={row['time_per_call_s']:5.2f}s "
+              f"call time/prompt={call_time:6.1f}s speedup={row['speedup']:4.2f} cached={row['cached_share']:.0%} "
+              f"acc={row['acceptance']:.0%} same-as-sequential={row['same_final_tokens']}", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--part", default="AB")
+    ap.add_argument("--T", type=int, default=48, help="response length (one block)")
+    ap.add_argument("--K", type=int, default=20, help="MH transitions")
+    ap.add_argument("--alpha", type=float, default=4.0)
+    ap.add_argument("--budget", type=int, default=10)
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=10086)
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    engine = embedded_engine(args.model)
+    print(f"model={args.model} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budget} threads={args.threads}", flush=True)
+    out = {"args": {k: str(v) for k, v in vars(args).items()}}
+    if "A" in args.part:
+        out["A"] = part_a(engine, args)
+    if "B" in args.part:
+        out["B"] = part_b(engine, args)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
