@@ -83,8 +83,8 @@ def load(model: str, *, device: str | None = None):
 
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # the one-time materialization prints its own line
-    path = resolve(model)
+    path = resolve(model)  # a first-time materialization shows transformers' progress bars
+    hf_logging.disable_progress_bar()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
     tok = AutoTokenizer.from_pretrained(path)

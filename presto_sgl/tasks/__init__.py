@@ -1,0 +1,1 @@
+"""Synthetic tasks with checkable answers, for tests and demos of power sampling."""
