@@ -30,6 +30,7 @@ from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH  # noqa
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.keys import ChainKeys  # noqa: E402
 from presto_sgl.models import embedded_engine  # noqa: E402
+from radix import prefix_sharing  # noqa: E402
 
 PROMPTS = [
     "What is 17 + 25? Answer with the number.",
@@ -56,25 +57,33 @@ def part_a(engine, args) -> list[dict]:
             singles.append(time.perf_counter() - t0)
         single = statistics.mean(singles)
         for n in (1, 4, 10, 20):
+            longest = min(reqs[:n], key=lambda r: len(r.prefix))  # the request that sets the step count
+            t0 = time.perf_counter()
+            engine.generate([longest])
+            t_longest = time.perf_counter() - t0
             t0 = time.perf_counter()
             engine.generate(reqs[:n])
             dt = time.perf_counter() - t0
             st = engine.last_call
+            share = prefix_sharing(root, [r.prefix for r in reqs[:n]])
             rows.append({
                 "root_len": len(root), "requests": n, "seconds": dt, "x_single": dt / single,
-                "new_tokens": st.decode_tokens, "prefill_computed": st.prefill_tokens, "prefill_cached": st.cached_tokens,
-                "steps": st.forward_steps,
+                "x_longest_single": dt / t_longest, "new_tokens": st.decode_tokens,
+                "prefill_computed": st.prefill_tokens, "prefill_cached": st.cached_tokens, "steps": st.forward_steps,
+                "radix_segments": share.segments, "unique_prefix_tokens": share.unique_prefix_tokens,
             })
-            print(f"A root={len(root):4d} N={n:2d} {dt:6.2f}s  x{dt / single:4.2f} of a single request "
-                  f"({single:.2f}s)  new={st.decode_tokens:4d} prefill computed={st.prefill_tokens} cached={st.cached_tokens}",
-                  flush=True)
+            print(f"A root={len(root):4d} N={n:2d} {dt:6.2f}s  x{dt / single:4.2f} of a mean single request ({single:.2f}s)"
+                  f"  x{dt / t_longest:4.2f} of its longest request alone ({t_longest:.2f}s)  new={st.decode_tokens:4d}"
+                  f"  steps={st.forward_steps}  prefill computed={st.prefill_tokens} cached={st.cached_tokens}"
+                  f"  batch radix: {share.segments} segments over {share.unique_prefix_tokens} unique prefix tokens", flush=True)
     return rows
 
 
 def part_b(engine, args) -> list[dict]:
     prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]
     rows = []
-    runs = [("sequential", "path", None), ("bfs", "path", args.budget), ("sequential", "step", None), ("step", "step", args.budget)]
+    runs = [("sequential", "path", None), *[("bfs", "path", b) for b in args.budgets],
+            ("sequential", "step", None), *[("step", "step", b) for b in args.budgets]]
     seq_states: dict[str, list] = {}
     seq_time: dict[str, float] = {}
     for rule, keying, budget in runs:
@@ -114,7 +123,7 @@ def main() -> None:
     ap.add_argument("--T", type=int, default=48, help="response length (one block)")
     ap.add_argument("--K", type=int, default=20, help="MH transitions")
     ap.add_argument("--alpha", type=float, default=4.0)
-    ap.add_argument("--budget", type=int, default=10)
+    ap.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[10, 20], help="N_pf values")
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--seed", type=int, default=10086)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -122,7 +131,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     engine = embedded_engine(args.model)
-    print(f"model={args.model} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budget} threads={args.threads}", flush=True)
+    print(f"model={args.model} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets} threads={args.threads}", flush=True)
     out = {"args": {k: str(v) for k, v in vars(args).items()}}
     if "A" in args.part:
         out["A"] = part_a(engine, args)

@@ -234,7 +234,10 @@ class _UsageError(Exception):
 
 _FLAGS = {
     name: "--" + name.replace("_", "-")
-    for name in ("alpha", "tau", "max_new_tokens", "block_size", "steps", "keying", "rule", "budget", "seed", "vocab_size", "prompt")
+    for name in (
+        "alpha", "tau", "max_new_tokens", "block_size", "steps", "keying", "rule", "budget", "seed", "vocab_size", "prompt",
+        "model", "device",
+    )
 }
 
 
@@ -268,7 +271,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         presto = PrestoConfig(rule="step" if sequential else args.rule, budget=args.budget)  # validates --budget
         engine = _CountingEngine(ENGINES[args.engine](args))
         sampler = make_sampler(engine, config, None if sequential else presto)
-        prompt = _encode(engine.inner, args)
+        prompt = list(sampler.check_prompt(_encode(engine.inner, args)))
         stream = None
         if args.trace:
             try:

@@ -104,6 +104,17 @@ class _BlockSampler:
             "keying": c.keying,
         }
 
+    def check_prompt(self, prompt: Sequence[int]) -> tuple[int, ...]:
+        """The prompt as a tuple of ids, or a ValueError if it cannot be sampled from."""
+        prompt_ids = _validate_prompt(prompt, self.engine.capabilities.vocab_size)
+        limit = self.engine.capabilities.context_length
+        if limit is not None and len(prompt_ids) + self.config.max_new_tokens > limit:
+            raise ValueError(
+                f"`max_new_tokens` (={self.config.max_new_tokens}) plus the prompt ({len(prompt_ids)} tokens) exceeds "
+                f"the model context ({limit}); use max_new_tokens <= {max(0, limit - len(prompt_ids))} or a shorter prompt"
+            )
+        return prompt_ids
+
     def run(
         self,
         prompt: Sequence[int],
@@ -116,7 +127,7 @@ class _BlockSampler:
         """Sample one response of ``max_new_tokens`` tokens (approximately) from pi_alpha."""
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"`seed` (={seed!r}) must be an integer")
-        prompt_ids = _validate_prompt(prompt, self.engine.capabilities.vocab_size)
+        prompt_ids = self.check_prompt(prompt)
         keys = ChainKeys(seed, prompt_id)
         rec = _Recorder(self.engine, trace)
         if trace:

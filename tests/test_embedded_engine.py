@@ -131,16 +131,27 @@ def test_context_limit_and_bad_requests():
         eng.generate([Request((), 4, 1.0)])
 
 
+def tiny_model():
+    from presto_sgl.models import load
+
+    return load("tiny-adder", device="cpu")
+
+
 @pytest.mark.exactness
 @pytest.mark.parametrize("rule,budget", [("bfs", 5), ("step", 8), ("step", 3)])
-def test_coupling_on_the_embedded_engine(rule, budget):
+@pytest.mark.parametrize("which", ["random", "tiny-adder"])
+def test_coupling_on_the_embedded_engine(which, rule, budget):
     """Sequential == PreSTO on a real transformer: identical tokens and decisions after every
     transition; log-probs agree to float32 batch numerics (batched rows vs single rows)."""
-    model = random_model()
+    # tau > 1/alpha: a random model's log Z(ctx) barely varies and the tiny model is nearly
+    # deterministic, so at tau = 1/alpha almost every proposal would be accepted
+    if which == "random":
+        model, prompt, tau = random_model(), [1, 2, 3, 4], 1.0
+    else:
+        model, tok = tiny_model()
+        prompt, tau = tok.encode("Q:47+385=", add_special_tokens=False), 3.0
     keying = PrestoConfig(rule).keying
-    # tau = 1 (not 1/alpha): a random model's log Z(ctx) barely varies, so tau = 1/alpha accepts all
-    cfg = PowerConfig(alpha=4.0, tau=1.0, max_new_tokens=16, block_size=8, steps=6, keying=keying)
-    prompt = [1, 2, 3, 4]
+    cfg = PowerConfig(alpha=4.0, tau=tau, max_new_tokens=16, block_size=8, steps=6, keying=keying)
     runs = []
     for sampler in (PowerMH(EmbeddedEngine(model), cfg), PrestoPowerMH(EmbeddedEngine(model), cfg, PrestoConfig(rule, budget))):
         seen = []
@@ -154,3 +165,18 @@ def test_coupling_on_the_embedded_engine(rule, budget):
         assert max(abs(x - y) for x, y in zip(a.logq + a.logp, b.logq + b.logp)) < 1e-4
     assert pre_res.metrics.model_calls < seq_res.metrics.model_calls
     assert pre_res.metrics.cached_tokens > 0
+
+
+def test_inverse_cdf_matches_a_full_prefix_sum():
+    from presto_sgl.engines.embedded import inverse_cdf
+
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(7, 1000, generator=g) * 3, -1)
+    probs[:, 500:520] = 0.0  # zero-probability tokens are never drawn
+    for _ in range(20):
+        u = 1.0 - torch.rand(7, generator=g, dtype=torch.float64)
+        cdf = torch.cumsum(probs.double(), -1)
+        want = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None])[:, 0]
+        got = inverse_cdf(probs, u, block=64)
+        assert torch.equal(got, want)
+    assert torch.equal(inverse_cdf(probs, torch.ones(7, dtype=torch.float64)), (probs > 0).cumsum(-1).argmax(-1))

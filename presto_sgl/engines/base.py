@@ -45,6 +45,7 @@ class EngineCapabilities:
     seeded: bool
     entropy: bool
     vocab_size: int
+    context_length: int | None = None  # max prompt + new tokens; None: unbounded
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from radix import RadixTree
 
@@ -50,6 +51,23 @@ class EngineTotals:
     history: list[CallStats] = field(default_factory=list)
 
 
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch.Tensor:
+    """Per row, the first index j with cdf[j] >= u * total: an exact draw from ``probs``.
+
+    Two levels (block sums, then one block) keep the float64 prefix sums short.
+    """
+    rows, vocab = probs.shape
+    nb = -(-vocab // block)
+    padded = F.pad(probs, (0, nb * block - vocab)).view(rows, nb, block)
+    bcdf = torch.cumsum(padded.sum(-1, dtype=torch.float64), dim=-1)
+    target = u * bcdf[:, -1]
+    bi = torch.searchsorted(bcdf, target[:, None]).clamp_(max=nb - 1)[:, 0]
+    before = torch.where(bi > 0, bcdf.gather(1, (bi - 1).clamp(min=0)[:, None])[:, 0], torch.zeros_like(target))
+    inner = torch.cumsum(padded[torch.arange(rows, device=probs.device), bi].double(), dim=-1) + before[:, None]
+    ti = torch.searchsorted(inner, target[:, None]).clamp_(max=block - 1)[:, 0]
+    return (bi * block + ti).clamp_(max=vocab - 1)
+
+
 class EmbeddedEngine:
     """The engine protocol on a transformers causal LM (CPU by default, CUDA when asked)."""
 
@@ -66,7 +84,9 @@ class EmbeddedEngine:
         self.lm = CausalLM(model)
         self.tokenizer = tokenizer
         self.name = name
-        self.capabilities = EngineCapabilities(seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size)
+        self.capabilities = EngineCapabilities(
+            seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, context_length=self.lm.max_positions
+        )
         if cache_bytes < 0:
             raise ValueError(f"`cache_bytes` (={cache_bytes}) must be >= 0")
         budget = cache_bytes // self.lm.kv_bytes_per_token
@@ -151,9 +171,8 @@ class EmbeddedEngine:
         zq = z / temps[idx, None]
         lse_p = torch.logsumexp(z, dim=-1)
         lse_q = torch.logsumexp(zq, dim=-1)
-        cdf = torch.cumsum(torch.exp(zq - lse_q[:, None]), dim=-1, dtype=torch.float64)
         u = 1.0 - torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in live])  # (0, 1]
-        tok = torch.searchsorted(cdf, (u.to(cdf.device) * cdf[:, -1])[:, None]).clamp_(max=z.shape[-1] - 1)
+        tok = inverse_cdf(torch.exp(zq - lse_q[:, None]), u.to(z.device))[:, None]
         lq = (zq.gather(1, tok)[:, 0] - lse_q).tolist()
         lp = (z.gather(1, tok)[:, 0] - lse_p).tolist()
         want_entropy = [reqs[r].return_entropy for r in live]
