@@ -12,8 +12,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, TextIO
 
 from .config import RULE_KEYING, PowerConfig, PrestoConfig
 from .engines.base import Completion, Engine, EngineCapabilities, EngineError, Request

@@ -8,8 +8,9 @@ sequential step, one per PreSTO round); block extensions are counted apart in
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
-from typing import IO, Any, Iterable
+from typing import IO, Any
 
 from .proposals import DecisionId
 

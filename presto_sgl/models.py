@@ -80,7 +80,6 @@ def load(model: str, *, device: str | None = None):
     """(model, tokenizer) of ``model`` in float32 on ``device`` (CUDA when available)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from transformers.utils import logging as hf_logging
 
     path = resolve(model)  # a first-time materialization shows transformers' progress bars

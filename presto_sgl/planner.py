@@ -18,8 +18,9 @@ prefixes of the root (DESIGN §2):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from .config import Keying
 from .keys import DecisionDraws

@@ -9,17 +9,16 @@ With the same keys both visit exactly the same states (paper Prop. 1).
 
 from __future__ import annotations
 
-import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from .config import PowerConfig, PrestoConfig
 from .engines.base import Completion, Engine, EngineError, Request, validate_completion
-from .keys import ChainKeys, DecisionDraws
 from .kernel import Proposal, Transition, mh_step
+from .keys import ChainKeys, DecisionDraws
 from .metrics import CallRecord, NodeRecord, PromptMetrics, RequestRecord, TraceWriter, summarize
-from .planner import PLANNERS, PlannedRequest, RoundContext
+from .planner import PLANNERS, RoundContext
 from .proposals import DecisionId, ProposalStore, StoredProposal
 from .state import ChainState
 from .walker import walk

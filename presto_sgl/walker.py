@@ -8,11 +8,11 @@ to the next round with its keyed cut -- or after ``max_steps`` transitions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from .keys import DecisionDraws
 from .kernel import Transition, mh_step
+from .keys import DecisionDraws
 from .proposals import DecisionId, ProposalStore
 from .state import ChainState
 

@@ -4,8 +4,6 @@ reuses prefix KV; coupling holds on it."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 torch = pytest.importorskip("torch")

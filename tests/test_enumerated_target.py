@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import exact
 import numpy as np
 import pytest
 from scipy import stats
 
-import exact
 from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH, kernel
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 

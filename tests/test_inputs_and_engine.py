@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 
 from presto_sgl import (
-    Completion, EngineError, PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH, Request, metrics_from_trace,
-    read_trace, TraceWriter,
+    EngineError,
+    PowerConfig,
+    PowerMH,
+    PrestoConfig,
+    PrestoPowerMH,
+    Request,
+    TraceWriter,
+    metrics_from_trace,
+    read_trace,
 )
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 

@@ -10,8 +10,9 @@ Generation never stops at EOS: exactly ``max_new_tokens`` tokens come back.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 
 class EngineError(RuntimeError):

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from radix import RadixTree
 
 from .base import Completion, EngineCapabilities, Request, validate_completion
-from .forward import BufferView, CausalLM, KVSegment
+from .forward import BufferView, CausalLM
 
 
 @dataclass

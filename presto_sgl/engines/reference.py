@@ -13,8 +13,8 @@ how requests are batched. Unseeded requests draw from the engine's own generator
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 
