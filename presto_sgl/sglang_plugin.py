@@ -1,0 +1,43 @@
+"""SGLang plugin: one-pass log p0 and p0 entropy beside SGLang's log q_tau.
+
+SGLang loads it in the launcher, scheduler and detokenizer processes through the entry
+point group ``sglang.srt.plugins`` (name ``presto_raw_logprob``; restrict loading with
+``SGLANG_PLUGINS=presto_raw_logprob``). It wraps ``Sampler.forward`` (an AROUND hook):
+before the original divides the logits by the temperature in place, it computes
+``log_softmax(logits.float())`` and the entropy; after sampling it records the raw
+log-probability of each sampled token in ``logits_output.customized_info``, which SGLang
+returns as ``meta_info.raw_logprob`` / ``meta_info.raw_entropy`` (one value per output
+token). ``output_token_logprobs`` stay log q_tau, so q and p0 come from the same logits
+row. Installed into the server's environment only; never imported by the client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TARGET = "sglang.srt.layers.sampler.Sampler.forward"
+
+
+def register() -> None:
+    """The entry point SGLang calls in each process."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(TARGET, around_sampler_forward, HookType.AROUND)
+
+
+def around_sampler_forward(original: Any, sampler: Any, logits_output: Any, *args: Any, **kwargs: Any) -> Any:
+    import torch
+
+    logits = getattr(logits_output, "next_token_logits", None)
+    if logits is None or logits.ndim != 2 or logits.shape[0] == 0:
+        return original(sampler, logits_output, *args, **kwargs)
+    raw = torch.log_softmax(logits.float(), dim=-1)
+    entropy = -(raw.exp() * raw).sum(-1)
+    next_ids = original(sampler, logits_output, *args, **kwargs)
+    ids = next_ids[0] if isinstance(next_ids, tuple) else next_ids
+    chosen = raw.gather(1, ids.view(-1, 1).long().to(raw.device)).view(-1)
+    info = dict(logits_output.customized_info or {})
+    info["raw_logprob"] = chosen.tolist()
+    info["raw_entropy"] = entropy.tolist()
+    logits_output.customized_info = info
+    return next_ids

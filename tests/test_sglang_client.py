@@ -1,0 +1,169 @@
+"""The SGLang HTTP engine's protocol handling against a scripted stand-in server.
+
+The stand-in speaks SGLang's native /generate shapes over a reference LM (decode with
+output_token_logprobs = log q_tau; scoring with max_new_tokens 0 and input_token_logprobs
+whose first entry is null; optional one-pass raw_logprob). It checks request building,
+two-pass and one-pass parsing, retries of short responses, and error messages. The real
+server is tested in test_sglang_server.py (marked ``sglang``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from presto_sgl import EngineError, PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
+from presto_sgl.engines.base import Request
+from presto_sgl.engines.reference import ReferenceLM
+from presto_sgl.engines.sglang_http import SGLangEngine
+
+
+class StandIn:
+    def __init__(self, tmp_path, *, one_pass=False, fail_status=None):
+        self.lm = ReferenceLM(16, seed=5)
+        self.rng = np.random.default_rng(0)
+        self.one_pass, self.short_left, self.fail_status = one_pass, 0, fail_status
+        self.bodies: list[dict] = []
+        (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 16, "max_position_embeddings": 64}))
+        self.model_path = str(tmp_path)
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send(200, {"model_path": stand_in.model_path})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stand_in.bodies.append(body)
+                if stand_in.fail_status:
+                    self._send(stand_in.fail_status, {"error": {"message": "KV pool exhausted"}})
+                    return
+                self._send(200, stand_in.answer(body))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, body):
+        ids = body["input_ids"]
+        single = isinstance(ids[0], int)
+        batch = [ids] if single else ids
+        params = body["sampling_params"]
+        params = [params] * len(batch) if isinstance(params, dict) else params
+        starts = body.get("logprob_start_len")
+        out = []
+        for j, (prefix, p) in enumerate(zip(batch, params)):
+            if p["max_new_tokens"] == 0:  # scoring: raw log p0 of every input token from `start`
+                s = starts[j]
+                entries = [[None, prefix[s], None]]
+                for t in range(s + 1, len(prefix)):
+                    entries.append([float(self.lm.distribution(prefix[:t])[0][prefix[t]]), prefix[t], None])
+                out.append({"output_ids": [], "meta_info": {"input_token_logprobs": entries, "cached_tokens": s}})
+                continue
+            ctx, toks, lq, lp, ent = list(prefix), [], [], [], []
+            for _ in range(p["max_new_tokens"]):
+                logp, logq, cdf = self.lm.distribution(ctx, p["temperature"])
+                t = int(min(np.searchsorted(cdf, self.rng.random() * cdf[-1]), 15))
+                toks.append(t), lq.append(float(logq[t])), lp.append(float(logp[t]))
+                ent.append(float(-(np.exp(logp) * logp).sum()))
+                ctx.append(t)
+            if self.short_left:
+                self.short_left -= 1
+                toks, lq = toks[:-1], lq[:-1]  # an aborted, short response
+            meta = {"output_token_logprobs": [[q, t, None] for q, t in zip(lq, toks)], "cached_tokens": len(prefix) - 1}
+            if self.one_pass:
+                meta.update(raw_logprob=lp, raw_entropy=ent)
+            out.append({"output_ids": toks, "meta_info": meta})
+        return out[0] if single else out
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    servers = []
+
+    def make(**kw):
+        s = StandIn(tmp_path, **kw)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.server.shutdown()
+
+
+@pytest.mark.parametrize("one_pass", [False, True])
+def test_two_pass_and_one_pass_give_exact_scores(stand_in, one_pass):
+    srv = stand_in(one_pass=one_pass)
+    eng = SGLangEngine(srv.url)
+    assert eng.mode == ("one-pass" if one_pass else "two-pass")
+    assert eng.capabilities.vocab_size == 16 and eng.capabilities.context_length == 64
+    assert eng.capabilities.entropy == one_pass and not eng.capabilities.seeded
+    reqs = [Request((1, 2, 3), 5, 0.25), Request((1, 2, 3, 4, 5, 6), 2, 0.5)]
+    comps = eng.generate(reqs)
+    for r, c in zip(reqs, comps):
+        lp, lq = srv.lm.score(r.prefix, c.tokens, r.temperature)
+        assert sum(c.logp) == pytest.approx(lp, abs=1e-9) and sum(c.logq) == pytest.approx(lq, abs=1e-9)
+    decode = srv.bodies[-2] if not one_pass else srv.bodies[-1]
+    assert decode["input_ids"] == [[1, 2, 3], [1, 2, 3, 4, 5, 6]]
+    assert decode["sampling_params"][0] == {"temperature": 0.25, "max_new_tokens": 5, "ignore_eos": True,
+                                            "top_k": -1, "top_p": 1.0, "min_p": 0.0}
+    if not one_pass:
+        score = srv.bodies[-1]
+        assert score["logprob_start_len"] == [2, 5]
+        assert score["input_ids"][0] == [1, 2, 3, *comps[0].tokens]
+
+
+def test_short_responses_are_reissued_then_fail_clearly(stand_in):
+    srv = stand_in()
+    eng = SGLangEngine(srv.url, max_retries=2)
+    srv.short_left = 1
+    (c,) = eng.generate([Request((1, 2), 4, 1.0)])
+    assert len(c.tokens) == 4 and eng.stats.retries == 1
+    srv.short_left = 10
+    with pytest.raises(EngineError, match="incomplete results"):
+        eng.generate([Request((1, 2), 4, 1.0)])
+
+
+def test_http_errors_and_unreachable_servers_name_the_url(stand_in):
+    srv = stand_in()
+    eng = SGLangEngine(srv.url)
+    srv.fail_status = 503
+    with pytest.raises(EngineError, match="HTTP 503.*KV pool exhausted"):
+        eng.generate([Request((1,), 2, 1.0)])
+    with pytest.raises(EngineError, match=r"http://127.0.0.1:9 is unreachable"):
+        SGLangEngine("http://127.0.0.1:9", timeout_s=2)
+
+
+def test_bad_engine_arguments():
+    with pytest.raises(ValueError, match="`mode`"):
+        SGLangEngine(mode="three-pass")
+    with pytest.raises(ValueError, match="`timeout_s`"):
+        SGLangEngine(timeout_s=0)
+
+
+@pytest.mark.parametrize("rule", ["bfs", "step"])
+def test_samplers_run_on_the_http_engine(stand_in, rule):
+    """End to end through HTTP (unseeded, like SGLang on CPU): metrics add up, no errors."""
+    eng = SGLangEngine(stand_in().url)
+    keying = PrestoConfig(rule).keying
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=5, keying=keying)
+    seq = PowerMH(eng, cfg).run([1, 2, 3], seed=0)
+    pre = PrestoPowerMH(eng, cfg, PrestoConfig(rule, budget=6)).run([1, 2, 3], seed=0)
+    assert seq.metrics.transitions == pre.metrics.transitions == 10
+    assert pre.metrics.model_calls < seq.metrics.model_calls
+    assert pre.metrics.cached_tokens > 0
