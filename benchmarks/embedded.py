@@ -22,13 +22,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 import torch  # noqa: E402
 
-from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH  # noqa: E402
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.keys import ChainKeys  # noqa: E402
+from compare import compare_rules  # noqa: E402
 from presto_sgl.models import embedded_engine  # noqa: E402
 from radix import prefix_sharing  # noqa: E402
 
@@ -80,40 +80,7 @@ def part_a(engine, args) -> list[dict]:
 
 
 def part_b(engine, args) -> list[dict]:
-    prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]
-    rows = []
-    runs = [("sequential", "path", None), *[("bfs", "path", b) for b in args.budgets],
-            ("sequential", "step", None), *[("step", "step", b) for b in args.budgets]]
-    seq_states: dict[str, list] = {}
-    seq_time: dict[str, float] = {}
-    for rule, keying, budget in runs:
-        cfg = PowerConfig(alpha=args.alpha, max_new_tokens=args.T, block_size=args.T, steps=args.K, keying=keying)
-        results = []
-        for i, p in enumerate(prompts):
-            sampler = PowerMH(engine, cfg) if budget is None else PrestoPowerMH(engine, cfg, PrestoConfig(rule, budget))
-            results.append(sampler.run(p, seed=args.seed, prompt_id=i))
-        ms = [r.metrics for r in results]
-        calls = sum(m.model_calls for m in ms)
-        call_time = statistics.mean(m.call_time_s for m in ms)
-        if budget is None:
-            seq_states[keying] = [r.state for r in results]
-            seq_time[keying] = call_time
-        same = [r.state.tokens == s.tokens for r, s in zip(results, seq_states[keying])]
-        row = {
-            "rule": rule, "keys": keying, "budget": budget or 1, "calls_per_prompt": calls / len(ms),
-            "transitions_per_call": sum(m.transitions for m in ms) / calls,
-            "time_per_call_s": sum(m.call_time_s for m in ms) / calls,
-            "call_time_per_prompt_s": call_time, "speedup": seq_time[keying] / call_time,
-            "cached_share": sum(m.cached_tokens for m in ms) / max(1, sum(m.prefill_tokens for m in ms)),
-            "acceptance": sum(m.accepted for m in ms) / sum(m.transitions for m in ms),
-            "same_final_tokens": f"{sum(same)}/{len(same)}",
-        }
-        rows.append(row)
-        print(f"B {rule:10s} {keying:4s} N_pf={row['budget']:2d} calls/prompt={row['calls_per_prompt']:5.1f} "
-              f"trans/call={row['transitions_per_call']:5.2f} time/call={row['time_per_call_s']:5.2f}s "
-              f"call time/prompt={call_time:6.1f}s speedup={row['speedup']:4.2f} cached={row['cached_share']:.0%} "
-              f"acc={row['acceptance']:.0%} same-as-sequential={row['same_final_tokens']}", flush=True)
-    return rows
+    return compare_rules(engine, [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]], args)
 
 
 def main() -> None:

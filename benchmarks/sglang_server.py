@@ -1,0 +1,83 @@
+"""PowerMH vs PreSTO on a real SGLang server (CPU, SmolLM2-135M), side by side in one run.
+
+Part P -- the cost of scoring: one call of N suffix requests (N = 1, 10, 20) in two-pass
+mode (decode at tau, then a prefill-only scoring call for log p0) and, when the server
+loads the presto_raw_logprob plugin, in one-pass mode.
+Part B -- sequential PowerMH vs PreSTO (`bfs`, `step`) at budgets 8, 10, 20 (see
+benchmarks/compare.py), plus the server's KV-pool use and cache hit rate (/v1/loads).
+
+    bash scripts/sglang_server.sh start            # bf16 by default; --dtype float32
+    python benchmarks/sglang_server.py --url http://127.0.0.1:30000 [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+from compare import compare_rules  # noqa: E402
+from presto_sgl.engines.base import Request  # noqa: E402
+from presto_sgl.engines.sglang_http import SGLangEngine  # noqa: E402
+from presto_sgl.keys import ChainKeys  # noqa: E402
+
+PROMPTS = [
+    "What is 17 + 25? Answer with the number.",
+    "Name a prime number between 10 and 20.",
+    "Complete the sentence: The capital of France is",
+    "What is 6 times 7?",
+]
+
+
+def part_p(url: str, args) -> list[dict]:
+    rows = []
+    modes = ["two-pass"] + (["one-pass"] if SGLangEngine(url).mode == "one-pass" else [])
+    for mode in modes:
+        eng = SGLangEngine(url, mode=mode)
+        prompt = eng.chat_prompt(PROMPTS[0])
+        (root,) = eng.generate([Request(tuple(prompt), args.T, 1 / args.alpha)])
+        state = tuple(prompt) + root.tokens
+        cuts = [ChainKeys(7).decision(1, k).cut(args.T) for k in range(20)]
+        for n in (1, 10, 20):
+            reqs = [Request(state[: len(prompt) + c], args.T - c, 1 / args.alpha) for c in cuts[:n]]
+            t0 = time.perf_counter()
+            eng.generate(reqs)
+            dt = time.perf_counter() - t0
+            rows.append({"mode": mode, "requests": n, "seconds": dt, "new_tokens": sum(r.max_new_tokens for r in reqs)})
+            print(f"P {mode:8s} N={n:2d} {dt:6.2f}s new tokens={rows[-1]['new_tokens']}", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default="http://127.0.0.1:30000")
+    ap.add_argument("--part", default="PB")
+    ap.add_argument("--T", type=int, default=48)
+    ap.add_argument("--K", type=int, default=20)
+    ap.add_argument("--alpha", type=float, default=4.0)
+    ap.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[8, 10, 20])
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=10086)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    engine = SGLangEngine(args.url)
+    info = engine.server_info()
+    print(f"SGLang {args.url} model={engine.model_path} dtype={info.get('dtype')} mode={engine.mode} "
+          f"T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets}", flush=True)
+    out: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
+    if "P" in args.part:
+        out["P"] = part_p(args.url, args)
+    if "B" in args.part:
+        out["B"] = compare_rules(engine, [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]], args)
+        out["loads"] = engine.server_load()
+        print("server /v1/loads:", json.dumps(out["loads"])[:400])
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
