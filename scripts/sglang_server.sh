@@ -121,7 +121,7 @@ else
   export SGLANG_USE_CPU_ENGINE=1
   ARGS+=(--device cpu --attention-backend torch_native
          --cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled
-         --max-total-tokens 16384 --disable-overlap-schedule)
+         --max-total-tokens 16384 --disable-overlap-schedule --sleep-on-idle)
 fi
 # SGLANG_PLUGINS is a whitelist of plugin names; empty means "load every installed plugin"
 # (smg-grpc-servicer, a dependency, registers two). Load only presto-sgl's one-pass plugin
