@@ -167,3 +167,29 @@ def test_samplers_run_on_the_http_engine(stand_in, rule):
     assert seq.metrics.transitions == pre.metrics.transitions == 10
     assert pre.metrics.model_calls < seq.metrics.model_calls
     assert pre.metrics.cached_tokens > 0
+
+
+def test_many_prompts_in_flight_keep_every_chain_exact(stand_in, tmp_path):
+    """The runner returns results in prompt order, equal to one-by-one runs (seeded reference
+    engine, one worker: in-process engines are not thread-safe); the HTTP engine serves four
+    chains at once, each with its own trace whose metrics match the result."""
+    from presto_sgl.engines.reference import ReferenceEngine
+    from presto_sgl.metrics import metrics_from_trace, read_trace
+    from presto_sgl.runner import run_prompts
+
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=5, keying="step")
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [2, 2]]
+    sampler = PrestoPowerMH(ReferenceEngine(), cfg, PrestoConfig("step", budget=4))
+    one_by_one = [sampler.run(p, seed=3, prompt_id=i).state for i, p in enumerate(prompts)]
+    done = []
+    results = run_prompts(sampler.run, prompts, seed=3, workers=1, on_done=lambda i, r: done.append(i))
+    assert [r.state for r in results] == one_by_one and sorted(done) == [0, 1, 2, 3]
+
+    http = PrestoPowerMH(SGLangEngine(stand_in().url), cfg, PrestoConfig("step", budget=4))
+    results = run_prompts(http.run, prompts, seed=3, workers=4, trace_dir=tmp_path / "traces")
+    assert all(r.metrics.transitions == 10 for r in results)
+    for i, r in enumerate(results):
+        with open(tmp_path / "traces" / f"prompt-{i}.jsonl") as f:
+            assert metrics_from_trace(read_trace(f)) == [r.metrics]
+    with pytest.raises(ValueError, match="`workers`"):
+        run_prompts(http.run, prompts, seed=3, workers=0)

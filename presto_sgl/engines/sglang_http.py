@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -68,6 +69,7 @@ class SGLangEngine:
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
         self.stats = ServerStats()
+        self._stats_lock = threading.Lock()
         info = self._call("GET", "/model_info")
         self.model_path = info.get("model_path")
         config = self._local_config()
@@ -89,12 +91,14 @@ class SGLangEngine:
 
     # -- the protocol ----------------------------------------------------------------------
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
-        self.stats.calls += 1
+        with self._stats_lock:
+            self.stats.calls += 1
         out: list[Completion | None] = [None] * len(requests)
         pending = list(range(len(requests)))
         for attempt in range(self.max_retries + 1):
             if attempt:
-                self.stats.retries += len(pending)
+                with self._stats_lock:
+                    self.stats.retries += len(pending)
             decoded = self._decode([requests[i] for i in pending])
             good = [(i, d) for i, d in zip(pending, decoded, strict=True) if d is not None]
             if self._mode == "two-pass" and good:
@@ -144,8 +148,9 @@ class SGLangEngine:
             ent = meta.get("raw_entropy")
             raw_t = tuple(_as_float(x) for x in raw) if raw is not None and len(raw) == len(ids) else None
             ent_t = tuple(float(x) for x in ent) if ent is not None and len(ent) == len(ids) else None
-            self.stats.cached_tokens += int(meta.get("cached_tokens", 0))
-            self.stats.prompt_tokens += len(r.prefix)
+            with self._stats_lock:
+                self.stats.cached_tokens += int(meta.get("cached_tokens", 0))
+                self.stats.prompt_tokens += len(r.prefix)
             out.append((tuple(ids), logq, raw_t, ent_t, int(meta.get("cached_tokens", 0))))
         return out
 
@@ -179,7 +184,8 @@ class SGLangEngine:
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method, headers={"Content-Type": "application/json"})
-        self.stats.http_requests += 1
+        with self._stats_lock:
+            self.stats.http_requests += 1
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 return json.loads(resp.read().decode())

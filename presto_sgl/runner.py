@@ -1,0 +1,55 @@
+"""Many prompts in flight at once: one chain per prompt, run concurrently on threads.
+
+Each chain is independent (its own keys: run seed and prompt id), so running them
+concurrently changes nothing about any chain; against an SGLang server or router the
+concurrent calls keep it busy (its scheduler batches requests across chains). In-process
+engines (embedded, reference) are not thread-safe: use ``workers=1`` with them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .metrics import TraceWriter
+from .samplers import SampleResult
+
+
+def run_prompts(
+    run_one: Callable[..., SampleResult],
+    prompts: Sequence[Sequence[int]],
+    *,
+    seed: int,
+    workers: int = 4,
+    trace_dir: str | Path | None = None,
+    on_done: Callable[[int, SampleResult], None] | None = None,
+) -> list[SampleResult]:
+    """``run_one(prompt, seed=..., prompt_id=i, trace=...)`` for every prompt, ``workers`` at a time.
+
+    ``run_one`` is usually a sampler's ``run``. Results come back in prompt order; with
+    ``trace_dir`` each prompt gets its own JSONL trace ``prompt-<i>.jsonl``. The first
+    failure is raised after the other in-flight chains finish.
+    """
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"`workers` (={workers!r}) must be an integer >= 1")
+    folder = Path(trace_dir) if trace_dir is not None else None
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+
+    def one(i: int) -> SampleResult:
+        if folder is None:
+            result = run_one(prompts[i], seed=seed, prompt_id=i)
+        else:
+            with open(folder / f"prompt-{i}.jsonl", "w", encoding="utf-8") as f:
+                result = run_one(prompts[i], seed=seed, prompt_id=i, trace=TraceWriter(f))
+        if on_done is not None:
+            with lock:
+                on_done(i, result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(one, i) for i in range(len(prompts))]
+        return [f.result() for f in futures]
