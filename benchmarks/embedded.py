@@ -25,10 +25,10 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 import torch  # noqa: E402
+from compare import compare_rules  # noqa: E402
 
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.keys import ChainKeys  # noqa: E402
-from compare import compare_rules  # noqa: E402
 from presto_sgl.models import embedded_engine  # noqa: E402
 from radix import prefix_sharing  # noqa: E402
 

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 from compare import compare_rules  # noqa: E402
+
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.engines.sglang_http import SGLangEngine  # noqa: E402
 from presto_sgl.keys import ChainKeys  # noqa: E402

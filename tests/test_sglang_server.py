@@ -30,8 +30,9 @@ def server_url():
 @pytest.fixture(scope="module")
 def hf_model(server_url):
     torch = pytest.importorskip("torch")
-    from presto_sgl.engines.sglang_http import SGLangEngine
     from transformers import AutoModelForCausalLM
+
+    from presto_sgl.engines.sglang_http import SGLangEngine
 
     path = SGLangEngine(server_url, mode="two-pass").model_path
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
