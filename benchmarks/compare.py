@@ -12,6 +12,14 @@ import statistics
 
 from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
 
+PROMPTS = [
+    "What is 17 + 25? Answer with the number.",
+    "Name a prime number between 10 and 20.",
+    "Complete the sentence: The capital of France is",
+    "What is 6 times 7?",
+]
+"""Chat prompts shared by the SmolLM2 benchmarks."""
+
 
 def compare_rules(engine, prompts, args) -> list[dict]:
     """``args``: T, K, alpha, seed, budgets. Returns one row per method."""

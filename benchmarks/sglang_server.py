@@ -20,18 +20,11 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from compare import compare_rules  # noqa: E402
+from compare import PROMPTS, compare_rules  # noqa: E402
 
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.engines.sglang_http import SGLangEngine  # noqa: E402
 from presto_sgl.keys import ChainKeys  # noqa: E402
-
-PROMPTS = [
-    "What is 17 + 25? Answer with the number.",
-    "Name a prime number between 10 and 20.",
-    "Complete the sentence: The capital of France is",
-    "What is 6 times 7?",
-]
 
 
 def part_p(url: str, args) -> list[dict]:
