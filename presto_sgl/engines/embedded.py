@@ -26,8 +26,9 @@ import torch.nn.functional as F
 
 from radix import RadixTree
 
-from .base import Completion, EngineCapabilities, Request, validate_completion
+from .base import Completion, EngineCapabilities, Request
 from .forward import BufferView, CausalLM
+from .text import TokenizerText
 
 
 @dataclass
@@ -69,7 +70,7 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch
     return (bi * block + ti).clamp_(max=vocab - 1)
 
 
-class EmbeddedEngine:
+class EmbeddedEngine(TokenizerText):
     """The engine protocol on a transformers causal LM (CPU by default, CUDA when asked)."""
 
     def __init__(
@@ -148,7 +149,6 @@ class EmbeddedEngine:
                 entropy=tuple(out_ent[r]) if req.return_entropy else None,
                 cached_tokens=cached[r],
             )
-            validate_completion(req, comp, self.capabilities.vocab_size)
             completions[order[r]] = comp
             stats.decode_tokens += req.max_new_tokens
         stats.seconds = time.perf_counter() - t_start
@@ -242,28 +242,3 @@ class EmbeddedEngine:
     @property
     def last_call(self) -> CallStats | None:
         return self.totals.history[-1] if self.totals.history else None
-
-    # -- text ----------------------------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
-        if self.tokenizer is None:
-            raise ValueError("this engine has no tokenizer; pass token ids")
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return getattr(self.tokenizer, "eos_token_id", None)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        if self.tokenizer is None:
-            return " ".join(map(str, ids))
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
-
-    def chat_prompt(self, text: str) -> list[int]:
-        """Prompt ids with the tokenizer's chat template when it has one, else plain text."""
-        tok = self.tokenizer
-        if tok is not None and getattr(tok, "chat_template", None):
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-            if hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            return list(ids)
-        return self.encode(text)

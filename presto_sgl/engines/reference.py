@@ -21,7 +21,7 @@ import numpy as np
 from radix import RadixTree
 
 from ..keys import hash64, uniform01
-from .base import Completion, EngineCapabilities, Request, validate_completion
+from .base import Completion, EngineCapabilities, Request
 
 ALPHABET = " etaoinshrdlucmfwypvbgkjqxz.,!?'"
 """Characters of the text view, most frequent first; token id = index."""
@@ -122,15 +122,13 @@ class ReferenceEngine:
             ctx.append(tok)
         cached = self._cache.match_prefix(request.prefix).length
         self._cache.insert(ctx)
-        completion = Completion(
+        return Completion(
             tokens=tuple(tokens),
             logq=tuple(logq),
             logp=tuple(logp),
             entropy=tuple(entropy) if request.return_entropy else None,
             cached_tokens=cached,
         )
-        validate_completion(request, completion, lm.vocab_size)
-        return completion
 
     # -- text view for the CLI and demos ---------------------------------------------
     def encode(self, text: str) -> list[int]:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Completion, EngineCapabilities, EngineError, Request, validate_completion
+from .text import TokenizerText
 
 MODES = ("auto", "one-pass", "two-pass")
 
@@ -44,7 +45,7 @@ class ServerStats:
     prompt_tokens: int = 0
 
 
-class SGLangEngine:
+class SGLangEngine(TokenizerText):
     """The engine protocol against ``python -m sglang.launch_server`` (or an SGLang router)."""
 
     def __init__(
@@ -221,23 +222,6 @@ class SGLangEngine:
 
             self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         return self._tokenizer
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return getattr(self.tokenizer, "eos_token_id", None)
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
-
-    def chat_prompt(self, text: str) -> list[int]:
-        tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        return self.encode(text)
 
 
 def _as_float(x: Any) -> float:
