@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 Keying = Literal["path", "step"]
-Rule = Literal["bfs", "step"]
+Rule = Literal["bfs", "predictive", "step"]
 
-RULE_KEYING: dict[str, Keying] = {"bfs": "path", "step": "step"}
+RULE_KEYING: dict[str, Keying] = {"bfs": "path", "predictive": "path", "step": "step"}
 """The keying each planning rule couples with (DESIGN §2)."""
 
 
@@ -66,18 +66,33 @@ class PowerConfig:
 class PrestoConfig:
     """PreSTO prefetching: planning ``rule`` and per-call request ``budget`` (N_pf).
 
-    ``bfs`` is the paper's breadth-first rule over the path-keyed tree; ``step`` issues
-    one shared request per depth (step keys) and carries valid proposals over rounds.
+    ``bfs`` is the paper's breadth-first rule over the path-keyed tree; ``predictive``
+    selects the path-keyed requests that maximize the predicted reaching weight (paper
+    Eq. 19); ``step`` issues one shared request per depth (step keys) and carries valid
+    proposals over rounds. ``cost_aware`` (step only) picks the number of depths per call
+    that maximizes predicted transitions per second, up to ``budget``. ``predictor`` is
+    "default" (shipped with the package) or the path of a saved predictor; ``online``
+    refits it on the decisions the run has already scored.
     """
 
     rule: Rule = "step"
     budget: int = 20
+    predictor: str = "default"
+    online: bool = False
+    cost_aware: bool = False
 
     def __post_init__(self) -> None:
         if self.rule not in RULE_KEYING:
             raise ValueError(f"`rule` (={self.rule!r}) must be one of {sorted(RULE_KEYING)}")
         if not _is_int(self.budget) or self.budget < 1:
             raise ValueError(f"`budget` (={self.budget!r}) must be an integer >= 1 (requests per model call), e.g. 20")
+        if not isinstance(self.predictor, str) or not self.predictor:
+            raise ValueError(f"`predictor` (={self.predictor!r}) must be 'default' or the path of a saved predictor")
+        for name in ("online", "cost_aware"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` (={getattr(self, name)!r}) must be True or False")
+        if self.cost_aware and self.rule != "step":
+            raise ValueError(f"`cost_aware` applies to rule 'step' only (got rule={self.rule!r}); use rule='step'")
 
     @property
     def keying(self) -> Keying:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .config import Keying
+from .config import Keying, PrestoConfig
 from .keys import DecisionDraws
 from .proposals import DecisionId, ProposalStore
 from .state import ChainState
@@ -33,6 +33,20 @@ class PlannedRequest:
     decision: DecisionId
     cut: int
     reachable: bool = True  # False: below a deferred node (BFS quirk)
+
+
+@dataclass(frozen=True)
+class RoundFeedback:
+    """What a round taught the planner: the realized decisions and the call's cost.
+
+    Only realized decisions appear (never an unused proposal's content), so a planner
+    that adapts to feedback keeps the chain exact.
+    """
+
+    length: int  # T, response tokens of the stage
+    decisions: tuple[tuple[int, float], ...]  # (cut, log A) of each transition walked
+    requests: tuple[tuple[int, int], ...]  # (prefix length, new tokens) of each request sent
+    time_s: float  # wall time of the engine call (0 when no request was sent)
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,8 @@ class Planner(Protocol):
     carries_over: bool
 
     def plan(self, ctx: RoundContext) -> list[PlannedRequest]: ...
+
+    def observe(self, feedback: RoundFeedback) -> None: ...
 
 
 class BFSPlanner:
@@ -77,6 +93,9 @@ class BFSPlanner:
             queue.append((path + "0", state_cut, reachable and feasible))
         return batch
 
+    def observe(self, feedback: RoundFeedback) -> None:
+        return None
+
 
 class StepPlanner:
     """One shared request per depth from the root prefix, with carry-over."""
@@ -95,5 +114,14 @@ class StepPlanner:
                 batch.append(PlannedRequest(k, cut))
         return batch
 
+    def observe(self, feedback: RoundFeedback) -> None:
+        return None
 
-PLANNERS: dict[str, Callable[[], Planner]] = {"bfs": BFSPlanner, "step": StepPlanner}
+
+def make_planner(presto: PrestoConfig) -> Planner:
+    """The planner of ``presto.rule`` (predictor-driven rules load their predictor)."""
+    if presto.rule == "bfs":
+        return BFSPlanner()
+    if presto.rule == "step" and not presto.cost_aware:
+        return StepPlanner()
+    raise NotImplementedError(f"rule {presto.rule!r} (cost_aware={presto.cost_aware}) is not implemented yet")

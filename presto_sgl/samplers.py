@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from .config import PowerConfig, PrestoConfig
 from .engines.base import Completion, Engine, EngineError, Request, validate_completion
 from .kernel import Proposal, Transition, mh_step
 from .keys import ChainKeys, DecisionDraws
 from .metrics import CallRecord, NodeRecord, PromptMetrics, RequestRecord, TraceWriter, summarize
-from .planner import PLANNERS, RoundContext
+from .planner import RoundContext, RoundFeedback, make_planner
 from .proposals import DecisionId, ProposalStore, StoredProposal
 from .state import ChainState
 from .walker import walk
@@ -199,10 +199,10 @@ class PrestoPowerMH(_BlockSampler):
                 f"{config.keying!r}; use PowerConfig(keying={presto.keying!r})"
             )
         self.presto = presto
-        self.planner = PLANNERS[presto.rule]()
+        self.planner = make_planner(presto)
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "rule": self.presto.rule, "budget": self.presto.budget}
+        return {**super().describe(), **asdict(self.presto)}
 
     def _mh_block(self, stage, state, keys, rec, on_transition):
         cfg = self.config
@@ -262,6 +262,14 @@ class PrestoPowerMH(_BlockSampler):
                 )
                 if on_transition:
                     on_transition(stage, k + i, step.state, tr)
+            self.planner.observe(
+                RoundFeedback(
+                    T,
+                    tuple((s.transition.cut, s.transition.log_accept) for s in result.steps),
+                    tuple((len(r.prefix), r.max_new_tokens) for r in requests),
+                    elapsed,
+                )
+            )
             state, path, k = result.state, result.path, k + len(result.steps)
             if self.planner.carries_over:
                 store.discard_before(k)
