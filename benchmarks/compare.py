@@ -3,14 +3,18 @@
 Same prompts and keys for every method in one run: model calls, transitions per call,
 time per call, cumulative model-call time, speedup (paper Eq. 20: ratio of mean
 cumulative call times against the sequential sampler with the same keying), cached-token
-share, acceptance, and whether each PreSTO chain ended with the sequential chain's tokens.
+share, acceptance, eps-certainty shares of the scored decisions (paper Fig. 4), and
+whether each PreSTO chain ended with the sequential chain's tokens.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import Counter
+from dataclasses import dataclass
 
 from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
+from presto_sgl.certainty import CLASSES, certainty_class
 
 PROMPTS = [
     "What is 17 + 25? Answer with the number.",
@@ -21,39 +25,62 @@ PROMPTS = [
 """Chat prompts shared by the SmolLM2 benchmarks."""
 
 
-def compare_rules(engine, prompts, args) -> list[dict]:
-    """``args``: T, K, alpha, seed, budgets. Returns one row per method."""
+@dataclass(frozen=True)
+class Method:
+    label: str
+    keying: str
+    presto: PrestoConfig | None  # None: sequential PowerMH
+
+
+def default_methods(budgets) -> list[Method]:
+    """Sequential (path keys), bfs at each budget, sequential (step keys), step at each budget."""
+    return [
+        Method("sequential", "path", None), *[Method("bfs", "path", PrestoConfig("bfs", b)) for b in budgets],
+        Method("sequential", "step", None), *[Method("step", "step", PrestoConfig("step", b)) for b in budgets],
+    ]
+
+
+def compare_rules(engine, prompts, args, methods: list[Method] | None = None) -> list[dict]:
+    """``args``: T, K, alpha, seed, budgets. Each keying's sequential method must come first."""
     rows = []
-    runs = [("sequential", "path", None), *[("bfs", "path", b) for b in args.budgets],
-            ("sequential", "step", None), *[("step", "step", b) for b in args.budgets]]
     seq_states: dict[str, list] = {}
     seq_time: dict[str, float] = {}
-    for rule, keying, budget in runs:
-        cfg = PowerConfig(alpha=args.alpha, max_new_tokens=args.T, block_size=args.T, steps=args.K, keying=keying)
-        results = []
+    for m in methods or default_methods(args.budgets):
+        cfg = PowerConfig(alpha=args.alpha, max_new_tokens=args.T, block_size=args.T, steps=args.K, keying=m.keying)
+        results, classes = [], Counter()
+
+        def count(stage, k, state, tr):
+            classes[certainty_class(tr.log_accept)] += 1
+
         for i, p in enumerate(prompts):
-            sampler = PowerMH(engine, cfg) if budget is None else PrestoPowerMH(engine, cfg, PrestoConfig(rule, budget))
-            results.append(sampler.run(p, seed=args.seed, prompt_id=i))
+            sampler = PowerMH(engine, cfg) if m.presto is None else PrestoPowerMH(engine, cfg, m.presto)
+            results.append(sampler.run(p, seed=args.seed, prompt_id=i, on_transition=count))
         ms = [r.metrics for r in results]
-        calls = sum(m.model_calls for m in ms)
-        call_time = statistics.mean(m.call_time_s for m in ms)
-        if budget is None:
-            seq_states[keying] = [r.state for r in results]
-            seq_time[keying] = call_time
-        same = [r.state.tokens == s.tokens for r, s in zip(results, seq_states[keying])]
+        calls = sum(x.model_calls for x in ms)
+        call_time = statistics.mean(x.call_time_s for x in ms)
+        if m.presto is None:
+            seq_states[m.keying] = [r.state for r in results]
+            seq_time[m.keying] = call_time
+        same = [r.state.tokens == s.tokens for r, s in zip(results, seq_states[m.keying])]
         same_str = f"{sum(same)}/{len(same)}" if engine.capabilities.seeded else "n/a (unseeded engine)"
+        scored = sum(classes.values())
         row = {
-            "rule": rule, "keys": keying, "budget": budget or 1, "calls_per_prompt": calls / len(ms),
-            "transitions_per_call": sum(m.transitions for m in ms) / calls,
-            "time_per_call_s": sum(m.call_time_s for m in ms) / calls,
-            "call_time_per_prompt_s": call_time, "speedup": seq_time[keying] / call_time,
-            "cached_share": sum(m.cached_tokens for m in ms) / max(1, sum(m.prefill_tokens for m in ms)),
-            "acceptance": sum(m.accepted for m in ms) / sum(m.transitions for m in ms),
+            "rule": m.label, "keys": m.keying, "budget": m.presto.budget if m.presto else 1,
+            "calls_per_prompt": calls / len(ms),
+            "transitions_per_call": sum(x.transitions for x in ms) / calls,
+            "requests_per_call": sum(x.requests_issued for x in ms) / calls,
+            "time_per_call_s": sum(x.call_time_s for x in ms) / calls,
+            "call_time_per_prompt_s": call_time, "speedup": seq_time[m.keying] / call_time,
+            "cached_share": sum(x.cached_tokens for x in ms) / max(1, sum(x.prefill_tokens for x in ms)),
+            "acceptance": sum(x.accepted for x in ms) / sum(x.transitions for x in ms),
+            "certainty_shares": {CLASSES[c]: classes[c] / scored for c in range(3)},
+            "coordinator_ms_per_call": 1e3 * sum(x.coordinator_time_s for x in ms) / calls,
             "same_final_tokens": same_str,
         }
         rows.append(row)
-        print(f"B {rule:10s} {keying:4s} N_pf={row['budget']:2d} calls/prompt={row['calls_per_prompt']:5.1f} "
-              f"trans/call={row['transitions_per_call']:5.2f} time/call={row['time_per_call_s']:5.2f}s "
-              f"call time/prompt={call_time:6.1f}s speedup={row['speedup']:4.2f} cached={row['cached_share']:.0%} "
-              f"acc={row['acceptance']:.0%} same-as-sequential={row['same_final_tokens']}", flush=True)
+        print(f"B {m.label:12s} {m.keying:4s} N_pf={row['budget']:2d} calls/prompt={row['calls_per_prompt']:5.1f} "
+              f"trans/call={row['transitions_per_call']:5.2f} req/call={row['requests_per_call']:5.2f} "
+              f"time/call={row['time_per_call_s']:5.2f}s call time/prompt={call_time:6.1f}s "
+              f"speedup={row['speedup']:4.2f} cached={row['cached_share']:.0%} acc={row['acceptance']:.0%} "
+              f"coord={row['coordinator_ms_per_call']:.1f}ms same-as-sequential={row['same_final_tokens']}", flush=True)
     return rows
