@@ -9,6 +9,7 @@ whether each PreSTO chain ended with the sequential chain's tokens.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -40,8 +41,11 @@ def default_methods(budgets) -> list[Method]:
     ]
 
 
-def compare_rules(engine, prompts, args, methods: list[Method] | None = None) -> list[dict]:
-    """``args``: T, K, alpha, seed, budgets. Each keying's sequential method must come first."""
+def compare_rules(engine, prompts, args, methods: list[Method] | None = None, monitor=None) -> list[dict]:
+    """``args``: T, K, alpha, seed, budgets. Each keying's sequential method must come first.
+
+    ``monitor`` (e.g. ``SGLangEngine.monitor``): a context-manager factory around each
+    method's runs; its ``summary()`` adds the server's KV-pool peak to the row."""
     rows = []
     seq_states: dict[str, list] = {}
     seq_time: dict[str, float] = {}
@@ -52,9 +56,10 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None) ->
         def count(stage, k, state, tr):
             classes[certainty_class(tr.log_accept)] += 1
 
-        for i, p in enumerate(prompts):
-            sampler = PowerMH(engine, cfg) if m.presto is None else PrestoPowerMH(engine, cfg, m.presto)
-            results.append(sampler.run(p, seed=args.seed, prompt_id=i, on_transition=count))
+        with monitor() if monitor is not None else contextlib.nullcontext() as server:
+            for i, p in enumerate(prompts):
+                sampler = PowerMH(engine, cfg) if m.presto is None else PrestoPowerMH(engine, cfg, m.presto)
+                results.append(sampler.run(p, seed=args.seed, prompt_id=i, on_transition=count))
         ms = [r.metrics for r in results]
         calls = sum(x.model_calls for x in ms)
         call_time = statistics.mean(x.call_time_s for x in ms)
@@ -77,10 +82,15 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None) ->
             "coordinator_ms_per_call": 1e3 * sum(x.coordinator_time_s for x in ms) / calls,
             "same_final_tokens": same_str,
         }
+        kv = ""
+        if server is not None:
+            s = server.summary()
+            row.update(kv_tokens_peak=s.kv_tokens_peak, kv_usage_peak=s.kv_usage_peak)
+            kv = f" kv-peak={s.kv_tokens_peak}"
         rows.append(row)
         print(f"B {m.label:12s} {m.keying:4s} N_pf={row['budget']:2d} calls/prompt={row['calls_per_prompt']:5.1f} "
               f"trans/call={row['transitions_per_call']:5.2f} req/call={row['requests_per_call']:5.2f} "
               f"time/call={row['time_per_call_s']:5.2f}s call time/prompt={call_time:6.1f}s "
               f"speedup={row['speedup']:4.2f} cached={row['cached_share']:.0%} acc={row['acceptance']:.0%} "
-              f"coord={row['coordinator_ms_per_call']:.1f}ms same-as-sequential={row['same_final_tokens']}", flush=True)
+              f"coord={row['coordinator_ms_per_call']:.1f}ms same-as-sequential={row['same_final_tokens']}{kv}", flush=True)
     return rows

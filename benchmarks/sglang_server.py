@@ -4,7 +4,8 @@ Part P -- the cost of scoring: one call of N suffix requests (N = 1, 10, 20) in 
 mode (decode at tau, then a prefill-only scoring call for log p0) and, when the server
 loads the presto_raw_logprob plugin, in one-pass mode.
 Part B -- sequential PowerMH vs PreSTO (`bfs`, `step`) at budgets 8, 10, 20 (see
-benchmarks/compare.py), plus the server's KV-pool use and cache hit rate (/v1/loads).
+benchmarks/compare.py), with each method's peak KV-pool use (sampled from /v1/loads every
+0.25 s: tokens held by running requests) in a kv-peak column. A router URL works too.
 
     bash scripts/sglang_server.sh start            # bf16 by default; --dtype float32
     python benchmarks/sglang_server.py --url http://127.0.0.1:30000 [--json out.json]
@@ -66,9 +67,8 @@ def main() -> None:
     if "P" in args.part:
         out["P"] = part_p(args.url, args)
     if "B" in args.part:
-        out["B"] = compare_rules(engine, [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]], args)
-        out["loads"] = engine.server_load()
-        print("server /v1/loads:", json.dumps(out["loads"])[:400])
+        out["B"] = compare_rules(engine, [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]], args,
+                                 monitor=engine.monitor)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
 

@@ -1,4 +1,5 @@
-"""Command line: ``presto-sgl sample`` draws one response by (PreSTO-)PowerMH.
+"""Command line: ``presto-sgl sample`` draws one response by (PreSTO-)PowerMH;
+``fit-predictor`` and ``eval-predictor`` fit and score the eps-certainty predictor on traces.
 
 Exit codes: 0 success; 2 bad arguments or input (argparse errors included);
 3 the engine returned something the sampler cannot use (:class:`EngineError`);
@@ -9,11 +10,13 @@ messages go to stderr only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, TextIO
 
 from .config import RULE_KEYING, PowerConfig, PrestoConfig
@@ -47,7 +50,7 @@ def _embedded_engine(args: argparse.Namespace) -> Engine:
 def _sglang_engine(args: argparse.Namespace) -> Engine:
     from .engines.sglang_http import SGLangEngine
 
-    return SGLangEngine(args.url, mode=args.sglang_mode, timeout_s=args.timeout)
+    return SGLangEngine(args.url, mode=args.sglang_mode, timeout_s=args.timeout, restart_timeout_s=args.restart_timeout)
 
 
 ENGINES: dict[str, Callable[[argparse.Namespace], Engine]] = {
@@ -158,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     eng.add_argument("--sglang-mode", choices=("auto", "one-pass", "two-pass"), default="auto",
                      help="sglang engine: one pass needs the presto_raw_logprob plugin on the server (default: auto)")
     eng.add_argument("--timeout", type=float, default=600.0, help="sglang engine: HTTP timeout in seconds")
+    eng.add_argument("--restart-timeout", type=float, default=300.0,
+                     help="sglang engine: seconds to wait for a server that went away mid-run to come back (default: 300)")
     eng.add_argument("--vocab-size", type=int, default=32, help="reference LM vocabulary size (default: 32)")
     eng.add_argument("--model-seed", type=int, default=0, help="reference LM weights seed (default: 0)")
 
@@ -175,7 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--rule",
         choices=RULES,
         default="step",
-        help="sequential = PowerMH, one call per transition; bfs (path keys) or step (step keys) = PreSTO (default: step)",
+        help="sequential = PowerMH, one call per transition; PreSTO: bfs (the paper's default), predictive (the "
+        "paper's DP over predicted branch probabilities; path keys) or step (one shared request per depth; step keys) "
+        "(default: step)",
     )
     smp.add_argument(
         "--keying",
@@ -184,6 +191,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="decision keys; for --rule sequential (default: step); bfs and step imply path and step",
     )
     smp.add_argument("--budget", type=int, default=20, help="PreSTO requests per model call, N_pf (default: 20)")
+    smp.add_argument(
+        "--predictor",
+        metavar="default|FILE",
+        default="default",
+        help="eps-certainty predictor for --rule predictive and --cost-aware: 'default' (shipped with presto-sgl, "
+        "fitted on SmolLM2 traces) or a file written by `presto-sgl fit-predictor` (default: default)",
+    )
+    smp.add_argument(
+        "--online-predictor",
+        action="store_true",
+        help="refit the predictor during the run on the decisions already scored, starting from --predictor",
+    )
+    smp.add_argument(
+        "--cost-aware",
+        action="store_true",
+        help="--rule step only: choose the requests per call that maximize predicted transitions per second "
+        "(from the measured call times), up to --budget",
+    )
     smp.add_argument("--seed", type=int, default=0, help="run seed (default: 0)")
     smp.add_argument("--prompt-id", type=_prompt_id, default=0, help="prompt id in the chain keys (default: 0)")
 
@@ -197,7 +222,57 @@ def build_parser() -> argparse.ArgumentParser:
         help="progress line on stderr (default: only when stderr is a terminal)",
     )
     p.set_defaults(func=_cmd_sample)
+
+    f = sub.add_parser(
+        "fit-predictor",
+        help="fit the eps-certainty predictor on traces",
+        description="Fit the 3-class (reject / uncertain / accept, eps = 0.01) logistic regression on the cut "
+        "fraction c/T of every scored decision in the traces, and save it as JSON (for --predictor). "
+        "Also reports its cross-validated scores with whole prompts held out.",
+    )
+    _trace_args(f)
+    f.add_argument("-o", "--output", metavar="FILE", required=True, help="write the fitted predictor (JSON) to FILE")
+    f.add_argument("--note", default="", help="what the traces are (model, engine, prompts); kept in the file")
+    f.set_defaults(func=_cmd_fit_predictor)
+
+    e = sub.add_parser(
+        "eval-predictor",
+        help="score the eps-certainty predictor on traces",
+        description="Cross-validate the predictor with whole prompts held out (accuracy and log loss of the model vs "
+        "the class prior, paper App. E.7) and report the class shares of the scored decisions (paper Fig. 4); "
+        "with --predictor, also score that saved predictor as is.",
+    )
+    _trace_args(e)
+    e.add_argument("--predictor", metavar="default|FILE", default=None, help="also score this saved predictor")
+    e.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    e.set_defaults(func=_cmd_eval_predictor)
     return parser
+
+
+def _features(text: str) -> list[str]:
+    from .predictor import FEATURES
+
+    names = [part for part in text.replace(" ", "").split(",") if part]
+    unknown = [n for n in names if n not in FEATURES]
+    if not names or unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"expected distinct names from {', '.join(FEATURES)} separated by commas, got {text!r}")
+    return names
+
+
+def _trace_args(p: argparse.ArgumentParser) -> None:
+    from .predictor import DEFAULT_FEATURES, FEATURES
+
+    p.add_argument("traces", metavar="TRACE", nargs="+", help="JSONL traces written by `presto-sgl sample --trace`")
+    p.add_argument(
+        "--features",
+        type=_features,
+        default=list(DEFAULT_FEATURES),
+        metavar="NAME[,NAME...]",
+        help=f"features of the cut fraction x = c/T, from {', '.join(FEATURES)} (default: cut_fraction)",
+    )
+    p.add_argument(
+        "--folds", type=int, default=5, help="cross-validation folds, whole prompts held out; 0 skips it (default: 5)"
+    )
 
 
 # -- sample -------------------------------------------------------------------------
@@ -249,9 +324,9 @@ _FLAGS = {
     name: "--" + name.replace("_", "-")
     for name in (
         "alpha", "tau", "max_new_tokens", "block_size", "steps", "keying", "rule", "budget", "seed", "vocab_size", "prompt",
-        "model", "device",
+        "model", "device", "predictor", "cost_aware", "features", "folds",
     )
-}
+} | {"online": "--online-predictor", "timeout_s": "--timeout", "restart_timeout_s": "--restart-timeout"}
 
 
 def _cli_names(message: str) -> str:
@@ -281,7 +356,15 @@ def _cmd_sample(args: argparse.Namespace) -> int:
             tau=args.tau,
             keying=keying,
         )
-        presto = PrestoConfig(rule="step" if sequential else args.rule, budget=args.budget)  # validates --budget
+        if sequential and args.cost_aware:
+            raise ValueError("`--cost-aware` applies to PreSTO --rule step only; drop it or use --rule step")
+        presto = PrestoConfig(  # validates --budget and --cost-aware
+            rule="step" if sequential else args.rule,
+            budget=args.budget,
+            predictor=args.predictor,
+            online=args.online_predictor,
+            cost_aware=args.cost_aware,
+        )
         engine = _CountingEngine(ENGINES[args.engine](args))
         sampler = make_sampler(engine, config, None if sequential else presto)
         prompt = list(sampler.check_prompt(_encode(engine.inner, args)))
@@ -300,7 +383,12 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr, engine, config.steps * config.num_stages) if show else None
     try:
         trace = TraceWriter(stream) if stream is not None else None
-        result = sampler.run(prompt, seed=args.seed, prompt_id=args.prompt_id, trace=trace, on_transition=progress)
+        # Engines with server-side metrics (sglang) add a `server` record: KV-pool peak, prefix hits.
+        monitor = getattr(engine.inner, "monitor", None) if trace is not None else None
+        with monitor() if monitor is not None else contextlib.nullcontext() as server:
+            result = sampler.run(prompt, seed=args.seed, prompt_id=args.prompt_id, trace=trace, on_transition=progress)
+        if trace is not None and server is not None:
+            trace.write("server", server.summary().as_record())
     finally:
         if progress is not None:
             progress.close()
@@ -332,6 +420,141 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         print(text if text is not None else " ".join(map(str, state.tokens)))
         print()
         print(_summary(result.metrics))
+    return 0
+
+
+# -- fit-predictor / eval-predictor -------------------------------------------------
+def _observations(args: argparse.Namespace) -> list:
+    from .predictor import load_observations
+
+    try:
+        return load_observations(args.traces)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from exc
+
+
+def _cross_validate(args: argparse.Namespace, observations: list):
+    """The held-out evaluation, or None with --folds 0."""
+    from .predictor import cross_validate
+
+    if args.folds == 0:
+        return None
+    try:
+        return cross_validate(observations, args.features, folds=args.folds)
+    except ValueError as exc:
+        raise _UsageError(_cli_names(str(exc))) from exc
+
+
+def _run_settings(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """The distinct sampler settings of the traces' runs (seeds and prompts left out)."""
+    from .metrics import read_trace
+
+    settings: list[dict[str, Any]] = []
+    for path in paths:
+        with open(path, encoding="utf-8") as stream:
+            for rec in read_trace(stream):
+                if rec["type"] == "run":
+                    keep = {k: v for k, v in rec.items() if k not in ("type", "seed", "prompt_id", "prompt_len")}
+                    if keep not in settings:
+                        settings.append(keep)
+    return settings
+
+
+def _evaluation_json(ev) -> dict[str, Any]:
+    from .certainty import CLASSES
+
+    return {
+        "examples": ev.examples,
+        "prompts": ev.groups,
+        "folds": ev.folds,
+        "class_counts": dict(zip(CLASSES, ev.class_counts)),
+        "accuracy": ev.accuracy,
+        "log_loss": ev.log_loss,
+        "prior_accuracy": ev.prior_accuracy,
+        "prior_log_loss": ev.prior_log_loss,
+    }
+
+
+def _evaluation_lines(title: str, ev, prior_label: str) -> list[str]:
+    return [
+        title,
+        f"  {'model':<30}accuracy {ev.accuracy:.3f}  log loss {ev.log_loss:.3f}",
+        f"  {prior_label:<30}accuracy {ev.prior_accuracy:.3f}  log loss {ev.prior_log_loss:.3f}",
+    ]
+
+
+def _shares(observations: list) -> dict[str, Any]:
+    """Decision and prompt counts and the class shares of the scored decisions (paper Fig. 4)."""
+    from .certainty import CLASSES
+
+    counts = [sum(o.label == c for o in observations) for c in range(3)]
+    return {
+        "decisions": len(observations),
+        "prompts": len({o.group for o in observations}),
+        "shares": {name: count / len(observations) for name, count in zip(CLASSES, counts)},
+    }
+
+
+def _shares_line(shares: dict[str, Any]) -> str:
+    parts = "  ".join(f"{name} {100 * share:.1f}%" for name, share in shares["shares"].items())
+    certain = shares["shares"]["reject"] + shares["shares"]["accept"]
+    return f"decisions {shares['decisions']} from {shares['prompts']} prompts: {parts} (eps-certain {100 * certain:.1f}%)"
+
+
+def _cmd_fit_predictor(args: argparse.Namespace) -> int:
+    import sklearn
+
+    from .predictor import fit_predictor
+
+    observations = _observations(args)
+    cv = _cross_validate(args, observations)
+    training: dict[str, Any] = {
+        "note": args.note,
+        "traces": [Path(p).name for p in args.traces],
+        "settings": _run_settings(args.traces),
+        "scikit_learn": sklearn.__version__,
+    }
+    if cv is not None:
+        training["cross_validation"] = _evaluation_json(cv)
+    try:
+        predictor = fit_predictor(observations, args.features, training=training)
+        predictor.save(args.output)
+    except ValueError as exc:
+        raise _UsageError(_cli_names(str(exc))) from exc
+    except OSError as exc:
+        raise _UsageError(f"`--output` cannot write {args.output!r}: {exc.strerror or exc}") from exc
+    lines = [_shares_line(_shares(observations))]
+    if cv is not None:
+        lines += _evaluation_lines(f"{cv.folds}-fold CV, prompts held out:", cv, "class prior")
+    print("\n".join([*lines, f"saved {args.output} (features {', '.join(predictor.features)})"]))
+    return 0
+
+
+def _cmd_eval_predictor(args: argparse.Namespace) -> int:
+    from .predictor import evaluate, load_predictor
+
+    observations = _observations(args)
+    cv = _cross_validate(args, observations)
+    given = None
+    if args.predictor is not None:
+        try:
+            given = evaluate(load_predictor(args.predictor), observations)
+        except ValueError as exc:
+            raise _UsageError(_cli_names(str(exc))) from exc
+    shares = _shares(observations)
+    if args.json:
+        payload: dict[str, Any] = {**shares, "features": args.features}
+        payload["cross_validation"] = _evaluation_json(cv) if cv is not None else None
+        payload["predictor"] = {"spec": args.predictor, **_evaluation_json(given)} if given is not None else None
+        print(json.dumps(payload))
+        return 0
+    lines = [_shares_line(shares)]
+    if cv is not None:
+        title = f"{cv.folds}-fold CV, prompts held out, features {' '.join(args.features)}:"
+        lines += _evaluation_lines(title, cv, "class prior (training folds)")
+    if given is not None:
+        lines += _evaluation_lines(f"predictor {args.predictor} (as is):", given, "class prior (of these traces)")
+    print("\n".join(lines))
     return 0
 
 

@@ -48,6 +48,7 @@ class NodeRecord:
     log_accept: float
     uniform: float
     accepted: bool
+    length: int  # T, response tokens of the stage (the cut fraction is cut / length)
 
 
 @dataclass(frozen=True)
@@ -130,21 +131,28 @@ def read_trace(lines: Iterable[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def node_record(rec: dict[str, Any], block_size: int) -> NodeRecord:
+    """A trace's node record; traces written before ``length`` existed get T = stage * B."""
+    body = {f.name: rec[f.name] for f in fields(NodeRecord) if f.name != "length"}
+    body["request"] = tuple(body["request"])
+    return NodeRecord(**body, length=rec.get("length", rec["stage"] * block_size))
+
+
 def metrics_from_trace(records: Iterable[dict[str, Any]]) -> list[PromptMetrics]:
     """Recompute each run's metrics from its trace records (one run = records after a ``run``)."""
     runs: list[tuple[list[CallRecord], list[NodeRecord]]] = []
+    block_size = 0
     for rec in records:
         kind = rec["type"]
         if kind in ("call", "node") and not runs:
             raise ValueError(f"trace has a {kind!r} record before any 'run' record: is it truncated at the start?")
         if kind == "run":
             runs.append(([], []))
+            block_size = rec["block_size"]
         elif kind == "call":
             body = {f.name: rec[f.name] for f in fields(CallRecord)}
             body["requests"] = tuple(RequestRecord(**r) for r in body["requests"])
             runs[-1][0].append(CallRecord(**body))
         elif kind == "node":
-            body = {f.name: rec[f.name] for f in fields(NodeRecord)}
-            body["request"] = tuple(body["request"])
-            runs[-1][1].append(NodeRecord(**body))
+            runs[-1][1].append(node_record(rec, block_size))
     return [summarize(c, n) for c, n in runs]

@@ -122,6 +122,14 @@ def make_planner(presto: PrestoConfig) -> Planner:
     """The planner of ``presto.rule`` (predictor-driven rules load their predictor)."""
     if presto.rule == "bfs":
         return BFSPlanner()
-    if presto.rule == "step" and not presto.cost_aware:
+    if presto.rule == "predictive":
+        from .predictive import PredictivePlanner
+        from .predictor import load_predictor
+
+        return PredictivePlanner(load_predictor(presto.predictor, online=presto.online))
+    if not presto.cost_aware:  # rule "step" (the config allows cost_aware with "step" only)
         return StepPlanner()
-    raise NotImplementedError(f"rule {presto.rule!r} (cost_aware={presto.cost_aware}) is not implemented yet")
+    from .costaware import CostAwareStepPlanner
+    from .predictor import load_predictor
+
+    return CostAwareStepPlanner(load_predictor(presto.predictor, online=presto.online))

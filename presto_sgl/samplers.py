@@ -176,7 +176,7 @@ class PowerMH(_BlockSampler):
             rec.record_call(
                 CallRecord(index, stage, "mh", k, (RequestRecord(decision, cut, len(req.prefix), T - cut, comp.cached_tokens),), elapsed, 0.0, walk_s)
             )
-            rec.record_node(NodeRecord(index, stage, k, decision, (index, 0), cut, tr.log_accept, tr.uniform, tr.accepted))
+            rec.record_node(NodeRecord(index, stage, k, decision, (index, 0), cut, tr.log_accept, tr.uniform, tr.accepted, T))
             path += "1" if tr.accepted else "0"
             if on_transition:
                 on_transition(stage, k, state, tr)
@@ -258,7 +258,7 @@ class PrestoPowerMH(_BlockSampler):
             for i, step in enumerate(result.steps):
                 tr = step.transition
                 rec.record_node(
-                    NodeRecord(index, stage, k + i, step.decision, step.request, tr.cut, tr.log_accept, tr.uniform, tr.accepted)
+                    NodeRecord(index, stage, k + i, step.decision, step.request, tr.cut, tr.log_accept, tr.uniform, tr.accepted, T)
                 )
                 if on_transition:
                     on_transition(stage, k + i, step.state, tr)

@@ -10,12 +10,15 @@
 #   - scripts/sglang_cpu/sgl_kernel_stub: a stand-in `sgl_kernel` module;
 #   - scripts/sglang_cpu/patch_torchvision.py: makes PyPI's CUDA-linked torchvision
 #     importable beside CPU torch.
+# Also sglang-router (pinned; its wheel holds the Rust router, its few Python dependencies are
+# sglang's too) for scripts/sglang_router.sh, checked and installed on every run (cheap).
 # See scripts/sglang_cpu/README.md. Env: PYTHON (default python3, >= 3.11),
 # SGLANG_INSTALL_MODE=cpu|gpu to override the detection, WHEELS_DIR (default /opt/wheels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SGLANG_VERSION="0.5.23"
+ROUTER_VERSION="0.3.2"  # the last sglang-router release (2026-01); later routers are PyPI `smg`
 UV_VERSION="0.13.9"
 CPU_TORCH="2.13.0+cpu"
 VENV=".venv-sglang"
@@ -65,11 +68,22 @@ print(f"sglang {got}, torch {torch.__version__} ({mode})")
 EOF
 }
 
+install_router() {
+  local got
+  got=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang-router"))' 2>/dev/null || true)
+  [ "$got" = "$ROUTER_VERSION" ] && return 0
+  say "uv pip install sglang-router==$ROUTER_VERSION"
+  local pins=()
+  [ "$MODE" = cpu ] && pins=(--constraint "$SHIMS/constraints.txt")
+  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${pins[@]}" "sglang-router==$ROUTER_VERSION"
+}
+
 # (`import sglang` alone takes ~15 s on 2 cores.)
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(want_stamp)" ] \
    && got=$(verify 2>/dev/null); then
   "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -e .  # the plugin (cheap)
-  say "already installed in $VENV: $got"
+  install_router
+  say "already installed in $VENV: $got, sglang-router $ROUTER_VERSION"
   exit 0
 fi
 
@@ -112,6 +126,8 @@ fi
 # `presto_raw_logprob` in the entry point group sglang.srt.plugins. Re-run each time (cheap).
 say "installing presto-sgl (editable, --no-deps) for the presto_raw_logprob plugin"
 "${UV[@]}" --no-deps -e .
+
+install_router
 
 say "verifying"
 verify || die "the install in $VENV does not import as pinned (see above)"

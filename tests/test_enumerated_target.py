@@ -16,8 +16,9 @@ import exact
 import numpy as np
 import pytest
 from scipy import stats
+from synthetic_cost import presto_sampler
 
-from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH, kernel
+from presto_sgl import PowerConfig, PowerMH, PrestoConfig, kernel
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 
 pytestmark = pytest.mark.exactness
@@ -33,6 +34,8 @@ SAMPLERS = {
     "step": ("step", PrestoConfig("step", budget=3)),
     "bfs-20": ("path", PrestoConfig("bfs", budget=20)),
     "step-1": ("step", PrestoConfig("step", budget=1)),
+    "predictive": ("path", PrestoConfig("predictive", budget=3)),  # online cut-dependent test predictor
+    "step-cost": ("step", PrestoConfig("step", budget=3, cost_aware=True)),  # and a synthetic clock
 }
 
 
@@ -46,7 +49,7 @@ def final_law_pvalue(sampler_name: str, schedule: str, alpha: float, *, seeded: 
     model = lm()
     engine = ReferenceEngine(model, seeded=seeded, rng_seed=12345)
     cfg = PowerConfig(alpha=alpha, max_new_tokens=n, block_size=B, steps=K, keying=keying)
-    sampler = PowerMH(engine, cfg) if presto is None else PrestoPowerMH(engine, cfg, presto)
+    sampler = PowerMH(engine, cfg) if presto is None else presto_sampler(engine, cfg, presto)
     counts = Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(chains))
     law = exact.chain_law(model, PROMPT, n, B, K, alpha, 1.0 / alpha)
     return chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, n), chains)
@@ -90,7 +93,7 @@ def test_final_states_follow_exact_law(sampler_name, schedule, alpha):
     assert p > SIGNIFICANCE, f"chi-square p={p:.2e} (TV={tv:.3f}) rejects the exact K-step law"
 
 
-@pytest.mark.parametrize("sampler_name", ["bfs", "step"])
+@pytest.mark.parametrize("sampler_name", ["bfs", "predictive", "step", "step-cost"])
 def test_unseeded_engine_is_exact_in_law(sampler_name):
     """Without per-request seeds (SGLang on CPU) every request is a fresh draw: still exact."""
     p, tv = final_law_pvalue(sampler_name, "two-blocks", 4.0, seeded=False)
@@ -119,7 +122,7 @@ def test_wrong_acceptance_fails_the_chi_square(monkeypatch, sampler_name):
     keying, presto = SAMPLERS[sampler_name]
     cfg = PowerConfig(alpha=4.0, max_new_tokens=n, block_size=B, steps=K, keying=keying)
     engine = ReferenceEngine(model)
-    sampler = PowerMH(engine, cfg) if presto is None else PrestoPowerMH(engine, cfg, presto)
+    sampler = PowerMH(engine, cfg) if presto is None else presto_sampler(engine, cfg, presto)
     counts = Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(CHAINS))
     p, tv = chi_square_pvalue(counts, law, exact.sequences(3, n), CHAINS)
     assert p < SIGNIFICANCE and not math.isnan(tv), f"wrong acceptance not detected: p={p:.2e}, TV={tv:.3f}"

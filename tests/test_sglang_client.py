@@ -10,7 +10,9 @@ server is tested in test_sglang_server.py (marked ``sglang``).
 from __future__ import annotations
 
 import json
+import math
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -23,10 +25,16 @@ from presto_sgl.engines.sglang_http import SGLangEngine
 
 
 class StandIn:
-    def __init__(self, tmp_path, *, one_pass=False, fail_status=None):
+    """``router``: behave like sglang-router in front of ``worker`` (another StandIn): one shared
+    sampling_params per body (a list is HTTP 422), no /model_info or /v1/loads, /workers."""
+
+    def __init__(self, tmp_path, *, one_pass=False, fail_status=None, delay_s=0.0, worker=None):
         self.lm = ReferenceLM(16, seed=5)
         self.rng = np.random.default_rng(0)
-        self.one_pass, self.short_left, self.fail_status = one_pass, 0, fail_status
+        self.one_pass, self.short_left, self.fail_status, self.delay_s = one_pass, 0, fail_status, delay_s
+        self.worker = worker
+        self.drop_next: float | None = None  # go away on the next POST, back after this many s (inf: never)
+        self.in_flight = 0
         self.bodies: list[dict] = []
         (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 16, "max_position_embeddings": 64}))
         self.model_path = str(tmp_path)
@@ -45,19 +53,64 @@ class StandIn:
                 self.wfile.write(data)
 
             def do_GET(self):
-                self._send(200, {"model_path": stand_in.model_path})
+                router = stand_in.worker is not None
+                if self.path == "/health":
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif self.path == "/v1/loads" and not router:
+                    n = stand_in.in_flight
+                    load = {"num_used_tokens": 10 * n, "max_total_num_tokens": 1000, "num_running_reqs": n,
+                            "num_waiting_reqs": 0, "token_usage": n / 100, "cache_hit_rate": 0.5}
+                    self._send(200, {"loads": [load]})
+                elif self.path == "/workers" and router:
+                    self._send(200, {"workers": [{"url": stand_in.worker.url}]})
+                elif self.path == "/get_model_info" or (self.path == "/model_info" and not router):
+                    self._send(200, {"model_path": stand_in.model_path})
+                else:
+                    self._send(404, {"detail": "Not Found"})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stand_in.bodies.append(body)
+                if stand_in.drop_next is not None:  # a restart: no answer, the connection closes
+                    stand_in.go_away(stand_in.drop_next)
+                    stand_in.drop_next = None
+                    self.close_connection = True
+                    return
                 if stand_in.fail_status:
                     self._send(stand_in.fail_status, {"error": {"message": "KV pool exhausted"}})
                     return
-                self._send(200, stand_in.answer(body))
+                if stand_in.worker is not None and isinstance(body["sampling_params"], list):
+                    self._send(422, "sampling_params: invalid type: sequence, expected a map")
+                    return
+                stand_in.in_flight += 1
+                time.sleep(stand_in.delay_s)
+                try:
+                    self._send(200, stand_in.answer(body))
+                finally:
+                    stand_in.in_flight -= 1
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.handler = Handler
+        self._serve(0)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def _serve(self, port):
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self.handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def go_away(self, down_s):
+        """Stop listening now; serve again on the same port after ``down_s`` seconds."""
+        port = self.server.server_port
+
+        def restart():
+            self.server.shutdown()
+            self.server.server_close()
+            if math.isfinite(down_s):
+                time.sleep(down_s)
+                self._serve(port)
+
+        threading.Thread(target=restart, daemon=True).start()
 
     def answer(self, body):
         ids = body["input_ids"]
@@ -69,7 +122,7 @@ class StandIn:
         out = []
         for j, (prefix, p) in enumerate(zip(batch, params)):
             if p["max_new_tokens"] == 0:  # scoring: raw log p0 of every input token from `start`
-                s = starts[j]
+                s = starts if isinstance(starts, int) else starts[j]
                 entries = [[None, prefix[s], None]]
                 for t in range(s + 1, len(prefix)):
                     entries.append([float(self.lm.distribution(prefix[:t])[0][prefix[t]]), prefix[t], None])
@@ -193,3 +246,100 @@ def test_many_prompts_in_flight_keep_every_chain_exact(stand_in, tmp_path):
             assert metrics_from_trace(read_trace(f)) == [r.metrics]
     with pytest.raises(ValueError, match="`workers`"):
         run_prompts(http.run, prompts, seed=3, workers=0)
+
+
+def _assert_exact_scores(lm, state, tau):
+    """Every token's log q_tau and log p0 in the state match a fresh scoring of the final tokens."""
+    for t in range(state.length):
+        lp, lq = lm.score(state.context(t), state.tokens[t : t + 1], tau)
+        assert state.logp[t] == pytest.approx(lp, abs=1e-9) and state.logq[t] == pytest.approx(lq, abs=1e-9)
+
+
+@pytest.mark.parametrize("one_pass", [False, True])
+def test_a_server_restart_mid_call_is_waited_out_and_redrawn(stand_in, one_pass):
+    srv = stand_in(one_pass=one_pass)
+    eng = SGLangEngine(srv.url, restart_timeout_s=30)
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=4, keying="step")
+    sampler = PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=3))
+    calls = []
+    real_generate = eng.generate
+
+    def generate(requests):  # the server goes away during the fourth call and is back 1 s later
+        calls.append(len(requests))
+        if len(calls) == 4:
+            srv.drop_next = 1.0
+        return real_generate(requests)
+
+    eng.generate = generate
+    result = sampler.run([1, 2, 3], seed=0)
+    assert eng.stats.reconnects == 1 and eng.stats.retries >= 1
+    assert result.metrics.transitions == 8 and result.state.length == 8
+    _assert_exact_scores(srv.lm, result.state, cfg.temperature)
+
+
+def test_a_server_that_does_not_come_back_fails_naming_the_url(stand_in):
+    srv = stand_in()
+    eng = SGLangEngine(srv.url, restart_timeout_s=0.5)
+    srv.drop_next = math.inf
+    t0 = time.monotonic()
+    with pytest.raises(EngineError, match=rf"{srv.url} went away during a call .*restart_timeout_s=0.5 s"):
+        eng.generate([Request((1, 2), 4, 1.0)])
+    assert eng.stats.reconnects == 1 and time.monotonic() - t0 < 10
+    with pytest.raises(ValueError, match="`restart_timeout_s`"):
+        SGLangEngine(srv.url, restart_timeout_s=-1)
+
+
+def test_the_monitor_samples_kv_use_and_prefix_hits(stand_in):
+    srv = stand_in(delay_s=0.05)
+    eng = SGLangEngine(srv.url)
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
+    with eng.monitor(interval_s=0.01) as mon:
+        result = PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0)
+    s = mon.summary()
+    assert s.samples > 5 and s.missed == 0 and s.kv_capacity == 1000
+    assert s.kv_tokens_peak >= 10 and s.kv_tokens_peak >= s.kv_tokens_mean > 0
+    assert s.kv_usage_peak == s.kv_tokens_peak / 1000 and s.running_requests_max >= 1
+    assert s.server_cache_hit_rate == 0.5 and s.reconnects == 0
+    m = result.metrics
+    assert (s.prompt_tokens, s.cached_tokens) == (m.prefill_tokens, m.cached_tokens) and s.cached_tokens > 0
+    assert s.prefix_hit_rate == s.cached_tokens / s.prompt_tokens == m.cache_hit_rate
+    with pytest.raises(ValueError, match="`interval_s`"):
+        eng.monitor(interval_s=0)
+
+
+def test_a_router_url_works_with_shared_sampling_params(stand_in):
+    """Like sglang-router: lists of sampling_params are rejected, so requests go per distinct
+    (params, logprob_start_len), concurrently; model info and loads come from the fallbacks."""
+    worker = stand_in()
+    router = stand_in(worker=worker)
+    eng = SGLangEngine(router.url)
+    assert eng.model_path == router.model_path and eng.mode == "two-pass"
+    reqs = [Request((1, 2, 3), 5, 0.25), Request((1, 2, 3), 5, 0.25), Request((1, 2), 2, 0.5)]
+    n = len(router.bodies)
+    comps = eng.generate(reqs)
+    for r, c in zip(reqs, comps):
+        lp, lq = router.lm.score(r.prefix, c.tokens, r.temperature)
+        assert sum(c.logp) == pytest.approx(lp, abs=1e-9) and sum(c.logq) == pytest.approx(lq, abs=1e-9)
+    bodies = router.bodies[n:]
+    assert all(isinstance(b["sampling_params"], dict) for b in bodies)
+    decode = sorted((len(b["input_ids"]), b["sampling_params"]["max_new_tokens"]) for b in bodies if "logprob_start_len" not in b)
+    assert decode == [(1, 2), (2, 5)]  # the two equal requests share a body
+    assert eng.server_loads()[0]["max_total_num_tokens"] == 1000  # the worker's /v1/loads
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=3, keying="step")
+    assert PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0).metrics.transitions == 6
+
+
+def test_cli_trace_has_a_server_record(stand_in, tmp_path, monkeypatch):
+    from presto_sgl import cli
+    from presto_sgl.metrics import read_trace
+
+    monkeypatch.setattr(SGLangEngine, "tokenizer", None)  # the stand-in has no tokenizer files
+    srv = stand_in(delay_s=0.02)
+    trace = tmp_path / "t.jsonl"
+    argv = ["sample", "--engine", "sglang", "--url", srv.url, "--prompt-ids", "1,2,3", "--max-new-tokens", "8",
+            "--block-size", "8", "--steps", "3", "--trace", str(trace)]
+    assert cli.main(argv) == 0
+    records = read_trace(trace.read_text().splitlines())
+    (server,) = [r for r in records if r["type"] == "server"]
+    assert server["url"] == srv.url and server["samples"] >= 1 and server["kv_capacity"] == 1000
+    assert 0 < server["prefix_hit_rate"] < 1 and server["reconnects"] == 0

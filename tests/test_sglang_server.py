@@ -2,13 +2,20 @@
 
 Set PRESTO_SGL_SGLANG_URL to a running server (``.ci/run`` starts one with
 ``scripts/sglang_server.sh start --dtype float32``); without it these tests are skipped,
-unless PRESTO_SGL_REQUIRE_SGLANG=1 (CI), where a missing server is a failure.
+unless PRESTO_SGL_REQUIRE_SGLANG=1 (CI), where a missing server is a failure. The router
+test needs PRESTO_SGL_ROUTER_URL too (``scripts/sglang_router.sh start``); the restart test
+starts, stops and restarts a server of its own on a spare port (~2-3 min).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +104,101 @@ def test_power_sampling_on_the_server(server_url, rule):
     assert pre.metrics.model_calls < seq.metrics.model_calls == 6
     assert pre.metrics.cached_tokens > 0
     assert len(pre.state.tokens) == 16
+
+
+ROUTER_URL = os.environ.get("PRESTO_SGL_ROUTER_URL")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def assert_scored_exactly(model, state, tau):
+    """The state's per-token log q_tau and log p0 match a fresh forward pass of its final tokens."""
+    lq, lp = reference(model, state.prompt, state.tokens, tau)
+    assert max(abs(a - b) for a, b in zip(lp, state.logp)) < TOL
+    assert max(abs(a - b) for a, b in zip(lq, state.logq)) < TOL / tau
+
+
+@pytest.fixture(scope="module")
+def router_url(server_url):
+    if not ROUTER_URL:
+        if os.environ.get("PRESTO_SGL_REQUIRE_SGLANG") == "1":
+            pytest.fail("PRESTO_SGL_REQUIRE_SGLANG=1 but PRESTO_SGL_ROUTER_URL is not set")
+        pytest.skip("no SGLang router (set PRESTO_SGL_ROUTER_URL; bash scripts/sglang_router.sh start)")
+    return ROUTER_URL
+
+
+def test_sampling_through_the_router(router_url, hf_model):
+    """sglang-router takes one sampling_params per body: requests go grouped, concurrently."""
+    from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
+    from presto_sgl.engines.sglang_http import SGLangEngine
+    from presto_sgl.runner import run_prompts
+
+    eng = SGLangEngine(router_url)
+    assert eng.server_loads() and eng.server_info()["model_path"] == eng.model_path  # from the worker
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
+    prompts = [eng.chat_prompt(q) for q in ("Name a prime number.", "What is 6 times 7?", "Say hi.")]
+    seq = PowerMH(eng, cfg).run(prompts[0], seed=1)
+    presto = PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4))
+    with eng.monitor() as mon:
+        results = run_prompts(presto.run, prompts, seed=1, workers=3)
+    assert seq.metrics.transitions == 4 and seq.metrics.model_calls == 4
+    assert [r.metrics.transitions for r in results] == [4, 4, 4]
+    assert all(r.metrics.model_calls < 4 for r in results)
+    for r in (seq, *results):
+        assert_scored_exactly(hf_model, r.state, cfg.temperature)
+    summary = mon.summary()
+    assert summary.samples > 0 and summary.kv_tokens_peak > 0 and summary.prefix_hit_rate > 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server_script(*args: str) -> None:
+    subprocess.run(["bash", str(ROOT / "scripts" / "sglang_server.sh"), *args], check=True, timeout=600)
+
+
+def test_a_chain_survives_a_server_restart(server_url, hf_model):
+    """Own server on a spare port; stopped while the chain's third call is in flight (the
+    fourth waits until it is down) and started again: the chain waits, re-draws what was
+    pending, and ends with states that a fresh forward pass scores the same."""
+    from presto_sgl import PowerConfig, PowerMH
+    from presto_sgl.engines.sglang_http import SGLangEngine
+
+    port = str(_free_port())
+    _server_script("start", "--port", port, "--dtype", "float32")
+    try:
+        eng = SGLangEngine(f"http://127.0.0.1:{port}", restart_timeout_s=600)
+        cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
+        prompt = eng.chat_prompt("Name a prime number.")
+        in_call, stopped = threading.Event(), threading.Event()
+        calls = 0
+        real_generate = eng.generate
+
+        def generate(requests):
+            nonlocal calls
+            calls += 1
+            if calls == 3:
+                in_call.set()
+            elif calls > 3:
+                stopped.wait()
+            return real_generate(requests)
+
+        eng.generate = generate
+        out: dict = {}
+        chain = threading.Thread(target=lambda: out.update(result=PowerMH(eng, cfg).run(prompt, seed=2)), daemon=True)
+        chain.start()
+        assert in_call.wait(600)
+        t0 = time.monotonic()
+        _server_script("stop", "--port", port)
+        stopped.set()
+        _server_script("start", "--port", port, "--dtype", "float32")
+        chain.join(600)
+        print(f"restart: down and back in {time.monotonic() - t0:.0f} s, reconnects {eng.stats.reconnects}")
+        assert not chain.is_alive() and "result" in out
+        result = out["result"]
+        assert eng.stats.reconnects >= 1 and result.metrics.transitions == 6 and result.state.length == 16
+        assert_scored_exactly(hf_model, result.state, cfg.temperature)
+    finally:
+        _server_script("stop", "--port", port)

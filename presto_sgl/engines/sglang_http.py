@@ -12,13 +12,25 @@ the same logits row before temperature) or from a second, prefill-only scoring c
 whose ``input_token_logprobs`` (always raw) after the first, null entry score the new
 tokens; the cached prefix is reused. ``mode="auto"`` detects the plugin once.
 
-A short or aborted response is re-issued as a fresh draw (bounded), then raises
-:class:`EngineError`; the chain never advances on bad data. Only the standard library
-is used for HTTP.
+Failures never advance the chain on partial data; whatever is pending is re-issued as
+fresh draws (exact: the engine is unseeded and the failure does not depend on what was
+drawn), at most ``max_retries`` times per call:
+- a short, aborted or inconsistent response is re-issued at once;
+- a lost connection (refused, reset, closed mid-answer: a server restart) first waits
+  until ``GET /health`` answers again, up to ``restart_timeout_s``
+  (``stats.reconnects`` counts these).
+
+An SGLang router (``sglang-router``, see ``scripts/sglang_router.sh``) works as the URL
+too: its ``/generate`` takes one shared ``sampling_params`` and ``logprob_start_len``
+per body, so requests are then grouped by those and the groups sent concurrently (the
+server batches them); ``/model_info`` falls back to ``/get_model_info``, and
+``/v1/loads`` and ``/server_info`` are read from the router's workers (``/workers``).
+Only the standard library is used for HTTP.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import threading
@@ -26,14 +38,31 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import Completion, EngineCapabilities, EngineError, Request, validate_completion
 from .text import TokenizerText
 
+if TYPE_CHECKING:
+    from .sglang_monitor import ServerMonitor
+
 MODES = ("auto", "one-pass", "two-pass")
+_START_HINT = "start it with `bash scripts/sglang_server.sh start` or pass the right --url"
+
+
+class EngineHTTPError(EngineError):
+    """The server answered with an HTTP error status (``status``)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class EngineUnreachable(EngineError):
+    """No answer: connection refused, reset, or closed before the whole response came."""
 
 
 @dataclass
@@ -41,12 +70,17 @@ class ServerStats:
     calls: int = 0
     http_requests: int = 0
     retries: int = 0
+    reconnects: int = 0  # waits for the server to come back after a lost connection
     cached_tokens: int = 0
     prompt_tokens: int = 0
 
 
 class SGLangEngine(TokenizerText):
-    """The engine protocol against ``python -m sglang.launch_server`` (or an SGLang router)."""
+    """The engine protocol against ``python -m sglang.launch_server`` (or an SGLang router).
+
+    ``_call(method, path, body)`` is the single transport; subclasses may replace it
+    (the in-process engine does) and keep the retry and restart handling above it.
+    """
 
     def __init__(
         self,
@@ -55,6 +89,7 @@ class SGLangEngine(TokenizerText):
         mode: str = "auto",
         timeout_s: float = 600.0,
         max_retries: int = 2,
+        restart_timeout_s: float = 300.0,
         seeded: bool = False,
         vocab_size: int | None = None,
         context_length: int | None = None,
@@ -65,22 +100,25 @@ class SGLangEngine(TokenizerText):
             raise ValueError(f"`timeout_s` (={timeout_s!r}) must be > 0")
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"`max_retries` (={max_retries!r}) must be an integer >= 0")
+        if not restart_timeout_s >= 0:
+            raise ValueError(f"`restart_timeout_s` (={restart_timeout_s!r}) must be >= 0 (0: fail at once)")
         self.url = url.rstrip("/")
         self._seeded = seeded
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
+        self.restart_timeout_s = float(restart_timeout_s)
         self.stats = ServerStats()
         self._stats_lock = threading.Lock()
-        info = self._call("GET", "/model_info")
+        self._workers: list[str] | None = None  # behind a router: the worker URLs, read once
+        info = self._get_with_fallback("/model_info", "/get_model_info")
         self.model_path = info.get("model_path")
         config = self._local_config()
         vocab = vocab_size or config.get("vocab_size")
         if not vocab:
             raise ValueError(f"cannot read the vocabulary size of {self.model_path!r}; pass `vocab_size`")
         context = context_length or config.get("max_position_embeddings")
-        self._mode = mode
-        if mode == "auto":
-            self._mode = "one-pass" if self._probe_one_pass() else "two-pass"
+        self._list_params, one_pass = self._probe()
+        self._mode = ("one-pass" if one_pass else "two-pass") if mode == "auto" else mode
         self.capabilities = EngineCapabilities(
             seeded=seeded, entropy=self._mode == "one-pass", vocab_size=int(vocab), context_length=context
         )
@@ -96,48 +134,82 @@ class SGLangEngine(TokenizerText):
             self.stats.calls += 1
         out: list[Completion | None] = [None] * len(requests)
         pending = list(range(len(requests)))
+        lost: EngineUnreachable | None = None
         for attempt in range(self.max_retries + 1):
             if attempt:
                 with self._stats_lock:
                     self.stats.retries += len(pending)
-            decoded = self._decode([requests[i] for i in pending])
-            good = [(i, d) for i, d in zip(pending, decoded, strict=True) if d is not None]
-            if self._mode == "two-pass" and good:
-                raws = self._score([requests[i] for i, _ in good], [d[0] for _, d in good])
-            else:
-                raws = [d[2] for _, d in good]
-            for (i, (tokens, logq, _, entropy, cached)), logp in zip(good, raws, strict=True):
-                if logp is None:
-                    continue
-                comp = Completion(tokens, logq, logp, entropy if requests[i].return_entropy else None, cached)
-                try:
-                    validate_completion(requests[i], comp, self.capabilities.vocab_size)
-                except EngineError:
-                    continue
+            try:
+                done = self._attempt([requests[i] for i in pending])
+            except EngineUnreachable as exc:  # everything pending is drawn afresh once the server is back
+                lost = exc
+                self._await_restart(exc)
+                continue
+            for i, comp in zip(pending, done, strict=True):
                 out[i] = comp
             pending = [i for i in pending if out[i] is None]
             if not pending:
                 return out  # type: ignore[return-value]
+        cause = f"; last connection failure: {lost}" if lost is not None else ""
         raise EngineError(
             f"SGLang server {self.url} returned incomplete results for {len(pending)} request(s) "
-            f"after {self.max_retries + 1} attempts (short, aborted or inconsistent responses)"
+            f"after {self.max_retries + 1} attempts (short, aborted or lost responses){cause}; "
+            "raise `max_retries` if the server is flaky"
         )
+
+    def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
+        """One try at every request: a validated completion, or None where it must be re-issued."""
+        good = [(i, d) for i, d in enumerate(self._decode(requests)) if d is not None]
+        if self._mode == "two-pass" and good:
+            raws = self._score([requests[i] for i, _ in good], [d[0] for _, d in good])
+        else:
+            raws = [d[2] for _, d in good]
+        out: list[Completion | None] = [None] * len(requests)
+        for (i, (tokens, logq, _, entropy, cached)), logp in zip(good, raws, strict=True):
+            if logp is None:
+                continue
+            comp = Completion(tokens, logq, logp, entropy if requests[i].return_entropy else None, cached)
+            try:
+                validate_completion(requests[i], comp, self.capabilities.vocab_size)
+            except EngineError:
+                continue
+            out[i] = comp
+        return out
+
+    def _await_restart(self, exc: EngineUnreachable) -> None:
+        """Count a reconnect and wait for ``/health``, or raise EngineError naming the URL."""
+        with self._stats_lock:
+            self.stats.reconnects += 1
+        if not self.wait_healthy(self.restart_timeout_s):
+            raise EngineError(
+                f"SGLang server {self.url} went away during a call ({exc}) and was not healthy again within "
+                f"restart_timeout_s={self.restart_timeout_s:g} s; restart it (`bash scripts/sglang_server.sh "
+                "start`) and rerun, or raise `restart_timeout_s`"
+            ) from None
+
+    def wait_healthy(self, timeout_s: float, interval_s: float = 1.0) -> bool:
+        """Poll ``GET /health`` until it answers (True) or ``timeout_s`` passes (False)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._call("GET", "/health")
+                return True
+            except EngineError:
+                if time.monotonic() >= deadline:
+                    return False
+            time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
 
     # -- passes ----------------------------------------------------------------------------------
     def _decode(self, requests: Sequence[Request]) -> list[tuple | None]:
-        params = []
+        items = []
         for r in requests:
             p = {"temperature": r.temperature, "max_new_tokens": r.max_new_tokens, "ignore_eos": True,
                  "top_k": -1, "top_p": 1.0, "min_p": 0.0}
             if self._seeded and r.seed is not None:
                 p["sampling_seed"] = int(r.seed % (1 << 31))
-            params.append(p)
-        body = {"input_ids": [list(r.prefix) for r in requests], "sampling_params": params, "return_logprob": True}
-        results = self._call("POST", "/generate", body)
-        if not isinstance(results, list) or len(results) != len(requests):
-            raise EngineError(f"SGLang server {self.url} answered {len(requests)} requests with {type(results).__name__}")
+            items.append((list(r.prefix), p, None))
         out: list[tuple | None] = []
-        for r, res in zip(requests, results, strict=True):
+        for r, res in zip(requests, self._generate(items), strict=True):
             meta = res.get("meta_info", {})
             ids = res.get("output_ids") or []
             lps = meta.get("output_token_logprobs") or []
@@ -157,16 +229,10 @@ class SGLangEngine(TokenizerText):
 
     def _score(self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]) -> list[tuple[float, ...] | None]:
         """log p0 of each output after its prefix: a prefill-only call, cached prefix reused."""
-        starts = [len(r.prefix) - 1 for r in requests]
-        body = {
-            "input_ids": [list(r.prefix) + list(o) for r, o in zip(requests, outputs, strict=True)],
-            "sampling_params": [{"max_new_tokens": 0, "temperature": 1.0} for _ in requests],
-            "return_logprob": True,
-            "logprob_start_len": starts,
-        }
-        results = self._call("POST", "/generate", body)
+        params = {"max_new_tokens": 0, "temperature": 1.0}
+        items = [(list(r.prefix) + list(o), params, len(r.prefix) - 1) for r, o in zip(requests, outputs, strict=True)]
         scores: list[tuple[float, ...] | None] = []
-        for o, res in zip(outputs, results, strict=True):
+        for o, res in zip(outputs, self._generate(items), strict=True):
             entries = res.get("meta_info", {}).get("input_token_logprobs") or []
             tail = entries[1:]  # entry 0 scores the last prefix token: null
             if len(tail) != len(o) or any(e[1] != t for e, t in zip(tail, o, strict=True)):
@@ -175,30 +241,97 @@ class SGLangEngine(TokenizerText):
             scores.append(tuple(_as_float(e[0]) for e in tail))
         return scores
 
-    def _probe_one_pass(self) -> bool:
-        body = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 1.0, "max_new_tokens": 1, "ignore_eos": True},
-                "return_logprob": True}
-        res = self._call("POST", "/generate", body)
-        return "raw_logprob" in res.get("meta_info", {})
+    def _generate(self, items: Sequence[tuple[list[int], dict[str, Any], int | None]]) -> list[dict[str, Any]]:
+        """``/generate`` for (input_ids, sampling_params, logprob_start_len) items, answers in order.
+
+        One batch body with per-request lists when the server takes them; else (a router)
+        one body per distinct (params, start), sent concurrently."""
+        if self._list_params:
+            groups = [list(range(len(items)))]
+        else:
+            by_key: dict[str, list[int]] = {}
+            for i, (_, params, start) in enumerate(items):
+                by_key.setdefault(json.dumps([params, start], sort_keys=True), []).append(i)
+            groups = list(by_key.values())
+
+        def body(group: list[int]) -> dict[str, Any]:
+            b: dict[str, Any] = {"input_ids": [items[i][0] for i in group], "return_logprob": True}
+            starts = [items[i][2] for i in group]
+            if self._list_params:
+                b["sampling_params"] = [items[i][1] for i in group]
+                if starts[0] is not None:
+                    b["logprob_start_len"] = starts
+            else:
+                b["sampling_params"] = items[group[0]][1]
+                if starts[0] is not None:
+                    b["logprob_start_len"] = starts[0]
+            return b
+
+        def post(group: list[int]) -> list[dict[str, Any]]:
+            results = self._call("POST", "/generate", body(group))
+            if not isinstance(results, list) or len(results) != len(group) or not all(isinstance(r, dict) for r in results):
+                raise EngineError(
+                    f"SGLang server {self.url} answered a batch of {len(group)} requests with {str(results)[:200]!r}"
+                )
+            return results
+
+        if len(groups) == 1:
+            answers = [post(groups[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=min(len(groups), 32)) as pool:
+                answers = list(pool.map(post, groups))  # the first failure is raised after all finish
+        out: list[dict[str, Any]] = [{}] * len(items)
+        for group, results in zip(groups, answers, strict=True):
+            for i, res in zip(group, results, strict=True):
+                out[i] = res
+        return out
+
+    def _probe(self) -> tuple[bool, bool]:
+        """(does /generate take per-request parameter lists, does the server load the one-pass plugin)."""
+        one = {"temperature": 1.0, "max_new_tokens": 1, "ignore_eos": True}
+        body: dict[str, Any] = {"input_ids": [[1, 2, 3], [1, 2]], "sampling_params": [one, one], "return_logprob": True}
+        try:
+            res = self._call("POST", "/generate", body)
+            list_params = True
+        except EngineHTTPError as exc:
+            if exc.status not in (400, 422):  # a router rejects lists (HTTP 422); anything else is a real error
+                raise
+            body["sampling_params"] = one
+            res = self._call("POST", "/generate", body)
+            list_params = False
+        if not isinstance(res, list) or not res or not isinstance(res[0], dict):
+            raise EngineError(f"SGLang server {self.url} answered a probe /generate with {str(res)[:200]!r}")
+        return list_params, "raw_logprob" in res[0].get("meta_info", {})
 
     # -- HTTP ------------------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers={"Content-Type": "application/json"})
+        """One request to the server at ``self.url``: the engine's single transport."""
         with self._stats_lock:
             self.stats.http_requests += 1
+        return _http(method, self.url + path, body, self.timeout_s)
+
+    def _get_with_fallback(self, path: str, fallback: str) -> Any:
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return json.loads(resp.read().decode())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:2000]
-            raise EngineError(f"SGLang server {self.url}{path} returned HTTP {exc.code}: {detail}") from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise EngineError(
-                f"SGLang server {self.url} is unreachable or not ready ({reason}); start it with "
-                "`bash scripts/sglang_server.sh start` or pass the right --url"
-            ) from None
+            return self._call("GET", path)
+        except EngineHTTPError as exc:
+            if exc.status != 404:
+                raise
+            return self._call("GET", fallback)
+
+    def _server_get(self, path: str) -> list[Any]:
+        """``GET path`` from the server, or from each worker when ``self.url`` is a router (404)."""
+        if self._workers is None:
+            try:
+                return [self._call("GET", path)]
+            except EngineHTTPError as exc:
+                if exc.status != 404:
+                    raise
+                workers = self._call("GET", "/workers")
+                urls = [w.get("url") for w in workers.get("workers", [])] if isinstance(workers, dict) else []
+                if not urls:
+                    raise EngineError(f"{self.url}{path} is missing (HTTP 404) and {self.url}/workers names no worker") from None
+                self._workers = urls
+        return [_http("GET", url + path, None, self.timeout_s) for url in self._workers]
 
     # -- server facts and text -------------------------------------------------------------------
     def _local_config(self) -> dict[str, Any]:
@@ -208,12 +341,21 @@ class SGLangEngine(TokenizerText):
         except (OSError, ValueError):
             return {}
 
-    def server_load(self) -> dict[str, Any]:
-        """``/v1/loads``: KV-pool use (num_used_tokens, token_usage) and cache hit rate."""
-        return self._call("GET", "/v1/loads")
+    def server_loads(self) -> list[dict[str, Any]]:
+        """``/v1/loads`` snapshots, one per scheduler (DP rank, router worker): ``num_used_tokens``
+        (KV tokens held by running requests), ``token_usage``, ``max_total_num_tokens``,
+        ``num_running_reqs``, ``num_waiting_reqs``, ``cache_hit_rate`` (recent window)."""
+        return [load for answer in self._server_get("/v1/loads") for load in answer.get("loads", [])]
 
     def server_info(self) -> dict[str, Any]:
-        return self._call("GET", "/server_info")
+        """``/server_info`` (of the first worker behind a router)."""
+        return self._server_get("/server_info")[0]
+
+    def monitor(self, interval_s: float = 0.25) -> ServerMonitor:
+        """A context manager that samples :meth:`server_loads` while a run is in progress."""
+        from .sglang_monitor import ServerMonitor
+
+        return ServerMonitor(self, interval_s)
 
     @property
     def tokenizer(self) -> Any:
@@ -224,21 +366,34 @@ class SGLangEngine(TokenizerText):
         return self._tokenizer
 
 
+def _http(method: str, url: str, body: Any, timeout_s: float) -> Any:
+    """One HTTP exchange: the parsed JSON answer (or its text, e.g. ``/health``'s).
+
+    Raises EngineHTTPError on an error status, EngineUnreachable when the connection
+    fails, EngineError on a timeout."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            text = resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:2000]
+        raise EngineHTTPError(f"SGLang server {url} returned HTTP {exc.code}: {detail}", exc.code) from None
+    except (urllib.error.URLError, ConnectionError, http.client.HTTPException, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError):
+            raise EngineError(
+                f"SGLang server {url} did not answer within timeout_s={timeout_s:g} s; raise `timeout_s` (--timeout) "
+                "for long calls"
+            ) from None
+        base = url.split("/", 3)[:3]
+        raise EngineUnreachable(f"SGLang server {'/'.join(base)} is unreachable or not ready ({reason!r}); {_START_HINT}") from None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _as_float(x: Any) -> float:
     """A log-probability from JSON; null (not computed) and NaN become NaN (caught downstream)."""
     return math.nan if x is None else float(x)
-
-
-def wait_ready(url: str, timeout_s: float = 300.0) -> None:
-    """Block until ``GET url/health`` answers 200, or raise EngineError naming the URL."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=5) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        if time.monotonic() > deadline:
-            raise EngineError(f"SGLang server {url} not ready after {timeout_s:.0f} s")
-        time.sleep(1.0)

@@ -1,0 +1,163 @@
+"""``power_gen``: exact power sampling as a step of SGLang frontend programs.
+
+Inside an ``@sgl.function`` body, ``power_gen(s, "answer", ...)`` samples a response y
+of exactly ``max_new_tokens`` tokens (no EOS stop) approximately from
+
+    pi_alpha(y | x) ∝ p0(y | x)^alpha,      x = the program's text so far,
+
+with PowerMH (``rule="sequential"``) or PreSTO-PowerMH (``rule="step"``, default; or
+``"bfs"``, ``"predictive"``), through the token-level :class:`SGLangEngine` against the
+program's backend (its ``RuntimeEndpoint`` URL). The decoded response, up to its first
+EOS, is appended to the program text and stored in ``s[name]``;
+``s.get_meta_info(name)`` holds the chain's metrics (the ``PromptMetrics`` fields),
+its exact ids (``prompt_ids``, ``output_ids``), per-token log q_tau and log p0 and
+``log_p0`` = sum_t log p0(y_t | x, y_<t).
+
+Token ids, never a text round trip: SGLang's frontend is text-only, and re-encoding
+decoded text can change the ids. The prompt is the program text tokenized once, as
+the server tokenizes text. A power_gen leaves the exact ids of the state's text
+(prompt ids + the response ids kept in the text) on the state; a later power_gen on
+that state or on its forks starts from those ids and tokenizes only text appended
+since (``meta["prompt_source"]``: ``"text"``, ``"ids"`` or ``"ids+text"``).
+
+Several chains: ``power_gen(s.fork(n), name, ...)`` runs one chain per fork
+concurrently (the server batches their requests), chain i keyed by (seed,
+chain_id + i): independent chains whose requests share the prompt prefix in the
+server's radix cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from .config import RULE_KEYING, PowerConfig, PrestoConfig
+from .engines.sglang_http import SGLangEngine
+from .runner import run_prompts
+from .samplers import SampleResult, make_sampler
+
+if TYPE_CHECKING:
+    from sglang.lang.interpreter import ProgramState, ProgramStateGroup
+
+SEQUENTIAL = "sequential"
+TRACE_VAR = "_presto_token_ids"
+"""The program variable that holds a state's :class:`TokenTrace` (copied into forks)."""
+
+
+@dataclass(frozen=True)
+class TokenTrace:
+    """The exact token ids ``ids`` that the program text ``text`` stands for."""
+
+    text: str
+    ids: tuple[int, ...]
+
+
+_engines: dict[str, SGLangEngine] = {}
+_engines_lock = threading.Lock()
+
+
+def power_gen(
+    s: ProgramState | ProgramStateGroup | Sequence[ProgramState],
+    name: str,
+    *,
+    max_new_tokens: int = 64,
+    block_size: int = 16,
+    steps: int = 10,
+    alpha: float = 4.0,
+    tau: float | None = None,
+    rule: str = "step",
+    budget: int = 20,
+    seed: int = 0,
+    chain_id: int = 0,
+    engine: SGLangEngine | None = None,
+) -> None:
+    """Run a power-sampling chain on the program state ``s`` (or one per fork) and store it as ``name``.
+
+    ``max_new_tokens`` / ``block_size`` / ``steps`` / ``alpha`` / ``tau`` are those of
+    :class:`PowerConfig`, ``rule`` / ``budget`` those of :class:`PrestoConfig` (plus
+    ``"sequential"``). ``engine`` replaces the engine built from the program's backend.
+    """
+    states = _program_states(s)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"`name` (={name!r}) must be a non-empty string: the variable that receives the response")
+    if isinstance(chain_id, bool) or not isinstance(chain_id, int):
+        raise ValueError(f"`chain_id` (={chain_id!r}) must be an integer (fork i runs chain chain_id + i)")
+    if rule != SEQUENTIAL and rule not in RULE_KEYING:
+        raise ValueError(f"`rule` (={rule!r}) must be one of {[SEQUENTIAL, *sorted(RULE_KEYING)]}")
+    presto = None if rule == SEQUENTIAL else PrestoConfig(rule=rule, budget=budget)  # type: ignore[arg-type]
+    keying = "step" if presto is None else presto.keying
+    config = PowerConfig(alpha=alpha, max_new_tokens=max_new_tokens, block_size=block_size, steps=steps, tau=tau, keying=keying)
+    eng = engine if engine is not None else _engine_for(states[0].stream_executor.backend)
+    sampler = make_sampler(eng, config, presto)
+
+    texts = [st.text() for st in states]  # waits for the expressions submitted before
+    prompts = [_prompt_ids(st, text, eng) for st, text in zip(states, texts, strict=True)]
+
+    def run_one(prompt: Sequence[int], *, seed: int, prompt_id: int) -> SampleResult:
+        return sampler.run(prompt, seed=seed, prompt_id=chain_id + prompt_id)
+
+    results = run_prompts(run_one, [ids for ids, _ in prompts], seed=seed, workers=len(states))
+    eos = eng.eos_token_id
+    for i, (st, text, (ids, source), result) in enumerate(zip(states, texts, prompts, results, strict=True)):
+        tokens = result.state.tokens
+        eos_index = tokens.index(eos) if eos is not None and eos in tokens else None
+        kept = tokens[:eos_index]
+        response = eng.decode(kept)
+        meta: dict[str, Any] = {
+            **asdict(result.metrics),
+            "prompt_ids": list(ids),
+            "prompt_source": source,
+            "output_ids": list(tokens),
+            "output_token_logq": list(result.state.logq),
+            "output_token_logp": list(result.state.logp),
+            "log_p0": result.state.log_likelihood(),
+            "eos_index": eos_index,
+            "seed": seed,
+            "chain_id": chain_id + i,
+            "sampler": sampler.describe(),
+        }
+        executor = st.stream_executor
+        executor.variables[name] = response
+        executor.meta_info[name] = meta
+        executor.variables[TRACE_VAR] = TokenTrace(text + response, ids + kept)
+        st += response
+
+
+def _program_states(s: Any) -> list[ProgramState]:
+    try:
+        from sglang.lang.interpreter import ProgramState, ProgramStateGroup
+    except ImportError as exc:
+        raise ImportError(f"power_gen needs sglang's frontend ({exc}); run from .venv-sglang (`bash scripts/install_sglang.sh`)") from exc
+    states = s.states if isinstance(s, ProgramStateGroup) else [s] if isinstance(s, ProgramState) else list(s)
+    if not states or not all(isinstance(st, ProgramState) for st in states):
+        raise TypeError(
+            f"`s` (a {type(s).__name__}) must be the program state of an @sgl.function body, a group from s.fork(n), "
+            "or a list of program states"
+        )
+    return states
+
+
+def _engine_for(backend: Any) -> SGLangEngine:
+    """One cached :class:`SGLangEngine` per server URL of a ``RuntimeEndpoint`` backend."""
+    url = getattr(backend, "base_url", None)
+    if not isinstance(url, str):
+        raise TypeError(
+            f"power_gen runs on an SGLang server, but the program's backend is a {type(backend).__name__}; use "
+            "sgl.set_default_backend(sgl.RuntimeEndpoint(url)) (or backend=...) or pass engine=SGLangEngine(url)"
+        )
+    with _engines_lock:
+        if url not in _engines:
+            _engines[url] = SGLangEngine(url)
+        return _engines[url]
+
+
+def _prompt_ids(state: ProgramState, text: str, engine: SGLangEngine) -> tuple[tuple[int, ...], str]:
+    """The prompt ids of ``text`` and their source: exact ids from an earlier power_gen, or tokenized text."""
+    trace = state.stream_executor.variables.get(TRACE_VAR)
+    if isinstance(trace, TokenTrace) and text.startswith(trace.text):
+        rest = text[len(trace.text) :]
+        return (trace.ids + tuple(engine.encode(rest)), "ids+text") if rest else (trace.ids, "ids")
+    # As SGLang's tokenizer manager encodes a text request (special tokens such as BOS added).
+    return tuple(engine.tokenizer(text)["input_ids"]), "text"
