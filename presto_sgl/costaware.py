@@ -40,10 +40,11 @@ t(n), u_i = P(request i is ever used) with s = 0, lambda the run's measured rate
 
 Measured (benchmarks/cost_aware_sim.py: reference LM V=32 sharpness 2, T=48, K=20,
 alpha=4, 8 prompts x 5 seeds; transitions per synthetic second): rollout at N=20 vs the
-best fixed budget: law A (embedded engine) 1.333 vs 1.321 (N=20); law B (CPU SGLang
-server) 1.170 vs 1.149 (N=4); law C (GPU-like) 8.33 vs 8.57 (N=20) -- below it. At
-N=10: A 1.224 vs 1.205, B 1.175 vs 1.149, C 7.10 vs 7.26. ``myopic`` and ``renewal``
-stay below the best fixed budget on A and C. Planning costs ~20-30 ms per call here.
+best fixed budget: law A (embedded engine) 1.321 vs 1.321 (N=20, a tie); law B (CPU
+SGLang server) 1.184 vs 1.149 (N=4); law C (GPU-like) 8.33 vs 8.57 (N=20) -- below it.
+At N=10 vs the best fixed budget <= 10: A 1.215 vs 1.205, B 1.189 vs 1.149, C 7.05 vs
+7.26 (below). ``myopic`` and ``renewal`` stay below the best fixed budget on A and C.
+Planning costs ~10-30 ms per call here (pure Python).
 
 Planning reads only the root, the keyed cuts, the store's prefixes, realized decisions
 and states, and call times -- never an unused proposal's content -- so the chain stays

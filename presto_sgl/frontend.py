@@ -94,6 +94,10 @@ def power_gen(
 
     texts = [st.text() for st in states]  # waits for the expressions submitted before
     prompts = [_prompt_ids(st, text, eng) for st, text in zip(states, texts, strict=True)]
+    if not all(ids for ids, _ in prompts):
+        raise ValueError(
+            f"power_gen({name!r}) has no prompt: the program text before it is empty; add text first (e.g. s += sgl.user(...))"
+        )
 
     def run_one(prompt: Sequence[int], *, seed: int, prompt_id: int) -> SampleResult:
         return sampler.run(prompt, seed=seed, prompt_id=chain_id + prompt_id)
@@ -129,8 +133,15 @@ def _program_states(s: Any) -> list[ProgramState]:
     try:
         from sglang.lang.interpreter import ProgramState, ProgramStateGroup
     except ImportError as exc:
-        raise ImportError(f"power_gen needs sglang's frontend ({exc}); run from .venv-sglang (`bash scripts/install_sglang.sh`)") from exc
-    states = s.states if isinstance(s, ProgramStateGroup) else [s] if isinstance(s, ProgramState) else list(s)
+        raise ImportError(
+            f"power_gen needs sglang's frontend ({exc}); run from .venv-sglang (`bash scripts/install_sglang.sh`)"
+        ) from exc
+    if isinstance(s, ProgramStateGroup):
+        states = list(s.states)
+    elif isinstance(s, ProgramState):
+        states = [s]
+    else:
+        states = list(s) if isinstance(s, (list, tuple)) else []
     if not states or not all(isinstance(st, ProgramState) for st in states):
         raise TypeError(
             f"`s` (a {type(s).__name__}) must be the program state of an @sgl.function body, a group from s.fork(n), "

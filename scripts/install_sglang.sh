@@ -11,7 +11,8 @@
 #   - scripts/sglang_cpu/patch_torchvision.py: makes PyPI's CUDA-linked torchvision
 #     importable beside CPU torch.
 # Also sglang-router (pinned; its wheel holds the Rust router, its few Python dependencies are
-# sglang's too) for scripts/sglang_router.sh, checked and installed on every run (cheap).
+# sglang's too) for scripts/sglang_router.sh, and pytest for tests/test_sglang_runtime.py,
+# both checked and installed on every run (cheap).
 # See scripts/sglang_cpu/README.md. Env: PYTHON (default python3, >= 3.11),
 # SGLANG_INSTALL_MODE=cpu|gpu to override the detection, WHEELS_DIR (default /opt/wheels).
 set -euo pipefail
@@ -78,11 +79,27 @@ install_router() {
   "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${pins[@]}" "sglang-router==$ROUTER_VERSION"
 }
 
+# pytest, for tests/test_sglang_runtime.py (scripts/test.sh runs it with this venv's python):
+# pytest, iniconfig and pluggy at the project's pins (scripts/constraints.txt, as in .venv);
+# what it shares with sglang (packaging, pygments) stays at this venv's CPU pins.
+install_pytest() {
+  local want got pins=()
+  want=$(sed -n 's/^pytest==//p' scripts/constraints.txt)
+  got=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("pytest"))' 2>/dev/null || true)
+  [ "$got" = "$want" ] && return 0
+  say "uv pip install pytest==$want"
+  [ "$MODE" = cpu ] && pins=(--constraint "$SHIMS/constraints.txt")
+  # shellcheck disable=SC2046  (one requirement per line)
+  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${pins[@]}" \
+    $(grep -E '^(pytest|iniconfig|pluggy)==' scripts/constraints.txt)
+}
+
 # (`import sglang` alone takes ~15 s on 2 cores.)
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(want_stamp)" ] \
    && got=$(verify 2>/dev/null); then
   "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -e .  # the plugin (cheap)
   install_router
+  install_pytest
   say "already installed in $VENV: $got, sglang-router $ROUTER_VERSION"
   exit 0
 fi
@@ -128,6 +145,7 @@ say "installing presto-sgl (editable, --no-deps) for the presto_raw_logprob plug
 "${UV[@]}" --no-deps -e .
 
 install_router
+install_pytest
 
 say "verifying"
 verify || die "the install in $VENV does not import as pinned (see above)"

@@ -1,15 +1,49 @@
 #!/usr/bin/env bash
-# The project's test command: set up .venv if needed, then run the whole suite.
-# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m exactness`).
+# The project's test command: set up .venv if needed, run the suite with it, then run
+# tests/test_sglang_runtime.py (in-process sglang.Engine, power_gen programs) with
+# .venv-sglang's python, the one where sglang imports (the .venv run skips that file).
+# Extra arguments go to both runs (e.g. `bash scripts/test.sh -m exactness`); when they
+# name test files, the second run happens only for test_sglang_runtime.py among them.
+# Without .venv-sglang the second run is skipped, unless PRESTO_SGL_REQUIRE_SGLANG=1 (CI),
+# where that is a failure. pytest's exit 5 (no tests collected) counts as success.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/presto-sgl ]; then
   bash scripts/setup.sh || exit 1
 fi
+RUNTIME_TESTS=tests/test_sglang_runtime.py
+
+passed() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
+
 .venv/bin/python -m pytest "$@"
 rc=$?
-if [ "$rc" -eq 5 ]; then
-  echo "pytest collected no tests (exit 5): treated as success"
-  exit 0
+passed "$rc" || echo "test.sh: pytest in .venv failed (exit $rc)" >&2
+
+# The second run's arguments: the options, and the runtime test file (or the paths to it given).
+options=() runtime_paths=() named_paths=no
+for arg in "$@"; do
+  case "$arg" in
+    *test_sglang_runtime.py*) runtime_paths+=("$arg"); named_paths=yes ;;
+    tests/*|*.py|*.py::*) named_paths=yes ;;
+    *) options+=("$arg") ;;
+  esac
+done
+[ "$named_paths" = no ] && runtime_paths=("$RUNTIME_TESTS")
+
+rc2=0
+if [ "${#runtime_paths[@]}" -eq 0 ]; then
+  :
+elif [ -x .venv-sglang/bin/python ]; then
+  .venv-sglang/bin/python -m pytest "${runtime_paths[@]}" "${options[@]}"
+  rc2=$?
+  passed "$rc2" || echo "test.sh: pytest in .venv-sglang failed (exit $rc2)" >&2
+elif [ "${PRESTO_SGL_REQUIRE_SGLANG:-}" = 1 ]; then
+  echo "test.sh: PRESTO_SGL_REQUIRE_SGLANG=1 but .venv-sglang is missing; run bash scripts/install_sglang.sh" >&2
+  rc2=1
+else
+  echo "test.sh: skipped $RUNTIME_TESTS (no .venv-sglang; bash scripts/install_sglang.sh creates it)"
 fi
-exit "$rc"
+
+passed "$rc" || exit "$rc"
+passed "$rc2" || exit "$rc2"
+exit 0

@@ -2,9 +2,10 @@
 
 The stand-in speaks SGLang's native /generate shapes over a reference LM (decode with
 output_token_logprobs = log q_tau; scoring with max_new_tokens 0 and input_token_logprobs
-whose first entry is null; optional one-pass raw_logprob). It checks request building,
-two-pass and one-pass parsing, retries of short responses, and error messages. The real
-server is tested in test_sglang_server.py (marked ``sglang``).
+whose first entry is null; optional one-pass raw_logprob; /v1/loads). It checks request
+building, two-pass and one-pass parsing, retries of short responses, error messages, a
+restart mid-call (the connection closes, the port is dead for a second), the load monitor,
+and router-style bodies. The real server is tested in test_sglang_server.py (``sglang``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class StandIn:
         self.worker = worker
         self.drop_next: float | None = None  # go away on the next POST, back after this many s (inf: never)
         self.in_flight = 0
+        self.down = False
         self.bodies: list[dict] = []
         (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 16, "max_position_embeddings": 64}))
         self.model_path = str(tmp_path)
@@ -81,6 +83,9 @@ class StandIn:
                 if stand_in.fail_status:
                     self._send(stand_in.fail_status, {"error": {"message": "KV pool exhausted"}})
                     return
+                if stand_in.worker is not None and stand_in.worker.down:  # what sglang-router 0.3.2 answers
+                    self._send(500, {"error": {"code": "call_upstream_request_error", "message": "worker down"}})
+                    return
                 if stand_in.worker is not None and isinstance(body["sampling_params"], list):
                     self._send(422, "sampling_params: invalid type: sequence, expected a map")
                     return
@@ -102,6 +107,7 @@ class StandIn:
     def go_away(self, down_s):
         """Stop listening now; serve again on the same port after ``down_s`` seconds."""
         port = self.server.server_port
+        self.down = True
 
         def restart():
             self.server.shutdown()
@@ -109,6 +115,7 @@ class StandIn:
             if math.isfinite(down_s):
                 time.sleep(down_s)
                 self._serve(port)
+                self.down = False
 
         threading.Thread(target=restart, daemon=True).start()
 
@@ -327,6 +334,8 @@ def test_a_router_url_works_with_shared_sampling_params(stand_in):
     assert eng.server_loads()[0]["max_total_num_tokens"] == 1000  # the worker's /v1/loads
     cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=3, keying="step")
     assert PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0).metrics.transitions == 6
+    worker.go_away(1.0)  # the router answers HTTP 500 until its worker is back
+    assert len(eng.generate(reqs)) == 3 and eng.stats.reconnects == 1 and not worker.down
 
 
 def test_cli_trace_has_a_server_record(stand_in, tmp_path, monkeypatch):

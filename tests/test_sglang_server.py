@@ -156,7 +156,7 @@ def _free_port() -> int:
 
 
 def _server_script(*args: str) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / "sglang_server.sh"), *args], check=True, timeout=600)
+    subprocess.run(["bash", str(ROOT / "scripts" / "sglang_server.sh"), *args], check=True, timeout=900)
 
 
 def test_a_chain_survives_a_server_restart(server_url, hf_model):
@@ -167,7 +167,7 @@ def test_a_chain_survives_a_server_restart(server_url, hf_model):
     from presto_sgl.engines.sglang_http import SGLangEngine
 
     port = str(_free_port())
-    _server_script("start", "--port", port, "--dtype", "float32")
+    _server_script("start", "--port", port, "--dtype", "float32", "--timeout", "600")
     try:
         eng = SGLangEngine(f"http://127.0.0.1:{port}", restart_timeout_s=600)
         cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
@@ -193,7 +193,7 @@ def test_a_chain_survives_a_server_restart(server_url, hf_model):
         t0 = time.monotonic()
         _server_script("stop", "--port", port)
         stopped.set()
-        _server_script("start", "--port", port, "--dtype", "float32")
+        _server_script("start", "--port", port, "--dtype", "float32", "--timeout", "600")
         chain.join(600)
         print(f"restart: down and back in {time.monotonic() - t0:.0f} s, reconnects {eng.stats.reconnects}")
         assert not chain.is_alive() and "result" in out

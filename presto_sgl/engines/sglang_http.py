@@ -16,8 +16,9 @@ Failures never advance the chain on partial data; whatever is pending is re-issu
 fresh draws (exact: the engine is unseeded and the failure does not depend on what was
 drawn), at most ``max_retries`` times per call:
 - a short, aborted or inconsistent response is re-issued at once;
-- a lost connection (refused, reset, closed mid-answer: a server restart) first waits
-  until ``GET /health`` answers again, up to ``restart_timeout_s``
+- a lost connection (refused, reset, closed mid-answer: a server restart; behind a
+  router, its HTTP 500 ``call_upstream_request_error``) first waits until ``GET /health``
+  answers again (of the router's workers too), up to ``restart_timeout_s``
   (``stats.reconnects`` counts these).
 
 An SGLang router (``sglang-router``, see ``scripts/sglang_router.sh``) works as the URL
@@ -109,7 +110,7 @@ class SGLangEngine(TokenizerText):
         self.restart_timeout_s = float(restart_timeout_s)
         self.stats = ServerStats()
         self._stats_lock = threading.Lock()
-        self._workers: list[str] | None = None  # behind a router: the worker URLs, read once
+        self._workers: list[str] | None = None  # the router's worker URLs ([]: a server), read once
         info = self._get_with_fallback("/model_info", "/get_model_info")
         self.model_path = info.get("model_path")
         config = self._local_config()
@@ -188,11 +189,14 @@ class SGLangEngine(TokenizerText):
             ) from None
 
     def wait_healthy(self, timeout_s: float, interval_s: float = 1.0) -> bool:
-        """Poll ``GET /health`` until it answers (True) or ``timeout_s`` passes (False)."""
+        """Poll ``GET /health`` (behind a router: of every worker too) until it answers (True)
+        or ``timeout_s`` passes (False)."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
                 self._call("GET", "/health")
+                for url in self._router_workers():
+                    _http("GET", url + "/health", None, self.timeout_s)
                 return True
             except EngineError:
                 if time.monotonic() >= deadline:
@@ -318,20 +322,27 @@ class SGLangEngine(TokenizerText):
                 raise
             return self._call("GET", fallback)
 
-    def _server_get(self, path: str) -> list[Any]:
-        """``GET path`` from the server, or from each worker when ``self.url`` is a router (404)."""
+    def _router_workers(self) -> list[str]:
+        """The worker URLs when ``self.url`` is an SGLang router (``GET /workers``), else []."""
         if self._workers is None:
             try:
-                return [self._call("GET", path)]
+                answer = self._call("GET", "/workers")
             except EngineHTTPError as exc:
                 if exc.status != 404:
                     raise
-                workers = self._call("GET", "/workers")
-                urls = [w.get("url") for w in workers.get("workers", [])] if isinstance(workers, dict) else []
-                if not urls:
-                    raise EngineError(f"{self.url}{path} is missing (HTTP 404) and {self.url}/workers names no worker") from None
-                self._workers = urls
-        return [_http("GET", url + path, None, self.timeout_s) for url in self._workers]
+                answer = {}
+            workers = answer.get("workers", []) if isinstance(answer, dict) else []
+            self._workers = [w["url"] for w in workers if isinstance(w, dict) and w.get("url")]
+        return self._workers
+
+    def _server_get(self, path: str) -> list[Any]:
+        """``GET path`` from the server, or from each worker when ``self.url`` is a router (404)."""
+        try:
+            return [self._call("GET", path)]
+        except EngineHTTPError as exc:
+            if exc.status != 404 or not self._router_workers():
+                raise
+        return [_http("GET", url + path, None, self.timeout_s) for url in self._router_workers()]
 
     # -- server facts and text -------------------------------------------------------------------
     def _local_config(self) -> dict[str, Any]:
@@ -378,6 +389,8 @@ def _http(method: str, url: str, body: Any, timeout_s: float) -> Any:
             text = resp.read().decode()
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:2000]
+        if "call_upstream_request_error" in detail:  # sglang-router 0.3.2 cannot reach its worker (HTTP 500)
+            raise EngineUnreachable(f"SGLang router {_origin(url)} cannot reach its worker ({detail}); {_START_HINT}") from None
         raise EngineHTTPError(f"SGLang server {url} returned HTTP {exc.code}: {detail}", exc.code) from None
     except (urllib.error.URLError, ConnectionError, http.client.HTTPException, TimeoutError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -386,12 +399,16 @@ def _http(method: str, url: str, body: Any, timeout_s: float) -> Any:
                 f"SGLang server {url} did not answer within timeout_s={timeout_s:g} s; raise `timeout_s` (--timeout) "
                 "for long calls"
             ) from None
-        base = url.split("/", 3)[:3]
-        raise EngineUnreachable(f"SGLang server {'/'.join(base)} is unreachable or not ready ({reason!r}); {_START_HINT}") from None
+        raise EngineUnreachable(f"SGLang server {_origin(url)} is unreachable or not ready ({reason!r}); {_START_HINT}") from None
     try:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _origin(url: str) -> str:
+    """``http://host:port`` of a request URL."""
+    return "/".join(url.split("/", 3)[:3])
 
 
 def _as_float(x: Any) -> float:

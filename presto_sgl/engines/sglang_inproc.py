@@ -6,7 +6,8 @@ native ``/generate`` bodies with ``input_ids`` (never text), log q_tau from
 or a prefill-only scoring pass, one-pass detection (``mode="auto"``), validation and
 bounded re-issue of short or aborted responses. Only the transport differs:
 ``_call(method, path, body)`` hands the body to ``sglang.Engine`` in this process
-instead of an HTTP server.
+instead of an HTTP server, and answers like one (other routes: HTTP 404; SGLang's
+ValueError for a bad request: 400; its RuntimeError: 500; all :class:`EngineHTTPError`).
 
 =====================  ====================================================
 ``POST /generate``     ``Engine.generate(**body)`` (a list for a batch body)
@@ -34,10 +35,10 @@ import os
 import sys
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from .base import EngineError
-from .sglang_http import SGLangEngine
+from .sglang_http import EngineHTTPError, SGLangEngine
 
 PLUGIN = "presto_raw_logprob"
 CPU_ENGINE_ARGS: dict[str, Any] = {
@@ -114,16 +115,19 @@ class SGLangInProcessEngine(SGLangEngine):
 
     # -- transport ---------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: Any = None) -> Any:
+        """Like an SGLang server: unknown routes answer 404 (so the base sees no router),
+        bad requests 400 (SGLang's ValueError), failed ones 500."""
         route = _ROUTES.get((method, path))
         if route is None:
-            raise EngineError(f"the in-process SGLang engine has no {method} {path}; known: {sorted(_ROUTES)}")
+            raise EngineHTTPError(f"the in-process SGLang engine has no {method} {path} (it serves {sorted(_ROUTES)})", 404)
         engine = self._engine if self._engine is not None else self._start()
         with self._stats_lock:
             self.stats.http_requests += 1  # requests to the engine (no HTTP here)
         try:
             return route(engine, body)
-        except (ValueError, RuntimeError) as exc:  # what SGLang raises for a bad or failed request
-            raise EngineError(f"in-process SGLang engine {method} {path} failed: {exc}") from exc
+        except (ValueError, RuntimeError) as exc:
+            status = 400 if isinstance(exc, ValueError) else 500
+            raise EngineHTTPError(f"in-process SGLang engine {method} {path} failed: {exc}", status) from exc
 
     def _start(self) -> Any:
         if self._engine_args["device"] == "cpu":
@@ -152,7 +156,7 @@ class SGLangInProcessEngine(SGLangEngine):
         if engine is not None:
             engine.shutdown()
 
-    def __enter__(self) -> SGLangInProcessEngine:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
