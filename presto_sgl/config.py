@@ -69,8 +69,9 @@ class PrestoConfig:
     ``bfs`` is the paper's breadth-first rule over the path-keyed tree; ``predictive``
     selects the path-keyed requests that maximize the predicted reaching weight (paper
     Eq. 19); ``step`` issues one shared request per depth (step keys) and carries valid
-    proposals over rounds. ``cost_aware`` (step only) picks the number of depths per call
-    that maximizes predicted transitions per second, up to ``budget``. ``predictor`` is
+    proposals over rounds. ``cost_aware`` (step only) picks the number of depths per call,
+    up to ``budget``, that minimizes the predicted call time to finish the stage (a
+    rollout over a fitted time-per-call model; :mod:`presto_sgl.costaware`). ``predictor`` is
     "default" (shipped with the package) or the path of a saved predictor; ``online``
     refits it on the decisions the run has already scored.
     """

@@ -1,7 +1,9 @@
 """Planners: which suffix requests a PreSTO round sends (not which path MH takes).
 
-Both rules see the round's root state and return requests whose prefixes are
-prefixes of the root (DESIGN §2):
+Every rule sees the round's root state and returns requests whose prefixes are
+prefixes of the root (DESIGN §2). Here the two rules without a predictor; the
+predictive rule (paper Eq. 19) is :mod:`presto_sgl.predictive` and the cost-aware step
+budget :mod:`presto_sgl.costaware`; :func:`make_planner` picks one from the config.
 
 * :class:`BFSPlanner` -- the paper's default (§3.2) over the path-keyed tree. Root cut
   T; expanding node v forms the request of its decision with cut c_v; it is feasible
