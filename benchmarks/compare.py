@@ -56,9 +56,11 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
         def count(stage, k, state, tr):
             classes[certainty_class(tr.log_accept)] += 1
 
+        # One sampler per method over all prompts, as a user samples a dataset: what a
+        # planner learns online (time-per-call model, predictor refits) carries over.
+        sampler = PowerMH(engine, cfg) if m.presto is None else PrestoPowerMH(engine, cfg, m.presto)
         with monitor() if monitor is not None else contextlib.nullcontext() as server:
             for i, p in enumerate(prompts):
-                sampler = PowerMH(engine, cfg) if m.presto is None else PrestoPowerMH(engine, cfg, m.presto)
                 results.append(sampler.run(p, seed=args.seed, prompt_id=i, on_transition=count))
         ms = [r.metrics for r in results]
         calls = sum(x.model_calls for x in ms)

@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--predictor", default="default", help="eps-certainty predictor: default or a saved file")
     ap.add_argument("--online", action="store_true", help="refit the predictor online during each run")
+    ap.add_argument("--family", choices=("all", "path", "step"), default="all",
+                    help="path: sequential/bfs/predictive only; step: sequential/step/step+cost only")
     ap.add_argument("--seed", type=int, default=10086)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -81,7 +83,8 @@ def main() -> None:
           f"prompts={args.prompts} predictor={args.predictor} online={args.online}", flush=True)
     t0 = time.perf_counter()
     prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]
-    rows = compare_rules(engine, prompts, args, methods(args.budgets, args.predictor, args.online))
+    chosen = [m for m in methods(args.budgets, args.predictor, args.online) if args.family in ("all", m.keying)]
+    rows = compare_rules(engine, prompts, args, chosen)
     print(table(rows))
     for r in rows:
         if r["rule"] == "sequential":
