@@ -1,4 +1,4 @@
-"""Sequential PowerMH vs PreSTO (`bfs`, `step`) on the reference engine, side by side.
+"""Sequential PowerMH vs PreSTO (`bfs`, `predictive` with online refit, `step`) on the reference engine, side by side.
 
 Same prompts, same keys, same engine in one run; prints model calls, transitions per
 call, requests per call, realized / unreachable / wasted requests, coordinator time,
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     engine = ReferenceEngine(ReferenceLM(args.vocab, sharpness=args.sharpness, seed=0))
     prompts = [[(3 * i + j) % args.vocab for j in range(8)] for i in range(args.prompts)]
     rows = []
-    for keying, rules in (("path", ("bfs",)), ("step", ("step",))):
+    for keying, rules in (("path", ("bfs", "predictive")), ("step", ("step",))):
         cfg = PowerConfig(alpha=args.alpha, max_new_tokens=args.n, block_size=args.block, steps=args.steps, keying=keying)
         seq = [PowerMH(engine, cfg).run(p, seed=args.seed, prompt_id=i) for i, p in enumerate(prompts)]
         rows.append(summarize(f"sequential ({keying} keys)", 1, seq, seq))
@@ -37,7 +37,10 @@ def run(args: argparse.Namespace) -> list[dict]:
             for budget in BUDGETS:
                 t0 = time.perf_counter()
                 res = [
-                    PrestoPowerMH(engine, cfg, PrestoConfig(rule, budget)).run(p, seed=args.seed, prompt_id=i)
+                    # the shipped predictor was fitted on SmolLM2: refit it online on this LM
+                    PrestoPowerMH(engine, cfg, PrestoConfig(rule, budget, online=rule == "predictive")).run(
+                        p, seed=args.seed, prompt_id=i
+                    )
                     for i, p in enumerate(prompts)
                 ]
                 rows.append(summarize(rule, budget, res, seq, time.perf_counter() - t0))
