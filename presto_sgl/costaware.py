@@ -60,7 +60,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .certainty import Observation, Predictor, certainty_class, h_plus
+from .certainty import Predictor, h_plus
 from .planner import PlannedRequest, RoundContext, RoundFeedback, StepPlanner
 
 EXPLORE = (1.0, 0.0, 0.5, 0.25)
@@ -446,5 +446,4 @@ class CostAwareStepPlanner(StepPlanner):
             self.time_model.observe([new for _, new in feedback.requests], feedback.time_s)
         self.transitions += len(feedback.decisions)
         self.call_time_s += feedback.time_s
-        T = feedback.length
-        self.predictor.observe([Observation(cut / T, certainty_class(log_a)) for cut, log_a in feedback.decisions])
+        self.predictor.observe(feedback.observations())

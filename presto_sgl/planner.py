@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from .certainty import Observation, certainty_class
 from .config import Keying, PrestoConfig
 from .keys import DecisionDraws
 from .proposals import DecisionId, ProposalStore
@@ -49,6 +50,10 @@ class RoundFeedback:
     decisions: tuple[tuple[int, float], ...]  # (cut, log A) of each transition walked
     requests: tuple[tuple[int, int], ...]  # (prefix length, new tokens) of each request sent
     time_s: float  # wall time of the engine call (0 when no request was sent)
+
+    def observations(self) -> list[Observation]:
+        """The realized decisions as a predictor sees them: (c/T, eps-certainty class)."""
+        return [Observation(cut / self.length, certainty_class(log_a)) for cut, log_a in self.decisions]
 
 
 @dataclass(frozen=True)

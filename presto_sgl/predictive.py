@@ -34,7 +34,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from .certainty import Observation, Predictor, certainty_class, h_plus
+from .certainty import Predictor, h_plus
 from .config import Keying
 from .planner import PlannedRequest, RoundContext, RoundFeedback
 
@@ -141,5 +141,4 @@ class PredictivePlanner:
 
     def observe(self, feedback: RoundFeedback) -> None:
         """Pass the realized decisions to the predictor as (c/T, eps-certainty class)."""
-        T = feedback.length
-        self.predictor.observe([Observation(cut / T, certainty_class(log_a)) for cut, log_a in feedback.decisions])
+        self.predictor.observe(feedback.observations())

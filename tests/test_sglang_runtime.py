@@ -20,7 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sglang_server import reference  # the transformers fp32 forward pass
+from test_sglang_server import (  # the transformers fp32 forward
+    assert_matches_forward,
+    reference,
+)
 
 pytestmark = pytest.mark.sglang
 
@@ -90,16 +93,8 @@ class TestInProcessEngine:
             yield eng
 
     def test_logprobs_match_a_full_forward(self, engine, hf_model):
-        from presto_sgl.engines.base import Request
-
         assert engine.mode == "one-pass"  # the presto_raw_logprob plugin runs in the scheduler subprocess
-        prompt = tuple(engine.chat_prompt("What is 17 + 25?"))
-        reqs = [Request(prompt, 12, 0.25), Request(prompt[:-3], 8, 1.0), Request(prompt, 6, 0.5)]
-        for req, comp in zip(reqs, engine.generate(reqs)):
-            assert len(comp.tokens) == req.max_new_tokens
-            lq, lp = reference(hf_model, req.prefix, comp.tokens, req.temperature)
-            assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / req.temperature
-            assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
+        assert_matches_forward(engine, hf_model)
 
     def test_entropy_and_server_facts(self, engine, hf_model):
         import torch

@@ -57,22 +57,30 @@ def reference(model, prefix, tokens, tau):
     return logq, logp
 
 
+def assert_matches_forward(engine, hf_model) -> list:
+    """Three requests (different prefixes and taus) scored by ``engine`` agree with
+    :func:`reference` within TOL; returns the completions."""
+    from presto_sgl.engines.base import Request
+
+    prompt = tuple(engine.chat_prompt("What is 17 + 25?"))
+    reqs = [Request(prompt, 12, 0.25), Request(prompt[:-3], 8, 1.0), Request(prompt, 6, 0.5)]
+    comps = engine.generate(reqs)
+    for req, comp in zip(reqs, comps):
+        assert len(comp.tokens) == req.max_new_tokens
+        lq, lp = reference(hf_model, req.prefix, comp.tokens, req.temperature)
+        assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / req.temperature
+        assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
+    return comps
+
+
 @pytest.mark.parametrize("mode", ["two-pass", "one-pass"])
 def test_server_logprobs_match_a_full_forward(server_url, hf_model, mode):
-    from presto_sgl.engines.base import Request
     from presto_sgl.engines.sglang_http import SGLangEngine
 
     eng = SGLangEngine(server_url)
     if mode == "one-pass" and eng.mode != "one-pass":
         pytest.skip("the server does not load the presto_raw_logprob plugin")
-    eng = SGLangEngine(server_url, mode=mode)
-    prompt = tuple(eng.chat_prompt("What is 17 + 25?"))
-    reqs = [Request(prompt, 12, 0.25), Request(prompt[:-3], 8, 1.0), Request(prompt, 6, 0.5)]
-    for req, comp in zip(reqs, eng.generate(reqs)):
-        assert len(comp.tokens) == req.max_new_tokens
-        lq, lp = reference(hf_model, req.prefix, comp.tokens, req.temperature)
-        assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / req.temperature
-        assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
+    for comp in assert_matches_forward(SGLangEngine(server_url, mode=mode), hf_model):
         assert all(math.isfinite(x) for x in comp.logp)
 
 
