@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 Keying = Literal["path", "step"]
-Rule = Literal["bfs", "predictive", "step"]
+Rule = Literal["sequential", "bfs", "predictive", "step"]
 
-RULE_KEYING: dict[str, Keying] = {"bfs": "path", "predictive": "path", "step": "step"}
-"""The keying each planning rule couples with (DESIGN §2)."""
+RULES: tuple[str, ...] = ("sequential", "bfs", "predictive", "step")
+"""How the K transitions of a stage run: one call each (sequential PowerMH) or a PreSTO rule."""
+
+RULE_KEYING: dict[str, Keying | None] = {"sequential": None, "bfs": "path", "predictive": "path", "step": "step"}
+"""The keying each rule couples with (None: either; docs/design.md §4)."""
 
 
 def _is_int(value: object) -> bool:
@@ -64,14 +67,15 @@ class PowerConfig:
 
 @dataclass(frozen=True)
 class PrestoConfig:
-    """PreSTO prefetching: planning ``rule`` and per-call request ``budget`` (N_pf).
+    """How the K transitions run: ``rule`` and the per-call request ``budget`` (N_pf).
 
-    ``bfs`` is the paper's breadth-first rule over the path-keyed tree; ``predictive``
+    ``sequential`` is plain PowerMH, one model call per transition (the budget is unused;
+    either keying). The PreSTO rules: ``bfs`` is the paper's breadth-first rule over the path-keyed tree; ``predictive``
     selects the path-keyed requests that maximize the predicted reaching weight (paper
     Eq. 19); ``step`` issues one shared request per depth (step keys) and carries valid
     proposals over rounds. ``cost_aware`` (step only) picks the number of depths per call,
     up to ``budget``, that minimizes the predicted call time to finish the stage (a
-    rollout over a fitted time-per-call model; :mod:`presto_sgl.costaware`). ``predictor`` is
+    rollout over a fitted time-per-call model; :mod:`presto_sgl.planners.costaware`). ``predictor`` is
     "default" (shipped with the package) or the path of a saved predictor; ``online``
     refits it on the decisions the run has already scored.
     """
@@ -84,7 +88,7 @@ class PrestoConfig:
 
     def __post_init__(self) -> None:
         if self.rule not in RULE_KEYING:
-            raise ValueError(f"`rule` (={self.rule!r}) must be one of {sorted(RULE_KEYING)}")
+            raise ValueError(f"`rule` (={self.rule!r}) must be one of {list(RULES)}")
         if not _is_int(self.budget) or self.budget < 1:
             raise ValueError(f"`budget` (={self.budget!r}) must be an integer >= 1 (requests per model call), e.g. 20")
         if not isinstance(self.predictor, str) or not self.predictor:
@@ -96,5 +100,36 @@ class PrestoConfig:
             raise ValueError(f"`cost_aware` applies to rule 'step' only (got rule={self.rule!r}); use rule='step'")
 
     @property
-    def keying(self) -> Keying:
+    def keying(self) -> Keying | None:
+        """The keys the rule needs (None: sequential runs with either)."""
         return RULE_KEYING[self.rule]
+
+    @property
+    def sequential(self) -> bool:
+        return self.rule == "sequential"
+
+
+def sampling_configs(
+    rule: str = "step",
+    *,
+    keying: str | None = None,
+    budget: int = 20,
+    predictor: str = "default",
+    online: bool = False,
+    cost_aware: bool = False,
+    **power: object,
+) -> tuple[PowerConfig, PrestoConfig]:
+    """The validated (PowerConfig, PrestoConfig) of a sampler for ``rule``.
+
+    ``keying`` defaults to the rule's own (``step`` for ``sequential``, which runs with
+    either); one that does not fit the rule is a ValueError. ``power`` holds the
+    :class:`PowerConfig` fields (alpha, tau, max_new_tokens, block_size, steps).
+    """
+    if rule not in RULE_KEYING:
+        raise ValueError(f"`rule` (={rule!r}) must be one of {list(RULES)}")
+    need = RULE_KEYING[rule]
+    if keying is not None and need is not None and keying != need:
+        raise ValueError(f"`keying` (={keying!r}) does not fit `rule` {rule!r}, which uses {need} keys; drop keying")
+    presto = PrestoConfig(rule=rule, budget=budget, predictor=predictor, online=online, cost_aware=cost_aware)  # type: ignore[arg-type]
+    config = PowerConfig(keying=keying or need or "step", **power)  # type: ignore[arg-type]
+    return config, presto

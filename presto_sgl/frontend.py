@@ -33,15 +33,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .config import RULE_KEYING, PowerConfig, PrestoConfig
-from .engines.sglang_http import SGLangEngine
+from .config import sampling_configs
+from .engines.sglang.http import SGLangEngine
 from .runner import run_prompts
 from .samplers import SampleResult, make_sampler
 
 if TYPE_CHECKING:
     from sglang.lang.interpreter import ProgramState, ProgramStateGroup
 
-SEQUENTIAL = "sequential"
 TRACE_VAR = "_presto_token_ids"
 """The program variable that holds a state's :class:`TokenTrace` (copied into forks)."""
 
@@ -84,11 +83,9 @@ def power_gen(
         raise ValueError(f"`name` (={name!r}) must be a non-empty string: the variable that receives the response")
     if isinstance(chain_id, bool) or not isinstance(chain_id, int):
         raise ValueError(f"`chain_id` (={chain_id!r}) must be an integer (fork i runs chain chain_id + i)")
-    if rule != SEQUENTIAL and rule not in RULE_KEYING:
-        raise ValueError(f"`rule` (={rule!r}) must be one of {[SEQUENTIAL, *sorted(RULE_KEYING)]}")
-    presto = None if rule == SEQUENTIAL else PrestoConfig(rule=rule, budget=budget)  # type: ignore[arg-type]
-    keying = "step" if presto is None else presto.keying
-    config = PowerConfig(alpha=alpha, max_new_tokens=max_new_tokens, block_size=block_size, steps=steps, tau=tau, keying=keying)
+    config, presto = sampling_configs(
+        rule, budget=budget, alpha=alpha, max_new_tokens=max_new_tokens, block_size=block_size, steps=steps, tau=tau
+    )
     eng = engine if engine is not None else _engine_for(states[0].stream_executor.backend)
     sampler = make_sampler(eng, config, presto)
 

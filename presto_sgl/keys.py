@@ -1,7 +1,7 @@
 """Keyed randomness: every draw of a decision comes from a hash of its identity.
 
 A key is ``(run seed, prompt id, stage, decision, purpose)`` hashed with BLAKE2b.
-Two keyings name a decision (DESIGN §2):
+Two keyings name a decision (docs/design.md §4):
 
 * path keys -- the accept/reject bits taken since the stage started ("" at the
   stage's first decision, "10" after an accept then a reject);
@@ -17,7 +17,8 @@ import hashlib
 import math
 from dataclasses import dataclass
 
-_MASK64 = (1 << 64) - 1
+DecisionId = int | str
+"""A decision's identity within a stage: a path string (path keys) or a step index (step keys)."""
 
 
 def hash64(*parts: object) -> int:

@@ -1,4 +1,4 @@
-"""Per-call records, per-prompt metrics, and their recomputation from a JSONL trace.
+"""Per-call and per-transition records, and the per-prompt metrics computed from them.
 
 Definitions follow the paper (App. D.2): ``model_calls`` counts MH calls (one per
 sequential step, one per PreSTO round); block extensions are counted apart in
@@ -7,12 +7,10 @@ sequential step, one per PreSTO round); block extensions are counted apart in
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
-from typing import IO, Any
+from dataclasses import dataclass
 
-from .proposals import DecisionId
+from .keys import DecisionId
 
 
 @dataclass(frozen=True)
@@ -49,6 +47,7 @@ class NodeRecord:
     uniform: float
     accepted: bool
     length: int  # T, response tokens of the stage (the cut fraction is cut / length)
+    draws: int = 1  # requests the decision used: request, request + 1, ... of its call
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def summarize(calls: Iterable[CallRecord], nodes: Iterable[NodeRecord]) -> Promp
     ext = [c for c in calls if c.kind == "extend"]
     mh_requests = [r for c in mh for r in c.requests]
     all_requests = [r for c in calls for r in c.requests]
-    realized = {n.request for n in nodes}
+    realized = {(n.request[0], n.request[1] + j) for n in nodes for j in range(n.draws)}
     issued = len(mh_requests)
     call_time = sum(c.time_s for c in mh)
     prefill = sum(r.prefix_len for r in all_requests)
@@ -108,51 +107,3 @@ def summarize(calls: Iterable[CallRecord], nodes: Iterable[NodeRecord]) -> Promp
         extend_time_s=sum(c.time_s for c in ext),
         coordinator_time_s=sum(c.plan_s + c.walk_s for c in calls),
     )
-
-
-class TraceWriter:
-    """JSONL trace: one line per record, flushed at once so an interrupted run stays valid."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-
-    def write(self, record_type: str, payload: dict[str, Any]) -> None:
-        self._stream.write(json.dumps({"type": record_type, **payload}) + "\n")
-        self._stream.flush()
-
-    def call(self, record: CallRecord) -> None:
-        self.write("call", asdict(record))
-
-    def node(self, record: NodeRecord) -> None:
-        self.write("node", asdict(record))
-
-
-def read_trace(lines: Iterable[str]) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-def node_record(rec: dict[str, Any], block_size: int) -> NodeRecord:
-    """A trace's node record; traces written before ``length`` existed get T = stage * B."""
-    body = {f.name: rec[f.name] for f in fields(NodeRecord) if f.name != "length"}
-    body["request"] = tuple(body["request"])
-    return NodeRecord(**body, length=rec.get("length", rec["stage"] * block_size))
-
-
-def metrics_from_trace(records: Iterable[dict[str, Any]]) -> list[PromptMetrics]:
-    """Recompute each run's metrics from its trace records (one run = records after a ``run``)."""
-    runs: list[tuple[list[CallRecord], list[NodeRecord]]] = []
-    block_size = 0
-    for rec in records:
-        kind = rec["type"]
-        if kind in ("call", "node") and not runs:
-            raise ValueError(f"trace has a {kind!r} record before any 'run' record: is it truncated at the start?")
-        if kind == "run":
-            runs.append(([], []))
-            block_size = rec["block_size"]
-        elif kind == "call":
-            body = {f.name: rec[f.name] for f in fields(CallRecord)}
-            body["requests"] = tuple(RequestRecord(**r) for r in body["requests"])
-            runs[-1][0].append(CallRecord(**body))
-        elif kind == "node":
-            runs[-1][1].append(node_record(rec, block_size))
-    return [summarize(c, n) for c, n in runs]

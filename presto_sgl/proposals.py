@@ -1,29 +1,35 @@
 """Scored proposals waiting to be used, keyed by the decision they were drawn for.
 
-A proposal for decision d with cut c was generated from a prefix P of c response
-tokens. It may serve any state whose first c tokens equal P: that is the only
-validity rule (Condition 1 generalized to the longest common prefix), and it depends
-on the path, never on the proposal's content, so using it is exact.
+The draws of decision d at cut c were generated after a prefix P of c response
+tokens. They may serve any state whose first c tokens equal P and whose own cut for d
+is c: that is the only validity rule (Condition 1 generalized to the longest common
+prefix), and it depends on the path, never on the draws' content, so using them is
+exact (docs/design.md §4).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .kernel import Proposal
-
-DecisionId = int | str
+from .kernels.base import Proposal
+from .keys import DecisionId
 
 
 @dataclass(frozen=True)
 class StoredProposal:
-    prefix: tuple[int, ...]  # the c response tokens the suffix was generated after
-    proposal: Proposal
-    request: tuple[int, int]  # (call index, request index in that call)
+    """The scored draws of one decision at one cut (one per :meth:`Kernel.suffix_draws`)."""
+
+    prefix: tuple[int, ...]  # the c response tokens the draws were generated after
+    proposals: tuple[Proposal, ...]
+    requests: tuple[tuple[int, int], ...]  # (call index, request index in that call) of each draw
+
+    @property
+    def cut(self) -> int:
+        return len(self.prefix)
 
 
 class ProposalStore:
-    """Proposals by decision; at most one per (decision, prefix)."""
+    """Scored draws by decision; at most one set per (decision, prefix)."""
 
     def __init__(self) -> None:
         self._by_decision: dict[DecisionId, list[StoredProposal]] = {}
@@ -35,9 +41,9 @@ class ProposalStore:
         entries.append(stored)
 
     def find(self, decision: DecisionId, tokens: tuple[int, ...], cut: int) -> StoredProposal | None:
-        """The proposal of ``decision`` valid for a state with response ``tokens``, if any."""
+        """The draws of ``decision`` valid for a state with response ``tokens`` and cut ``cut``."""
         for e in self._by_decision.get(decision, ()):
-            if e.proposal.cut == cut and tokens[:cut] == e.prefix:
+            if e.cut == cut and tokens[:cut] == e.prefix:
                 return e
         return None
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .metrics import TraceWriter
+from .trace import TraceWriter
 from .samplers import SampleResult
 
 

@@ -1,30 +1,29 @@
-"""PowerMH (paper Alg. 1) and PreSTO-PowerMH (Alg. 2) over the engine seam.
+"""The sampler: the block schedule around one executor that runs any MH kernel.
 
-Both share the block schedule: stage l extends the state by B tokens from q_tau (no
-EOS stop), then runs K MH transitions targeting p0(x_{1:lB})^alpha. They differ only
-in how the K transitions are executed: one model call per transition, or one batched
-call per prefetch round (planner) followed by a walk over the scored proposals.
-With the same keys both visit exactly the same states (paper Prop. 1).
+Stage l extends the state by B tokens from q_tau (no EOS stop), then runs K MH
+transitions targeting p0(x_{1:lB})^alpha. The transitions run in rounds: the planner
+picks decisions whose draws one batched model call fetches, the walker takes the MH
+path through them. Sequential PowerMH (paper Alg. 1) is the planner that picks the next
+decision only; PreSTO (Alg. 2) is every other planner. With the same keys every rule
+visits exactly the same states (paper Prop. 1; docs/design.md §4).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .config import PowerConfig, PrestoConfig
-from .engines.base import Completion, Engine, EngineError, Request, validate_completion
-from .kernel import Proposal, Transition, mh_step
-from .keys import ChainKeys, DecisionDraws
-from .metrics import CallRecord, NodeRecord, PromptMetrics, RequestRecord, TraceWriter, summarize
-from .planner import RoundContext, RoundFeedback, make_planner
-from .proposals import DecisionId, ProposalStore, StoredProposal
+from .engines.base import Engine, Request
+from .errors import CapabilityError
+from .executor import OnTransition, Recorder, StageExecutor
+from .kernels.base import Kernel
+from .kernels.powermh import PowerMHKernel
+from .keys import ChainKeys
+from .metrics import CallRecord, PromptMetrics, RequestRecord, summarize
+from .planners import Planner, make_planner
 from .state import ChainState
-from .walker import walk
-
-OnTransition = Callable[[int, int, ChainState, Transition], None]
-"""Called after every transition with (stage, k, new state, transition)."""
+from .trace import TraceWriter
 
 
 @dataclass(frozen=True)
@@ -33,68 +32,65 @@ class SampleResult:
     metrics: PromptMetrics
 
 
-class _Recorder:
-    """Runs model calls (timed, validated) and keeps the call and node records."""
-
-    def __init__(self, engine: Engine, trace: TraceWriter | None) -> None:
-        self.engine = engine
-        self.trace = trace
-        self.calls: list[CallRecord] = []
-        self.nodes: list[NodeRecord] = []
-
-    def call(self, requests: Sequence[Request]) -> tuple[list[Completion], float]:
-        t0 = time.perf_counter()
-        completions = self.engine.generate(list(requests))
-        elapsed = time.perf_counter() - t0
-        if len(completions) != len(requests):
-            raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
-        vocab = self.engine.capabilities.vocab_size
-        for req, comp in zip(requests, completions):
-            validate_completion(req, comp, vocab)
-        return completions, elapsed
-
-    def record_call(self, record: CallRecord) -> None:
-        self.calls.append(record)
-        if self.trace:
-            self.trace.call(record)
-
-    def record_node(self, record: NodeRecord) -> None:
-        self.nodes.append(record)
-        if self.trace:
-            self.trace.node(record)
-
-    @property
-    def next_index(self) -> int:
-        return len(self.calls)
+def make_kernel(config: PowerConfig) -> Kernel:
+    """The MH kernel of ``config`` (PowerMH; the paper's other samplers join here)."""
+    return PowerMHKernel(alpha=float(config.alpha), temperature=config.temperature)
 
 
-def _validate_prompt(prompt: Sequence[int], vocab_size: int) -> tuple[int, ...]:
-    if len(prompt) == 0:
-        raise ValueError("`prompt` (=[]) is empty; pass at least one token id (e.g. a BOS or chat-template prefix)")
-    bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int) or not (0 <= t < vocab_size)]
-    if bad:
-        raise ValueError(
-            f"`prompt` has token ids {bad[:5]} outside the vocabulary [0, {vocab_size}); "
-            "tokenize with the engine's tokenizer"
-        )
-    return tuple(int(t) for t in prompt)
+class Sampler:
+    """Power sampling by MH suffix resampling: ``kernel`` (default from ``config``) run by
+    the planner of ``presto.rule`` (default: PreSTO's step rule), or by ``planner`` when
+    given (an object shared by every run of this sampler; see :mod:`presto_sgl.planners`).
 
+    One sampler may run many chains at once (threads): each run gets its own planner
+    state (:meth:`Planner.for_run`); what planners learn is shared on purpose.
+    """
 
-class _BlockSampler:
-    """The block schedule shared by both samplers; subclasses run the K transitions."""
-
-    name = "powermh"
-
-    def __init__(self, engine: Engine, config: PowerConfig) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        config: PowerConfig,
+        presto: PrestoConfig | None = None,
+        *,
+        kernel: Kernel | None = None,
+        planner: Planner | None = None,
+    ) -> None:
         if not isinstance(config, PowerConfig):
             raise TypeError(f"`config` must be a PowerConfig, got {type(config).__name__}")
+        presto = presto if presto is not None else PrestoConfig()
+        if not isinstance(presto, PrestoConfig):
+            raise TypeError(f"`presto` must be a PrestoConfig, got {type(presto).__name__}")
+        if presto.keying is not None and presto.keying != config.keying:
+            raise ValueError(
+                f"rule {presto.rule!r} couples with {presto.keying} keys but `config.keying` is "
+                f"{config.keying!r}; use PowerConfig(keying={presto.keying!r})"
+            )
         self.engine = engine
         self.config = config
+        self.presto = presto
+        self.kernel = kernel if kernel is not None else make_kernel(config)
+        self.planner = planner if planner is not None else make_planner(presto)
+        if self.planner.keying is not None and self.planner.keying != config.keying:
+            raise ValueError(
+                f"the planner {type(self.planner).__name__} needs {self.planner.keying} keys but `config.keying` is "
+                f"{config.keying!r}; use PowerConfig(keying={self.planner.keying!r})"
+            )
+        if getattr(self.kernel, "needs_entropy", False) and not engine.capabilities.entropy:
+            raise CapabilityError(
+                f"the {self.kernel.name} kernel needs per-token entropy, which this engine cannot return; "
+                "use an engine with entropy (embedded, reference, SGLang one-pass)"
+            )
+
+    @property
+    def name(self) -> str:
+        """``sequential`` or ``presto`` (the trace's ``sampler`` field)."""
+        return "sequential" if self.presto.sequential else "presto"
 
     def describe(self) -> dict[str, object]:
         c = self.config
-        return {
+        out: dict[str, object] = {
             "sampler": self.name,
+            "kernel": self.kernel.name,
             "alpha": c.alpha,
             "tau": c.temperature,
             "max_new_tokens": c.max_new_tokens,
@@ -102,17 +98,30 @@ class _BlockSampler:
             "steps": c.steps,
             "keying": c.keying,
         }
+        return out if self.presto.sequential else {**out, **asdict(self.presto)}
 
     def check_prompt(self, prompt: Sequence[int]) -> tuple[int, ...]:
-        """The prompt as a tuple of ids, or a ValueError if it cannot be sampled from."""
-        prompt_ids = _validate_prompt(prompt, self.engine.capabilities.vocab_size)
-        limit = self.engine.capabilities.context_length
-        if limit is not None and len(prompt_ids) + self.config.max_new_tokens > limit:
+        """The prompt as a tuple of ids, or a ValueError naming `prompt` if it cannot be sampled from.
+
+        The one place a prompt is validated (the CLI and ``power_gen`` call it too)."""
+        if isinstance(prompt, (str, bytes)):
+            raise ValueError("`prompt` must be token ids, not text; encode it with the engine's tokenizer")
+        if len(prompt) == 0:
+            raise ValueError("`prompt` (=[]) is empty; pass at least one token id (e.g. a BOS or chat-template prefix)")
+        vocab_size = self.engine.capabilities.vocab_size
+        bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int) or not (0 <= t < vocab_size)]
+        if bad:
             raise ValueError(
-                f"`max_new_tokens` (={self.config.max_new_tokens}) plus the prompt ({len(prompt_ids)} tokens) exceeds "
-                f"the model context ({limit}); use max_new_tokens <= {max(0, limit - len(prompt_ids))} or a shorter prompt"
+                f"`prompt` has token ids {bad[:5]} outside the vocabulary [0, {vocab_size}); "
+                "tokenize with the engine's tokenizer"
             )
-        return prompt_ids
+        limit = self.engine.capabilities.context_length
+        if limit is not None and len(prompt) + self.config.max_new_tokens > limit:
+            raise ValueError(
+                f"`max_new_tokens` (={self.config.max_new_tokens}) plus the prompt ({len(prompt)} tokens) exceeds "
+                f"the model context ({limit}); use max_new_tokens <= {max(0, limit - len(prompt))} or a shorter prompt"
+            )
+        return tuple(int(t) for t in prompt)
 
     def run(
         self,
@@ -128,156 +137,59 @@ class _BlockSampler:
             raise ValueError(f"`seed` (={seed!r}) must be an integer")
         prompt_ids = self.check_prompt(prompt)
         keys = ChainKeys(seed, prompt_id)
-        rec = _Recorder(self.engine, trace)
+        rec = Recorder(self.engine, trace)
         if trace:
             trace.write("run", {**self.describe(), "seed": seed, "prompt_id": prompt_id, "prompt_len": len(prompt_ids)})
         cfg = self.config
+        planner = self.planner.for_run()
         state = ChainState(prompt_ids)
         for stage in range(1, cfg.num_stages + 1):
             L = state.length
             req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage))
             (comp,), elapsed = rec.call([req])
-            rec.record_call(
-                CallRecord(rec.next_index, stage, "extend", 0, (RequestRecord(None, L, len(req.prefix), cfg.block_size, comp.cached_tokens),), elapsed)
-            )
-            state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp)
-            state = self._mh_block(stage, state, keys, rec, on_transition)
+            request = RequestRecord(None, L, len(req.prefix), cfg.block_size, comp.cached_tokens)
+            rec.record_call(CallRecord(len(rec.calls), stage, "extend", 0, (request,), elapsed))
+            state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy)
+            state = StageExecutor(
+                self.kernel, cfg, self.presto.budget, planner, stage, keys, rec, on_transition
+            ).run(state)
         metrics = summarize(rec.calls, rec.nodes)
         if trace:
             trace.write("summary", {"metrics": metrics.__dict__, "tokens": list(state.tokens)})
         return SampleResult(state, metrics)
 
-    def _mh_block(
-        self, stage: int, state: ChainState, keys: ChainKeys, rec: _Recorder, on_transition: OnTransition | None
-    ) -> ChainState:
-        raise NotImplementedError
+
+class PowerMH(Sampler):
+    """Sequential PowerMH (paper Alg. 1): one model call per MH transition."""
+
+    def __init__(self, engine: Engine, config: PowerConfig, *, kernel: Kernel | None = None) -> None:
+        super().__init__(engine, config, PrestoConfig(rule="sequential"), kernel=kernel)
 
 
-class PowerMH(_BlockSampler):
-    """Sequential PowerMH: one model call per MH transition."""
+class PrestoPowerMH(Sampler):
+    """PreSTO-PowerMH (paper Alg. 2): prefetch a subtree of future proposals per call, then walk it."""
 
-    name = "sequential"
-
-    def _mh_block(self, stage, state, keys, rec, on_transition):
-        cfg = self.config
-        T = state.length
-        path = ""
-        for k in range(cfg.steps):
-            decision: DecisionId = path if cfg.keying == "path" else k
-            d = keys.decision(stage, decision)
-            cut = d.cut(T)
-            req = Request(state.context(cut), T - cut, cfg.temperature, d.seed)
-            (comp,), elapsed = rec.call([req])
-            t0 = time.perf_counter()
-            proposal = Proposal(cut, comp.tokens, comp.logq, comp.logp)
-            state, tr = mh_step(state, proposal, cfg.alpha, d.uniform)
-            walk_s = time.perf_counter() - t0
-            index = rec.next_index
-            rec.record_call(
-                CallRecord(index, stage, "mh", k, (RequestRecord(decision, cut, len(req.prefix), T - cut, comp.cached_tokens),), elapsed, 0.0, walk_s)
-            )
-            rec.record_node(NodeRecord(index, stage, k, decision, (index, 0), cut, tr.log_accept, tr.uniform, tr.accepted, T))
-            path += "1" if tr.accepted else "0"
-            if on_transition:
-                on_transition(stage, k, state, tr)
-        return state
+    def __init__(
+        self,
+        engine: Engine,
+        config: PowerConfig,
+        presto: PrestoConfig | None = None,
+        planner: Planner | None = None,
+        *,
+        kernel: Kernel | None = None,
+    ) -> None:
+        super().__init__(engine, config, presto, kernel=kernel, planner=planner)
 
 
-class PrestoPowerMH(_BlockSampler):
-    """PreSTO-PowerMH: prefetch a subtree of future proposals per call, then walk it."""
-
-    name = "presto"
-
-    def __init__(self, engine: Engine, config: PowerConfig, presto: PrestoConfig | None = None) -> None:
-        super().__init__(engine, config)
-        presto = presto if presto is not None else PrestoConfig()
-        if not isinstance(presto, PrestoConfig):
-            raise TypeError(f"`presto` must be a PrestoConfig, got {type(presto).__name__}")
-        if presto.keying != config.keying:
-            raise ValueError(
-                f"rule {presto.rule!r} couples with {presto.keying} keys but `config.keying` is "
-                f"{config.keying!r}; use PowerConfig(keying={presto.keying!r})"
-            )
-        self.presto = presto
-        self.planner = make_planner(presto)
-
-    def describe(self) -> dict[str, object]:
-        return {**super().describe(), **asdict(self.presto)}
-
-    def _mh_block(self, stage, state, keys, rec, on_transition):
-        cfg = self.config
-        T = state.length
-        path_keys = cfg.keying == "path"
-        cache: dict[DecisionId, DecisionDraws] = {}
-
-        def draws(decision: DecisionId) -> DecisionDraws:
-            if decision not in cache:
-                cache[decision] = keys.decision(stage, decision)
-            return cache[decision]
-
-        def decision_of(path: str, k: int) -> DecisionId:
-            return path if path_keys else k
-
-        store = ProposalStore()
-        path, k = "", 0
-        while k < cfg.steps:
-            t0 = time.perf_counter()
-            ctx = RoundContext(state, path, k, cfg.steps - k, self.presto.budget, draws, store)
-            planned = self.planner.plan(ctx)
-            requests = [
-                Request(state.context(p.cut), T - p.cut, cfg.temperature, draws(p.decision).seed) for p in planned
-            ]
-            plan_s = time.perf_counter() - t0
-            completions, elapsed = rec.call(requests) if requests else ([], 0.0)
-            t1 = time.perf_counter()
-            index = rec.next_index
-            for j, (p, comp) in enumerate(zip(planned, completions)):
-                proposal = Proposal(p.cut, comp.tokens, comp.logq, comp.logp)
-                store.add(p.decision, StoredProposal(state.tokens[: p.cut], proposal, (index, j)))
-            result = walk(
-                state, path, k, cfg.steps - k, alpha=cfg.alpha, decision_of=decision_of, draws=draws, store=store
-            )
-            walk_s = time.perf_counter() - t1
-            if not result.steps:
-                raise RuntimeError(f"planner {self.presto.rule!r} made no progress at stage {stage}, k={k}")
-            rec.record_call(
-                CallRecord(
-                    index,
-                    stage,
-                    "mh",
-                    k,
-                    tuple(
-                        RequestRecord(p.decision, p.cut, len(r.prefix), r.max_new_tokens, c.cached_tokens, p.reachable)
-                        for p, r, c in zip(planned, requests, completions)
-                    ),
-                    elapsed,
-                    plan_s,
-                    walk_s,
-                )
-            )
-            for i, step in enumerate(result.steps):
-                tr = step.transition
-                rec.record_node(
-                    NodeRecord(index, stage, k + i, step.decision, step.request, tr.cut, tr.log_accept, tr.uniform, tr.accepted, T)
-                )
-                if on_transition:
-                    on_transition(stage, k + i, step.state, tr)
-            self.planner.observe(
-                RoundFeedback(
-                    T,
-                    tuple((s.transition.cut, s.transition.log_accept) for s in result.steps),
-                    tuple((len(r.prefix), r.max_new_tokens) for r in requests),
-                    elapsed,
-                )
-            )
-            state, path, k = result.state, result.path, k + len(result.steps)
-            if self.planner.carries_over:
-                store.discard_before(k)
-            else:
-                store.clear()
-        return state
-
-
-def make_sampler(engine: Engine, config: PowerConfig, presto: PrestoConfig | None = None) -> _BlockSampler:
-    """Sequential PowerMH when ``presto`` is None, else PreSTO-PowerMH."""
-    return PowerMH(engine, config) if presto is None else PrestoPowerMH(engine, config, presto)
+def make_sampler(
+    engine: Engine,
+    config: PowerConfig,
+    presto: PrestoConfig,
+    *,
+    kernel: Kernel | None = None,
+    planner: Planner | None = None,
+) -> Sampler:
+    """The sampler of ``presto.rule`` (``sequential``, ``bfs``, ``predictive``, ``step``) on
+    ``engine``: the one way the CLI, ``power_gen``, the runner and the benchmarks build
+    samplers (with :func:`presto_sgl.config.sampling_configs` for the configs)."""
+    return Sampler(engine, config, presto, kernel=kernel, planner=planner)

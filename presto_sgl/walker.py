@@ -1,9 +1,10 @@
 """The walker: which path MH takes through the prefetched proposals.
 
-From the round's root, at each decision take the proposal valid for the current
-state (same cut, same kept prefix), draw the decision's uniform, accept (left) or
-reject (right). Stop at the first decision with no valid proposal -- it is deferred
-to the next round with its keyed cut -- or after ``max_steps`` transitions.
+From the round's root, at each decision ask the kernel for its cut at the current
+state, take the draws valid for that state (same cut, same kept prefix), and let the
+kernel decide: accept (left) or reject (right). Stop at the first decision with no
+valid draws -- it is deferred to the next round with its keyed randomness -- or after
+``max_steps`` transitions (docs/design.md §4).
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .kernel import Transition, mh_step
-from .keys import DecisionDraws
-from .proposals import DecisionId, ProposalStore
+from .kernels.base import Kernel, Transition
+from .keys import DecisionDraws, DecisionId
+from .proposals import ProposalStore
 from .state import ChainState
 
 
 @dataclass(frozen=True)
 class Step:
     decision: DecisionId
-    request: tuple[int, int]
+    requests: tuple[tuple[int, int], ...]  # (call, request index) of the draws used
     transition: Transition
     state: ChainState  # the state after this transition
 
@@ -38,7 +39,7 @@ def walk(
     k0: int,
     max_steps: int,
     *,
-    alpha: float,
+    kernel: Kernel,
     decision_of: Callable[[str, int], DecisionId],
     draws: Callable[[DecisionId], DecisionDraws],
     store: ProposalStore,
@@ -48,10 +49,10 @@ def walk(
     for k in range(k0, k0 + max_steps):
         decision = decision_of(path, k)
         d = draws(decision)
-        found = store.find(decision, state.tokens, d.cut(state.length))
+        found = store.find(decision, state.tokens, kernel.cut(state, d))
         if found is None:
             break
-        state, tr = mh_step(state, found.proposal, alpha, d.uniform)
+        state, tr = kernel.decide(state, found.proposals, d)
         path += "1" if tr.accepted else "0"
-        steps.append(Step(decision, found.request, tr, state))
+        steps.append(Step(decision, found.requests, tr, state))
     return WalkResult(state, path, tuple(steps))

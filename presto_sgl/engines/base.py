@@ -14,9 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-
-class EngineError(RuntimeError):
-    """The engine returned something the sampler cannot use (wrong lengths, NaN, ...)."""
+from ..errors import EngineError
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from .certainty import Predictor, h_plus
-from .config import Keying
-from .planner import PlannedRequest, RoundContext, RoundFeedback
+from ..config import Keying
+from ..predictor.certainty import Predictor, h_plus
+from .base import PlannedRequest, RoundContext, RoundFeedback
 
 
 @dataclass
@@ -69,8 +69,8 @@ def candidate_tree(ctx: RoundContext, predictor: Predictor, limit: int) -> list[
     nodes: list[CandidateNode] = []
     while frontier and len(nodes) < limit:
         neg_weight, _, path, state_cut, parent, accepted = heapq.heappop(frontier)
-        cut = ctx.draws(path).cut(T)
-        if cut > state_cut:  # Condition 1 fails: deferred, nothing below it
+        cut = ctx.cut(path, state_cut)
+        if cut is None:  # Condition 1 fails: deferred, nothing below it
             continue
         if cut not in h_of:
             h_of[cut] = h_plus(predictor, cut / T)
@@ -127,13 +127,20 @@ def allocate(nodes: list[CandidateNode], budget: int) -> tuple[float, list[Candi
 
 
 class PredictivePlanner:
-    """Requests of the selection that maximizes the predicted transitions (Eqs. 14, 19)."""
+    """Requests of the selection that maximizes the predicted transitions (Eqs. 14, 19).
 
-    keying: Keying = "path"
+    It has no round state: every run shares the one object and its predictor (an online
+    predictor learns from every chain; its refits are thread-safe).
+    """
+
+    keying: Keying | None = "path"
     carries_over = False
 
     def __init__(self, predictor: Predictor) -> None:
         self.predictor = predictor
+
+    def for_run(self) -> PredictivePlanner:
+        return self
 
     def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
         _, selection = allocate(candidate_tree(ctx, self.predictor, ctx.budget), ctx.budget)

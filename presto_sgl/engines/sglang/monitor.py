@@ -15,12 +15,24 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Protocol, Self
 
-from .base import EngineError
+from ...errors import EngineError
 
-if TYPE_CHECKING:
-    from .sglang_http import SGLangEngine
+
+class _Stats(Protocol):
+    cached_tokens: int
+    prompt_tokens: int
+    reconnects: int
+
+
+class LoadSource(Protocol):
+    """What the monitor reads from an engine (:class:`~presto_sgl.engines.sglang.http.SGLangEngine`)."""
+
+    url: str
+    stats: _Stats
+
+    def server_loads(self) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +64,7 @@ class ServerSummary:
 class ServerMonitor:
     """``with engine.monitor() as mon: ...`` then ``mon.summary()``."""
 
-    def __init__(self, engine: SGLangEngine, interval_s: float = 0.25) -> None:
+    def __init__(self, engine: LoadSource, interval_s: float = 0.25) -> None:
         if not interval_s > 0:
             raise ValueError(f"`interval_s` (={interval_s!r}) must be > 0 seconds, e.g. 0.25")
         self.engine = engine

@@ -37,8 +37,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from .base import EngineError
-from .sglang_http import EngineHTTPError, SGLangEngine
+from ...errors import EngineError
+from .http import EngineHTTPError, SGLangEngine
 
 PLUGIN = "presto_raw_logprob"
 CPU_ENGINE_ARGS: dict[str, Any] = {

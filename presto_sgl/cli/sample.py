@@ -19,27 +19,27 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from .config import RULE_KEYING, PowerConfig, PrestoConfig
-from .engines.base import Completion, Engine, EngineCapabilities, EngineError, Request
-from .kernel import Transition
-from .metrics import PromptMetrics, TraceWriter
-from .samplers import make_sampler
-from .state import ChainState
+from ..config import RULES, sampling_configs
+from ..engines.base import Completion, Engine, EngineCapabilities, Request
+from ..errors import EngineError
+from ..kernels import Transition
+from ..metrics import PromptMetrics
+from ..trace import TraceWriter
+from ..samplers import make_sampler
+from ..state import ChainState
 
 PROG = "presto-sgl"
-SEQUENTIAL = "sequential"
-RULES = (SEQUENTIAL, *sorted(RULE_KEYING))
 
 
 # -- engines ------------------------------------------------------------------------
 def _reference_engine(args: argparse.Namespace) -> Engine:
-    from .engines.reference import ReferenceEngine, ReferenceLM
+    from ..engines.reference import ReferenceEngine, ReferenceLM
 
     return ReferenceEngine(ReferenceLM(args.vocab_size, seed=args.model_seed))
 
 
 def _embedded_engine(args: argparse.Namespace) -> Engine:
-    from . import models
+    from .. import models
 
     try:
         return models.embedded_engine(args.model, device=args.device)
@@ -48,7 +48,7 @@ def _embedded_engine(args: argparse.Namespace) -> Engine:
 
 
 def _sglang_engine(args: argparse.Namespace) -> Engine:
-    from .engines.sglang_http import SGLangEngine
+    from ..engines.sglang.http import SGLangEngine
 
     return SGLangEngine(args.url, mode=args.sglang_mode, timeout_s=args.timeout, restart_timeout_s=args.restart_timeout)
 
@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _features(text: str) -> list[str]:
-    from .predictor import FEATURES
+    from ..predictor.model import FEATURES
 
     names = [part for part in text.replace(" ", "").split(",") if part]
     unknown = [n for n in names if n not in FEATURES]
@@ -260,7 +260,7 @@ def _features(text: str) -> list[str]:
 
 
 def _trace_args(p: argparse.ArgumentParser) -> None:
-    from .predictor import DEFAULT_FEATURES, FEATURES
+    from ..predictor.model import DEFAULT_FEATURES, FEATURES
 
     p.add_argument("traces", metavar="TRACE", nargs="+", help="JSONL traces written by `presto-sgl sample --trace`")
     p.add_argument(
@@ -341,32 +341,21 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     # only this setup maps ValueError/TypeError to exit code 2: the same exceptions
     # from inside a run would be bugs and keep their traceback.
     try:
-        sequential = args.rule == SEQUENTIAL
-        keying = args.keying or ("step" if sequential else RULE_KEYING[args.rule])
-        if not sequential and keying != RULE_KEYING[args.rule]:
-            raise ValueError(
-                f"`--keying` (={keying!r}) does not fit `--rule` {args.rule!r}, which uses "
-                f"{RULE_KEYING[args.rule]} keys; drop --keying"
-            )
-        config = PowerConfig(
+        config, presto = sampling_configs(
+            args.rule,
+            keying=args.keying,
+            budget=args.budget,
+            predictor=args.predictor,
+            online=args.online_predictor,
+            cost_aware=args.cost_aware,
             alpha=args.alpha,
             max_new_tokens=args.max_new_tokens,
             block_size=args.block_size,
             steps=args.steps,
             tau=args.tau,
-            keying=keying,
-        )
-        if sequential and args.cost_aware:
-            raise ValueError("`--cost-aware` applies to PreSTO --rule step only; drop it or use --rule step")
-        presto = PrestoConfig(  # validates --budget and --cost-aware
-            rule="step" if sequential else args.rule,
-            budget=args.budget,
-            predictor=args.predictor,
-            online=args.online_predictor,
-            cost_aware=args.cost_aware,
         )
         engine = _CountingEngine(ENGINES[args.engine](args))
-        sampler = make_sampler(engine, config, None if sequential else presto)
+        sampler = make_sampler(engine, config, presto)
         prompt = list(sampler.check_prompt(_encode(engine.inner, args)))
         stream = None
         if args.trace:
@@ -425,7 +414,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
 
 # -- fit-predictor / eval-predictor -------------------------------------------------
 def _observations(args: argparse.Namespace) -> list:
-    from .predictor import load_observations
+    from ..predictor.evaluation import load_observations
 
     try:
         return load_observations(args.traces)
@@ -435,7 +424,7 @@ def _observations(args: argparse.Namespace) -> list:
 
 def _cross_validate(args: argparse.Namespace, observations: list):
     """The held-out evaluation, or None with --folds 0."""
-    from .predictor import cross_validate
+    from ..predictor.evaluation import cross_validate
 
     if args.folds == 0:
         return None
@@ -447,7 +436,7 @@ def _cross_validate(args: argparse.Namespace, observations: list):
 
 def _run_settings(paths: Sequence[str]) -> list[dict[str, Any]]:
     """The distinct sampler settings of the traces' runs (seeds and prompts left out)."""
-    from .metrics import read_trace
+    from ..trace import read_trace
 
     settings: list[dict[str, Any]] = []
     for path in paths:
@@ -461,7 +450,7 @@ def _run_settings(paths: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _evaluation_json(ev) -> dict[str, Any]:
-    from .certainty import CLASSES
+    from ..predictor.certainty import CLASSES
 
     return {
         "examples": ev.examples,
@@ -485,7 +474,7 @@ def _evaluation_lines(title: str, ev, prior_label: str) -> list[str]:
 
 def _shares(observations: list) -> dict[str, Any]:
     """Decision and prompt counts and the class shares of the scored decisions (paper Fig. 4)."""
-    from .certainty import CLASSES
+    from ..predictor.certainty import CLASSES
 
     counts = [sum(o.label == c for o in observations) for c in range(3)]
     return {
@@ -504,7 +493,7 @@ def _shares_line(shares: dict[str, Any]) -> str:
 def _cmd_fit_predictor(args: argparse.Namespace) -> int:
     import sklearn
 
-    from .predictor import fit_predictor
+    from ..predictor.fitting import fit_predictor
 
     observations = _observations(args)
     cv = _cross_validate(args, observations)
@@ -531,7 +520,8 @@ def _cmd_fit_predictor(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval_predictor(args: argparse.Namespace) -> int:
-    from .predictor import evaluate, load_predictor
+    from ..predictor import load_predictor
+    from ..predictor.evaluation import evaluate
 
     observations = _observations(args)
     cv = _cross_validate(args, observations)

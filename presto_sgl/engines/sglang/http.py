@@ -44,11 +44,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .base import Completion, EngineCapabilities, EngineError, Request, validate_completion
-from .text import TokenizerText
+from ..base import Completion, EngineCapabilities, EngineError, Request, validate_completion
+from ..text import TokenizerText
 
 if TYPE_CHECKING:
-    from .sglang_monitor import ServerMonitor
+    from .monitor import ServerMonitor
 
 MODES = ("auto", "one-pass", "two-pass")
 _START_HINT = "start it with `bash scripts/sglang_server.sh start` or pass the right --url"
@@ -364,7 +364,7 @@ class SGLangEngine(TokenizerText):
 
     def monitor(self, interval_s: float = 0.25) -> ServerMonitor:
         """A context manager that samples :meth:`server_loads` while a run is in progress."""
-        from .sglang_monitor import ServerMonitor
+        from .monitor import ServerMonitor
 
         return ServerMonitor(self, interval_s)
 

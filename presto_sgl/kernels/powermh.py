@@ -1,7 +1,7 @@
-"""The MH kernel for suffix resampling: acceptance in one function, in log space.
+"""PowerMH: suffix resampling at a uniform cut, acceptance in one function, in log space.
 
-For a state x, a cut c and a candidate y = (x_{0:c}, y_{c+1:T}) drawn from q_tau
-(paper Eq. 6, derivation App. B.1):
+For a state x, a cut c ~ Unif{0..T-1} and a candidate y = (x_{0:c}, y_{c+1:T}) drawn
+from q_tau (paper Eq. 6, derivation App. B.1; docs/design.md §2):
 
     log A = min(0, [log q(x_suf) - log q(y_suf)] + alpha [log p0(y_suf) - log p0(x_suf)])
 
@@ -12,10 +12,13 @@ the shared prefix x_{0:c}. Accept iff u <= A with u ~ Unif(0, 1].
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .engines.base import EngineError
-from .state import ChainState
+from ..errors import EngineError
+from ..keys import DecisionDraws
+from ..state import ChainState
+from .base import Proposal, SuffixDraw, Transition
 
 NEG_INF = float("-inf")
 
@@ -54,29 +57,8 @@ def accepts(log_a: float, u: float) -> bool:
     return log_a >= 0.0 or (log_a > NEG_INF and math.log(u) <= log_a)
 
 
-@dataclass(frozen=True)
-class Proposal:
-    """A suffix drawn from q_tau after keeping ``cut`` response tokens of a state."""
-
-    cut: int
-    tokens: tuple[int, ...]
-    logq: tuple[float, ...]
-    logp: tuple[float, ...]
-    entropy: tuple[float, ...] | None = None
-
-
-@dataclass(frozen=True)
-class Transition:
-    """Diagnostics of one MH transition (travel beside the state, never inside it)."""
-
-    cut: int
-    log_accept: float
-    uniform: float
-    accepted: bool
-
-
 def mh_step(state: ChainState, proposal: Proposal, alpha: float, u: float) -> tuple[ChainState, Transition]:
-    """One MH transition of ``state`` with a prefetched or fresh ``proposal``."""
+    """One PowerMH transition of ``state`` with a scored ``proposal`` and uniform ``u``."""
     c = proposal.cut
     if len(proposal.tokens) != state.length - c:
         raise EngineError(f"proposal at cut {c} has {len(proposal.tokens)} tokens, expected {state.length - c}")
@@ -92,3 +74,34 @@ def mh_step(state: ChainState, proposal: Proposal, alpha: float, u: float) -> tu
         state.replace_suffix(c, proposal.tokens, proposal.logq, proposal.logp, proposal.entropy) if accepted else state
     )
     return new_state, Transition(cut=c, log_accept=log_a, uniform=u, accepted=accepted)
+
+
+@dataclass(frozen=True)
+class PowerMHKernel:
+    """PowerMH as a :class:`~presto_sgl.kernels.base.Kernel`: uniform cut, one suffix from
+    q_tau per decision, the acceptance of :func:`log_acceptance`.
+
+    The cut depends on T only, so a decision is prefetchable from any node whose state
+    keeps the root's first ``shared`` >= c tokens (Condition 1).
+    """
+
+    alpha: float
+    temperature: float
+    name: str = "powermh"
+
+    def cut(self, state: ChainState, draws: DecisionDraws) -> int:
+        return draws.cut(state.length)
+
+    def prefetch_cut(self, root: ChainState, shared: int, draws: DecisionDraws) -> int | None:
+        c = draws.cut(root.length)
+        return c if c <= shared else None
+
+    def suffix_draws(self, cut: int, length: int, draws: DecisionDraws) -> tuple[SuffixDraw, ...]:
+        return (SuffixDraw(self.temperature, draws.seed),)
+
+    def decide(
+        self, state: ChainState, proposals: Sequence[Proposal], draws: DecisionDraws
+    ) -> tuple[ChainState, Transition]:
+        if len(proposals) != 1:
+            raise EngineError(f"PowerMH decides on one proposal, got {len(proposals)}")
+        return mh_step(state, proposals[0], self.alpha, draws.uniform)

@@ -1,0 +1,3 @@
+from .sample import main
+
+__all__ = ["main"]

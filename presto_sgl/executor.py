@@ -1,0 +1,155 @@
+"""The executor: a stage's K transitions as rounds of plan -> one engine call -> walk.
+
+It knows nothing of a kernel's arithmetic or of a rule: the planner picks decisions
+(with their cuts), the kernel names the draws each needs and decides, the walker takes
+the MH path. Sequential execution is the same loop with one decision per call
+(docs/design.md §3).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from .config import PowerConfig
+from .engines.base import Completion, Engine, Request, validate_completion
+from .errors import EngineError
+from .kernels.base import Kernel, Proposal, Transition
+from .keys import ChainKeys, DecisionDraws, DecisionId
+from .metrics import CallRecord, NodeRecord, RequestRecord
+from .planners import Planner, PlannedRequest, RoundContext, RoundFeedback
+from .proposals import ProposalStore, StoredProposal
+from .state import ChainState
+from .trace import TraceWriter
+from .walker import walk
+
+OnTransition = Callable[[int, int, ChainState, Transition], None]
+"""Called after every transition with (stage, k, new state, transition)."""
+
+
+class Recorder:
+    """Runs model calls (timed, validated) and keeps the call and node records of one run."""
+
+    def __init__(self, engine: Engine, trace: TraceWriter | None) -> None:
+        self.engine = engine
+        self.trace = trace
+        self.calls: list[CallRecord] = []
+        self.nodes: list[NodeRecord] = []
+
+    def call(self, requests: Sequence[Request]) -> tuple[list[Completion], float]:
+        if not requests:
+            return [], 0.0
+        t0 = time.perf_counter()
+        completions = self.engine.generate(list(requests))
+        elapsed = time.perf_counter() - t0
+        if len(completions) != len(requests):
+            raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
+        vocab = self.engine.capabilities.vocab_size
+        for req, comp in zip(requests, completions):
+            validate_completion(req, comp, vocab)
+        return completions, elapsed
+
+    def record_call(self, record: CallRecord) -> None:
+        self.calls.append(record)
+        if self.trace:
+            self.trace.call(record)
+
+    def record_node(self, record: NodeRecord) -> None:
+        self.nodes.append(record)
+        if self.trace:
+            self.trace.node(record)
+
+
+class StageExecutor:
+    """The K transitions of one stage: rounds of plan -> one engine call -> walk."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        config: PowerConfig,
+        budget: int,
+        planner: Planner,
+        stage: int,
+        keys: ChainKeys,
+        rec: Recorder,
+        on_transition: OnTransition | None,
+    ) -> None:
+        self.kernel, self.config, self.budget, self.planner = kernel, config, budget, planner
+        self.stage, self.keys, self.rec, self.on_transition = stage, keys, rec, on_transition
+        self.store = ProposalStore()
+        self._draws: dict[DecisionId, DecisionDraws] = {}
+
+    def draws(self, decision: DecisionId) -> DecisionDraws:
+        if decision not in self._draws:
+            self._draws[decision] = self.keys.decision(self.stage, decision)
+        return self._draws[decision]
+
+    def run(self, state: ChainState) -> ChainState:
+        steps = self.config.steps
+        path, k = "", 0
+        while k < steps:
+            state, path, k = self.round(state, path, k)
+        return state
+
+    def round(self, state: ChainState, path: str, k: int) -> tuple[ChainState, str, int]:
+        """One round from root ``state``: the planned draws in one call, then the walk."""
+        kernel, cfg, rec = self.kernel, self.config, self.rec
+        T = state.length
+        t0 = time.perf_counter()
+        ctx = RoundContext(state, path, k, cfg.steps - k, self.budget, self.draws, self.store, kernel, cfg.keying)
+        planned = self.planner.plan(ctx)
+        groups = [kernel.suffix_draws(p.cut, T, self.draws(p.decision)) for p in planned]
+        requests = [
+            Request(state.context(p.cut), T - p.cut, d.temperature, d.seed, d.entropy)
+            for p, group in zip(planned, groups)
+            for d in group
+        ]
+        plan_s = time.perf_counter() - t0
+        completions, elapsed = rec.call(requests)
+        t1 = time.perf_counter()
+        index = len(rec.calls)
+        j = 0
+        for p, group in zip(planned, groups):
+            n = len(group)
+            proposals = tuple(
+                Proposal(p.cut, c.tokens, c.logq, c.logp, c.entropy) for c in completions[j : j + n]
+            )
+            self.store.add(p.decision, StoredProposal(state.tokens[: p.cut], proposals, tuple((index, j + i) for i in range(n))))
+            j += n
+        result = walk(state, path, k, cfg.steps - k, kernel=kernel, decision_of=ctx.decision, draws=self.draws, store=self.store)
+        walk_s = time.perf_counter() - t1
+        if not result.steps:
+            raise RuntimeError(f"planner {type(self.planner).__name__} made no progress at stage {self.stage}, k={k}")
+        records = [
+            RequestRecord(p.decision, p.cut, len(r.prefix), r.max_new_tokens, c.cached_tokens, p.reachable)
+            for p, r, c in zip(_per_request(planned, groups), requests, completions)
+        ]
+        rec.record_call(CallRecord(index, self.stage, "mh", k, tuple(records), elapsed, plan_s, walk_s))
+        for i, step in enumerate(result.steps):
+            tr = step.transition
+            rec.record_node(
+                NodeRecord(index, self.stage, k + i, step.decision, step.requests[0], tr.cut, tr.log_accept, tr.uniform,
+                           tr.accepted, T, len(step.requests))
+            )
+            if self.on_transition:
+                self.on_transition(self.stage, k + i, step.state, tr)
+        self.planner.observe(
+            RoundFeedback(
+                T,
+                tuple((s.transition.cut, s.transition.log_accept) for s in result.steps),
+                tuple((len(r.prefix), r.max_new_tokens) for r in requests),
+                elapsed,
+            )
+        )
+        k += len(result.steps)
+        if self.planner.carries_over:
+            self.store.discard_before(k)
+        else:
+            self.store.clear()
+        return result.state, result.path, k
+
+
+def _per_request(planned: Sequence[PlannedRequest], groups: Sequence[Sequence[object]]) -> list[PlannedRequest]:
+    """Each planned decision repeated once per draw it sends."""
+    return [p for p, group in zip(planned, groups) for _ in group]
+

@@ -1,0 +1,114 @@
+"""What every planner shares: the round it plans, the requests it returns, the feedback.
+
+A planner decides which decisions' draws a PreSTO round sends (not which path MH
+takes: that is the walker's). Every request's prefix is a prefix of the round's root
+(Condition 1, decided by the kernel's :meth:`~presto_sgl.kernels.base.Kernel.prefetch_cut`),
+so a batch is a set of forks of one sequence (docs/design.md §5).
+
+A planner object is what a sampler holds; :meth:`Planner.for_run` gives the planner of
+one chain's run. Round state (what the previous round of this chain looked like) lives
+in the per-run object; what is learned across chains (an online predictor, a call-time
+model) is shared on purpose and guarded by locks, so chains may run on several threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..config import Keying
+from ..kernels.base import Kernel
+from ..keys import DecisionDraws, DecisionId
+from ..predictor.certainty import Observation, certainty_class
+from ..proposals import ProposalStore
+from ..state import ChainState
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    decision: DecisionId
+    cut: int
+    reachable: bool = True  # False: below a deferred node (BFS quirk)
+
+
+@dataclass(frozen=True)
+class RoundFeedback:
+    """What a round taught the planner: the realized decisions and the call's cost.
+
+    Only realized decisions appear (never an unused proposal's content), so a planner
+    that adapts to feedback keeps the chain exact.
+    """
+
+    length: int  # T, response tokens of the stage
+    decisions: tuple[tuple[int, float], ...]  # (cut, log A) of each transition walked
+    requests: tuple[tuple[int, int], ...]  # (prefix length, new tokens) of each request sent
+    time_s: float  # wall time of the engine call (0 when no request was sent)
+
+    def observations(self) -> list[Observation]:
+        """The realized decisions as a predictor sees them: (c/T, eps-certainty class)."""
+        return [Observation(cut / self.length, certainty_class(log_a)) for cut, log_a in self.decisions]
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    root: ChainState
+    root_path: str  # accept ("1") / reject ("0") bits from the stage start to the root
+    k0: int  # transitions already done in this stage
+    remaining: int  # K - k0: the depth cap
+    budget: int  # N_pf
+    draws: Callable[[DecisionId], DecisionDraws]
+    store: ProposalStore
+    kernel: Kernel
+    keying: Keying
+
+    def decision(self, path: str, k: int) -> DecisionId:
+        """The identity of the decision at the node with ``path`` and depth ``k`` in the stage."""
+        return path if self.keying == "path" else k
+
+    def cut(self, decision: DecisionId, shared: int | None = None) -> int | None:
+        """The cut of ``decision`` at a node whose state keeps the root's first ``shared``
+        tokens (default: the root itself), or None when it cannot be requested in this
+        batch (Condition 1 fails: the decision is deferred)."""
+        T = self.root.length
+        return self.kernel.prefetch_cut(self.root, T if shared is None else shared, self.draws(decision))
+
+    def root_cut(self, decision: DecisionId) -> int:
+        """The cut of ``decision`` at the root (always decided: the root is fully known)."""
+        cut = self.cut(decision)
+        assert cut is not None, "a kernel's cut at the root itself is always known"
+        return cut
+
+
+class Planner(Protocol):
+    keying: Keying | None  # the keys the rule couples with (None: either)
+    carries_over: bool  # proposals stay valid across rounds (step keys)
+
+    def for_run(self) -> Planner:
+        """The planner of one chain's run (shares what is learned across runs)."""
+        ...
+
+    def plan(self, ctx: RoundContext) -> list[PlannedRequest]: ...
+
+    def observe(self, feedback: RoundFeedback) -> None: ...
+
+
+class Stateless:
+    """Mixin of planners with no round state and nothing to learn: one object serves all runs."""
+
+    def for_run(self) -> Stateless:
+        return self
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        return None
+
+
+class SequentialPlanner(Stateless):
+    """Sequential PowerMH (paper Alg. 1) as a plan: the next decision only, one per call."""
+
+    keying: Keying | None = None
+    carries_over = False
+
+    def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
+        decision = ctx.decision(ctx.root_path, ctx.k0)
+        return [PlannedRequest(decision, ctx.root_cut(decision))]

@@ -1,0 +1,208 @@
+"""Cost-aware budget for step-keyed planning: requests per call by rollout (docs/design.md §5).
+
+The step rule (:class:`~presto_sgl.planners.step.StepPlanner`) requests the first
+N = budget depths without a carried-over proposal. This planner sends a prefix of that
+batch, the first n* requests. A stage has a fixed number of transitions (K), so
+maximizing transitions per second means minimizing the call time to finish the stage.
+A one-step lookahead with a fixed-budget base policy:
+
+    n* = argmin_{1 <= n <= N} t(n) + E[J_b*(state after sending n and walking)],
+
+where J_b is the call time the step rule with fixed budget b needs to finish the stage
+(depth cap, or ``horizon`` depths), and b* is the budget in BASES + {N} with the least
+E[J_b] from the root. Since n = b* reproduces the base, the choice is never worse than
+the best fixed budget *under the model* (rollout policy improvement), and the model
+carries both effects a per-call ratio misses: requests not reached this round stay valid
+for later rounds (carry-over), and a call's decode steps are set by its smallest cut, so
+deferring a small cut only moves its steps to a later call.
+
+The model (:class:`RoundModel`). Depth d is decision k0 + d with keyed cut c_d and
+predicted accept probability a_d = h+(c_d / T), accepts independent. A walk takes every
+depth that holds a proposal and stops at the first that does not. A proposal of depth j
+with prefix root[0:c_j] stays valid until an accept at an earlier depth i with
+c_j > c_i + G_i, where G_i is how many tokens after the cut the new suffix repeats the
+old state: geometric with P(G >= g) = s^g, s estimated from realized roots and accept
+bits (:class:`MatchRate`, shared by the runs). The expectation is a Monte-Carlo average
+over ``samples`` futures (common to every n and b, seeded by the round); with exact
+enumeration it equals a store-level simulation of the real step rule (tests).
+
+Call time t(n): :class:`~presto_sgl.planners.timemodel.CallTimeModel`, fitted to the
+calls of every run of the sampler. The first calls explore fixed fractions of N (the fit
+needs different row counts to tell per-call from per-row cost). Measured numbers are in
+benchmarks/RESULTS.md.
+
+Planning reads only the root, the keyed cuts, the store's prefixes, realized decisions
+and states, and call times -- never an unused proposal's content -- so the chain stays
+exact.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from collections.abc import Sequence
+
+from ..predictor.certainty import Predictor, h_plus
+from .base import PlannedRequest, RoundContext, RoundFeedback
+from .rollout import Outcome, RoundModel
+from .step import StepPlanner
+from .timemodel import CallTimeModel
+
+EXPLORE = (1.0, 0.0, 0.5, 0.25)
+"""Fractions of N sent by the first calls, n = max(1, ceil(f N)): full, 1, half, quarter."""
+
+BASES = (1, 2, 4, 8, 16)
+"""Fixed budgets the rollout compares as continuation policies (plus N itself)."""
+
+
+class MatchRate:
+    """How often a fresh suffix repeats the state it replaces, per token: a geometric MLE
+    with censoring over the rounds of every run (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.tokens = 0  # matched tokens after the smallest accepted cut, over rounds
+        self.ends = 0  # rounds whose match ended before T (uncensored)
+
+    def add(self, matched: int, ended: bool) -> None:
+        with self._lock:
+            self.tokens += matched
+            self.ends += ended
+
+    @property
+    def value(self) -> float:
+        """Estimated P(the next token also matches); 0 before any accept."""
+        total = self.tokens + self.ends
+        return self.tokens / total if total else 0.0
+
+
+class CostAwareStepPlanner(StepPlanner):
+    """The step rule's batch cut to the n* requests of the rollout (module docstring).
+
+    The object a sampler holds owns what is learned across runs: the predictor, the
+    call-time model and the match rate. :meth:`for_run` gives a planner with the same
+    learners and fresh round state (the previous root it learns the match rate from).
+    """
+
+    def __init__(
+        self,
+        predictor: Predictor,
+        time_model: CallTimeModel | None = None,
+        explore: Sequence[float] = EXPLORE,
+        *,
+        samples: int = 32,
+        horizon: int = 40,
+        seed: int = 0,
+        match: MatchRate | None = None,
+    ) -> None:
+        self.predictor = predictor
+        self.time_model = time_model if time_model is not None else CallTimeModel()
+        self.explore = tuple(explore)
+        self.samples = samples
+        self.horizon = horizon
+        self.seed = seed
+        self.match_rate = match if match is not None else MatchRate()
+        self.last_base: int | None = None  # b* of the last rollout choice (diagnostics)
+        self._previous: RoundContext | None = None
+
+    def for_run(self) -> CostAwareStepPlanner:
+        return type(self)(
+            self.predictor, self.time_model, self.explore,
+            samples=self.samples, horizon=self.horizon, seed=self.seed, match=self.match_rate,
+        )
+
+    @property
+    def match(self) -> float:
+        return self.match_rate.value
+
+    def _depths(self, ctx: RoundContext) -> tuple[list[int], int]:
+        """Keyed cuts of depths k0..k0+remaining-1 and the mask of carried-over ones."""
+        cuts, held = [], 0
+        for i, k in enumerate(range(ctx.k0, ctx.k0 + ctx.remaining)):
+            cut = ctx.root_cut(k)
+            cuts.append(cut)
+            if ctx.store.find(k, ctx.root.tokens, cut) is not None:
+                held |= 1 << i
+        return cuts, held
+
+    def model(self, ctx: RoundContext, batch: Sequence[PlannedRequest]) -> tuple[RoundModel, list[int]]:
+        """The :class:`RoundModel` of the round (depths up to the horizon, at least through
+        the batch) and the batch's depth indices."""
+        cuts, held = self._depths(ctx)
+        idx = [p.decision - ctx.k0 for p in batch]
+        D = min(len(cuts), max(self.horizon, max(idx, default=-1) + 1))
+        T = ctx.root.length
+        accept = [h_plus(self.predictor, c / T) for c in cuts[:D]]
+        return RoundModel(cuts[:D], accept, T, held & ((1 << D) - 1), self.time_model, self.match), idx
+
+    def rollout_values(
+        self,
+        ctx: RoundContext,
+        batch: Sequence[PlannedRequest],
+        outcomes: Sequence[Outcome] | None = None,
+        base: int | None = None,
+    ) -> tuple[int, list[float]]:
+        """(b, Q) with Q[n-1] = t(n) + E[J_b(after sending batch[:n] and walking)], n = 1..N.
+
+        b = ``base``, or b* = the budget in BASES (capped at N) with the least E[J_b] from
+        the root. ``outcomes`` defaults to ``samples`` draws from a generator seeded by
+        (seed, k0, remaining, T): the same draws for every n and b (common random numbers)
+        and the same choice on a rerun of the same history.
+        """
+        N = len(batch)
+        rm, idx = self.model(ctx, batch)
+        if outcomes is None:
+            rng = random.Random(f"{self.seed}/{ctx.k0}/{ctx.remaining}/{ctx.root.length}")
+            outcomes = rm.sampled_outcomes(self.samples, rng)
+        if base is None:
+            root = [(0, rm.held)] * len(outcomes)
+            bases = sorted({b for b in BASES if b < N} | {N})
+            base = min(bases, key=lambda b: (rm.expected_cost_to_go(root, outcomes, b), -b))
+        Q = []
+        for n in range(1, N + 1):
+            after = [rm.after(idx[:n], o) for o in outcomes]
+            Q.append(rm.call_time(idx[:n]) + rm.expected_cost_to_go(after, outcomes, base))
+        return base, Q
+
+    def choose(self, ctx: RoundContext, batch: Sequence[PlannedRequest]) -> int:
+        """n*: an exploration fraction during the first calls, else the rollout's argmin."""
+        N = len(batch)
+        calls = self.time_model.calls
+        if calls < len(self.explore):
+            return max(1, math.ceil(self.explore[calls] * N))
+        if N == 1:
+            return 1
+        self.last_base, Q = self.rollout_values(ctx, batch)
+        return min(range(1, N + 1), key=lambda n: (Q[n - 1], n != self.last_base))
+
+    def _learn_match(self, ctx: RoundContext) -> None:
+        """From the previous root to this one (realized states and accept bits only): with
+        m the smallest cut accepted in between, the roots agree on m + G tokens."""
+        prev, self._previous = self._previous, ctx
+        if prev is None or prev.root.length != ctx.root.length or ctx.k0 <= prev.k0:
+            return
+        if not ctx.root_path.startswith(prev.root_path) or len(ctx.root_path) - len(prev.root_path) != ctx.k0 - prev.k0:
+            return
+        T = ctx.root.length
+        bits = ctx.root_path[len(prev.root_path) :]
+        accepted = [prev.root_cut(k) for k, b in zip(range(prev.k0, ctx.k0), bits) if b == "1"]
+        if not accepted:
+            return
+        m = min(accepted)
+        a, b = prev.root.tokens, ctx.root.tokens
+        lcp = m
+        while lcp < T and a[lcp] == b[lcp]:
+            lcp += 1
+        self.match_rate.add(lcp - m, lcp < T)
+
+    def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
+        self._learn_match(ctx)
+        batch = super().plan(ctx)
+        return batch[: self.choose(ctx, batch)] if batch else batch
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        """Refit the time model on the call; pass the realized decisions to the predictor."""
+        if feedback.requests:
+            self.time_model.observe([new for _, new in feedback.requests], feedback.time_s)
+        self.predictor.observe(feedback.observations())

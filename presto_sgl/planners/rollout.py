@@ -1,0 +1,129 @@
+"""The rest of a stage as the cost-aware planner simulates it (exact or sampled futures).
+
+See :mod:`presto_sgl.planners.costaware` for how the planner uses it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+from .timemodel import MIN_TIME_S, CallTimeModel
+
+Outcome = tuple[int, tuple[int, ...], float]
+"""One simulated future of the round's depths: (accept bitmask, match gap per depth, weight)."""
+
+
+class RoundModel:
+    """The rest of a stage as the planner sees it, for exact or sampled rollouts.
+
+    Depths 0..D-1 are decisions k0..k0+D-1 with keyed cuts ``cuts`` and predicted accept
+    probabilities ``accept``. ``held`` is the bitmask of depths with a proposal valid for
+    the root (carried over). A walk from depth ``pos`` takes every held depth in order and
+    stops at the first one without a proposal; an accept at depth i with cut c_i
+    invalidates every held proposal of a later depth j with c_j > c_i (its prefix
+    root[0:c_j] no longer matches the state: generically, a fresh suffix differs at c_i).
+    A call of base policy b requests the first b depths without a proposal from ``pos``
+    (the step rule with budget b) and costs ``time(rows, steps, tokens)``.
+    """
+
+    def __init__(
+        self,
+        cuts: Sequence[int],
+        accept: Sequence[float],
+        length: int,
+        held: int,
+        time_model: CallTimeModel,
+        match: float = 0.0,
+    ) -> None:
+        self.cuts = list(cuts)
+        self.accept = list(accept)
+        self.D = len(cuts)
+        self.T = length
+        self.held = held
+        self.match = match
+        self.theta = [float(x) for x in time_model.theta]
+        self._later: dict[tuple[int, int], int] = {}
+
+    def call_time(self, depths: Sequence[int]) -> float:
+        new = [self.T - self.cuts[d] for d in depths]
+        th = self.theta
+        return max(th[0] + th[1] * len(new) + th[2] * max(new) + th[3] * sum(new), MIN_TIME_S)
+
+    def later(self, i: int, gap: int) -> int:
+        """Mask of depths j > i invalidated by an accept at depth i whose new suffix matches
+        the old state on ``gap`` tokens after the cut: c_j > c_i + gap."""
+        key = (i, gap)
+        if key not in self._later:
+            thr = self.cuts[i] + gap
+            self._later[key] = sum(1 << j for j in range(i + 1, self.D) if self.cuts[j] > thr)
+        return self._later[key]
+
+    def walk(self, pos: int, held: int, outcome: Outcome) -> tuple[int, int]:
+        """(first depth without a proposal, held mask after the walk) from depth ``pos``."""
+        bits, gaps = outcome[0], outcome[1]
+        while pos < self.D and held >> pos & 1:
+            if bits >> pos & 1:
+                held &= ~self.later(pos, gaps[pos])
+            pos += 1
+        return pos, held
+
+    def missing(self, pos: int, held: int, budget: int) -> list[int]:
+        """The first ``budget`` depths >= pos without a proposal (the step rule's batch)."""
+        out = []
+        for d in range(pos, self.D):
+            if len(out) >= budget:
+                break
+            if not held >> d & 1:
+                out.append(d)
+        return out
+
+    def cost_to_go(self, pos: int, held: int, outcome: Outcome, budget: int) -> float:
+        """Call time to walk depths pos..D-1 with the step rule at ``budget``, for one accept pattern."""
+        total = 0.0
+        while pos < self.D:
+            depths = self.missing(pos, held, budget)
+            total += self.call_time(depths)
+            for d in depths:
+                held |= 1 << d
+            pos, held = self.walk(pos, held, outcome)
+        return total
+
+    def after(self, depths: Sequence[int], outcome: Outcome) -> tuple[int, int]:
+        """State (pos, held) after a call requesting ``depths`` from the root and its walk."""
+        held = self.held
+        for d in depths:
+            held |= 1 << d
+        return self.walk(0, held, outcome)
+
+    def exact_outcomes(self) -> list[Outcome]:
+        """All 2^D accept patterns with their probabilities (no token matches: ``match`` = 0)."""
+        if self.match:
+            raise ValueError("exact outcomes enumerate accept patterns only; use match = 0")
+        zeros = (0,) * self.D
+        out = []
+        for bits in range(1 << self.D):
+            w = math.prod(a if bits >> i & 1 else 1.0 - a for i, a in enumerate(self.accept))
+            out.append((bits, zeros, w))
+        return out
+
+    def sampled_outcomes(self, samples: int, rng: random.Random) -> list[Outcome]:
+        """``samples`` independent draws of (accept bits, match gaps), weight 1/samples each.
+        A gap is geometric: P(gap >= g) = match^g."""
+        out = []
+        for _ in range(samples):
+            bits = sum(1 << i for i, a in enumerate(self.accept) if rng.random() < a)
+            gaps = tuple(self._gap(rng) for _ in range(self.D))
+            out.append((bits, gaps, 1.0 / samples))
+        return out
+
+    def _gap(self, rng: random.Random) -> int:
+        if self.match <= 0.0:
+            return 0
+        if self.match >= 1.0:
+            return self.T
+        return min(int(math.log(1.0 - rng.random()) / math.log(self.match)), self.T)
+
+    def expected_cost_to_go(self, pos_held: Sequence[tuple[int, int]], outcomes: Sequence[Outcome], budget: int) -> float:
+        return math.fsum(o[2] * self.cost_to_go(p, h, o, budget) for (p, h), o in zip(pos_held, outcomes))

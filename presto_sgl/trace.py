@@ -1,0 +1,59 @@
+"""JSONL traces: one record per line (run, call, node, summary, server), written as a run
+goes and read back to recompute its metrics (docs/design.md §7)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, fields
+from typing import IO, Any
+
+from .metrics import CallRecord, NodeRecord, PromptMetrics, RequestRecord, summarize
+
+
+class TraceWriter:
+    """JSONL trace: one line per record, flushed at once so an interrupted run stays valid."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, record_type: str, payload: dict[str, Any]) -> None:
+        self._stream.write(json.dumps({"type": record_type, **payload}) + "\n")
+        self._stream.flush()
+
+    def call(self, record: CallRecord) -> None:
+        self.write("call", asdict(record))
+
+    def node(self, record: NodeRecord) -> None:
+        self.write("node", asdict(record))
+
+
+def read_trace(lines: Iterable[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def node_record(rec: dict[str, Any], block_size: int) -> NodeRecord:
+    """A trace's node record; older traces lack ``length`` (T = stage * B) and ``draws`` (1)."""
+    body = {f.name: rec[f.name] for f in fields(NodeRecord) if f.name not in ("length", "draws")}
+    body["request"] = tuple(body["request"])
+    return NodeRecord(**body, length=rec.get("length", rec["stage"] * block_size), draws=rec.get("draws", 1))
+
+
+def metrics_from_trace(records: Iterable[dict[str, Any]]) -> list[PromptMetrics]:
+    """Recompute each run's metrics from its trace records (one run = records after a ``run``)."""
+    runs: list[tuple[list[CallRecord], list[NodeRecord]]] = []
+    block_size = 0
+    for rec in records:
+        kind = rec["type"]
+        if kind in ("call", "node") and not runs:
+            raise ValueError(f"trace has a {kind!r} record before any 'run' record: is it truncated at the start?")
+        if kind == "run":
+            runs.append(([], []))
+            block_size = rec["block_size"]
+        elif kind == "call":
+            body = {f.name: rec[f.name] for f in fields(CallRecord)}
+            body["requests"] = tuple(RequestRecord(**r) for r in body["requests"])
+            runs[-1][0].append(CallRecord(**body))
+        elif kind == "node":
+            runs[-1][1].append(node_record(rec, block_size))
+    return [summarize(c, n) for c, n in runs]
