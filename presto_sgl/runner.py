@@ -3,7 +3,9 @@
 Each chain is independent (its own keys: run seed and prompt id), so running them
 concurrently changes nothing about any chain; against an SGLang server or router the
 concurrent calls keep it busy (its scheduler batches requests across chains). In-process
-engines (embedded, reference) are not thread-safe: use ``workers=1`` with them.
+engines (embedded, reference) serialize their calls (a lock), so chains on threads are
+safe there too, if not faster. One sampler serves every chain: each run gets its own
+planner state (docs/design.md §5).
 """
 
 from __future__ import annotations

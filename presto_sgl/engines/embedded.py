@@ -16,6 +16,7 @@ unseeded ones from the engine's generator. Tokens are inverse-CDF draws of q_tau
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -96,9 +97,14 @@ class EmbeddedEngine(TokenizerText):
         self._rng = torch.Generator(device="cpu")
         self._rng.manual_seed(rng_seed if rng_seed is not None else int.from_bytes(os.urandom(7), "little"))
         self.totals = EngineTotals()
+        self._lock = threading.Lock()  # one call at a time: chains may share the engine across threads
 
     # -- the protocol ----------------------------------------------------------------------
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        with self._lock:
+            return self._generate(requests)
+
+    def _generate(self, requests: Sequence[Request]) -> list[Completion]:
         t_start = time.perf_counter()
         lm = self.lm
         if not requests:

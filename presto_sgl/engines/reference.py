@@ -13,6 +13,7 @@ how requests are batched. Unseeded requests draw from the engine's own generator
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -96,9 +97,11 @@ class ReferenceEngine:
         self.capabilities = EngineCapabilities(seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size)
         self._rng = np.random.default_rng(rng_seed)
         self._cache = RadixTree(max_tokens=cache_tokens)
+        self._lock = threading.Lock()  # one call at a time: chains may share the engine across threads
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
-        return [self._complete(r) for r in requests]
+        with self._lock:
+            return [self._complete(r) for r in requests]
 
     def _complete(self, request: Request) -> Completion:
         lm = self.lm

@@ -13,7 +13,7 @@ import pytest
 from presto_sgl import cli
 from presto_sgl.engines.base import Completion, EngineCapabilities, EngineError
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl.metrics import metrics_from_trace, read_trace
+from presto_sgl.trace import metrics_from_trace, read_trace
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ["--max-new-tokens", "32", "--block-size", "16", "--steps", "8", "--seed", "3"]

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from presto_sgl import cli  # noqa: E402
-from presto_sgl.metrics import metrics_from_trace, read_trace  # noqa: E402
+from presto_sgl.trace import metrics_from_trace, read_trace  # noqa: E402
 from presto_sgl.tasks.addition import is_correct, make_problem  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ import pytest
 from presto_sgl import EngineError, PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceLM
-from presto_sgl.engines.sglang_http import SGLangEngine
+from presto_sgl.engines.sglang.http import SGLangEngine
 
 
 class StandIn:
@@ -234,7 +234,7 @@ def test_many_prompts_in_flight_keep_every_chain_exact(stand_in, tmp_path):
     engine, one worker: in-process engines are not thread-safe); the HTTP engine serves four
     chains at once, each with its own trace whose metrics match the result."""
     from presto_sgl.engines.reference import ReferenceEngine
-    from presto_sgl.metrics import metrics_from_trace, read_trace
+    from presto_sgl.trace import metrics_from_trace, read_trace
     from presto_sgl.runner import run_prompts
 
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=5, keying="step")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from unittest import mock
 
-import stub_predictors
-from stub_predictors import CutPredictor
+from tests.support import predictors as stub_predictors
+from tests.support.predictors import CutPredictor
 
 from presto_sgl import PowerConfig, PrestoConfig, PrestoPowerMH
 from presto_sgl.costaware import CallTimeModel, CostAwareStepPlanner

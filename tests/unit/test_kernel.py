@@ -9,7 +9,7 @@ import pytest
 
 from presto_sgl import ChainState, EngineError, accepts, log_acceptance, mh_step
 from presto_sgl.engines.reference import ReferenceLM
-from presto_sgl.kernel import Proposal
+from presto_sgl.kernels import Proposal
 
 INF = math.inf
 

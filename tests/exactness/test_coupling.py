@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from synthetic_cost import presto_sampler
+from tests.support.timing import presto_sampler
 
 from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH, TraceWriter, read_trace
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM

@@ -10,13 +10,13 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from stub_predictors import CutPredictor
+from tests.support.predictors import CutPredictor
 from test_planner_walker import CUTS, Forced, _prop, ctx, root_state
 
-from presto_sgl.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation
+from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation
 from presto_sgl.config import PrestoConfig
-from presto_sgl.planner import BFSPlanner, PlannedRequest, RoundContext, RoundFeedback, make_planner
-from presto_sgl.predictive import PredictivePlanner, allocate, candidate_tree
+from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, RoundFeedback, make_planner
+from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree
 from presto_sgl.proposals import ProposalStore, StoredProposal
 from presto_sgl.walker import walk
 

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from unittest import mock
 
 from presto_sgl import PowerConfig, PrestoConfig, PrestoPowerMH
-from presto_sgl.certainty import Observation
+from presto_sgl.predictor.certainty import Observation
 from presto_sgl.engines.base import Engine
-from presto_sgl.predictive import PredictivePlanner
+from presto_sgl.planners.predictive import PredictivePlanner
 
 
 class CutPredictor:

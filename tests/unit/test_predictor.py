@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from presto_sgl import cli
-from presto_sgl.certainty import ACCEPT, REJECT, UNCERTAIN, Observation, h_plus
-from presto_sgl.metrics import metrics_from_trace, read_trace
+from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, Observation, h_plus
+from presto_sgl.trace import metrics_from_trace, read_trace
 from presto_sgl.predictor import (
     DEFAULT_PATH,
     FORMAT,

@@ -39,7 +39,7 @@ def hf_model(server_url):
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM
 
-    from presto_sgl.engines.sglang_http import SGLangEngine
+    from presto_sgl.engines.sglang.http import SGLangEngine
 
     path = SGLangEngine(server_url, mode="two-pass").model_path
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -75,7 +75,7 @@ def assert_matches_forward(engine, hf_model) -> list:
 
 @pytest.mark.parametrize("mode", ["two-pass", "one-pass"])
 def test_server_logprobs_match_a_full_forward(server_url, hf_model, mode):
-    from presto_sgl.engines.sglang_http import SGLangEngine
+    from presto_sgl.engines.sglang.http import SGLangEngine
 
     eng = SGLangEngine(server_url)
     if mode == "one-pass" and eng.mode != "one-pass":
@@ -87,7 +87,7 @@ def test_server_logprobs_match_a_full_forward(server_url, hf_model, mode):
 def test_text_round_trip_changes_tokens_but_the_engine_keeps_ids(server_url):
     """Decoding then re-encoding changes token ids; the engine never round-trips text."""
     from presto_sgl.engines.base import Request
-    from presto_sgl.engines.sglang_http import SGLangEngine
+    from presto_sgl.engines.sglang.http import SGLangEngine
 
     eng = SGLangEngine(server_url, mode="two-pass")
     tok = eng.tokenizer
@@ -100,7 +100,7 @@ def test_text_round_trip_changes_tokens_but_the_engine_keeps_ids(server_url):
 @pytest.mark.parametrize("rule", ["bfs", "step"])
 def test_power_sampling_on_the_server(server_url, rule):
     from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
-    from presto_sgl.engines.sglang_http import SGLangEngine
+    from presto_sgl.engines.sglang.http import SGLangEngine
 
     eng = SGLangEngine(server_url)
     keying = PrestoConfig(rule).keying
@@ -137,7 +137,7 @@ def router_url(server_url):
 def test_sampling_through_the_router(router_url, hf_model):
     """sglang-router takes one sampling_params per body: requests go grouped, concurrently."""
     from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
-    from presto_sgl.engines.sglang_http import SGLangEngine
+    from presto_sgl.engines.sglang.http import SGLangEngine
     from presto_sgl.runner import run_prompts
 
     eng = SGLangEngine(router_url)
@@ -172,7 +172,7 @@ def test_a_chain_survives_a_server_restart(server_url, hf_model):
     fourth waits until it is down) and started again: the chain waits, re-draws what was
     pending, and ends with states that a fresh forward pass scores the same."""
     from presto_sgl import PowerConfig, PowerMH
-    from presto_sgl.engines.sglang_http import SGLangEngine
+    from presto_sgl.engines.sglang.http import SGLangEngine
 
     port = str(_free_port())
     _server_script("start", "--port", port, "--dtype", "float32", "--timeout", "600")

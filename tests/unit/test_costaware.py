@@ -15,11 +15,11 @@ import types
 
 import numpy as np
 import pytest
-from stub_predictors import CutPredictor
-from synthetic_cost import CPU_LAW, SyntheticClock, law_time, presto_sampler
+from tests.support.predictors import CutPredictor
+from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampler
 
 from presto_sgl import ChainState, PowerConfig, PrestoConfig, PrestoPowerMH, TraceWriter, read_trace
-from presto_sgl.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation, h_plus
+from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation, h_plus
 from presto_sgl.costaware import (
     BASES,
     EXPLORE,
@@ -30,8 +30,8 @@ from presto_sgl.costaware import (
     transition_probabilities,
 )
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl.kernel import Proposal
-from presto_sgl.planner import RoundContext, RoundFeedback, StepPlanner, make_planner
+from presto_sgl.kernels import Proposal
+from presto_sgl.planners import RoundContext, RoundFeedback, StepPlanner, make_planner
 from presto_sgl.proposals import ProposalStore, StoredProposal
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-import exact
+from tests.support import exact
 import numpy as np
 import pytest
 from scipy import stats
-from synthetic_cost import presto_sampler
+from tests.support.timing import presto_sampler
 
 from presto_sgl import PowerConfig, PowerMH, PrestoConfig, kernel
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM

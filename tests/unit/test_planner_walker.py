@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 from presto_sgl import ChainState
-from presto_sgl.kernel import Proposal
-from presto_sgl.planner import BFSPlanner, PlannedRequest, RoundContext, StepPlanner
+from presto_sgl.kernels import Proposal
+from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, StepPlanner
 from presto_sgl.proposals import ProposalStore, StoredProposal
 from presto_sgl.walker import walk
 
