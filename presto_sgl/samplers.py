@@ -75,7 +75,7 @@ class Sampler:
                 f"the planner {type(self.planner).__name__} needs {self.planner.keying} keys but `config.keying` is "
                 f"{config.keying!r}; use PowerConfig(keying={self.planner.keying!r})"
             )
-        if getattr(self.kernel, "needs_entropy", False) and not engine.capabilities.entropy:
+        if self.kernel.needs_entropy and not engine.capabilities.entropy:
             raise CapabilityError(
                 f"the {self.kernel.name} kernel needs per-token entropy, which this engine cannot return; "
                 "use an engine with entropy (embedded, reference, SGLang one-pass)"

@@ -11,7 +11,7 @@
 #   - scripts/sglang_cpu/patch_torchvision.py: makes PyPI's CUDA-linked torchvision
 #     importable beside CPU torch.
 # Also sglang-router (pinned; its wheel holds the Rust router, its few Python dependencies are
-# sglang's too) for scripts/sglang_router.sh, and pytest for tests/test_sglang_runtime.py,
+# sglang's too) for scripts/sglang_router.sh, and pytest for tests/integration/test_sglang_runtime.py,
 # both checked and installed on every run (cheap).
 # See scripts/sglang_cpu/README.md. Env: PYTHON (default python3, >= 3.11),
 # SGLANG_INSTALL_MODE=cpu|gpu to override the detection, WHEELS_DIR (default /opt/wheels).
@@ -79,7 +79,7 @@ install_router() {
   "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${pins[@]}" "sglang-router==$ROUTER_VERSION"
 }
 
-# pytest, for tests/test_sglang_runtime.py (scripts/test.sh runs it with this venv's python):
+# pytest, for tests/integration/test_sglang_runtime.py (scripts/test.sh runs it with this venv's python):
 # pytest, iniconfig and pluggy at the project's pins (scripts/constraints.txt, as in .venv);
 # what it shares with sglang (packaging, pygments) stays at this venv's CPU pins.
 install_pytest() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: set up .venv if needed, run the suite with it, then run
-# tests/test_sglang_runtime.py (in-process sglang.Engine, power_gen programs) with
+# tests/integration/test_sglang_runtime.py (in-process sglang.Engine, power_gen programs) with
 # .venv-sglang's python, the one where sglang imports (the .venv run skips that file).
 # Extra arguments go to both runs (e.g. `bash scripts/test.sh -m exactness`); when they
 # name test files, the second run happens only for test_sglang_runtime.py among them.
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/presto-sgl ]; then
   bash scripts/setup.sh || exit 1
 fi
-RUNTIME_TESTS=tests/test_sglang_runtime.py
+RUNTIME_TESTS=tests/integration/test_sglang_runtime.py
 
 passed() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 

@@ -43,7 +43,7 @@ from presto_sgl.tasks.addition import ALPHABET, EOS, Problem, is_correct, make_p
 DEFAULT_OUT = REPO / "presto_sgl" / "assets" / "tiny-adder"
 SPECIAL_TOKENS = ["<pad>", "<s>", "<unk>"]  # ids 0, 1, 2; then one id per ALPHABET character
 EVAL_SEED = 1000  # the script's 200 held-out problems
-TEST_SEED = 2024  # tests/test_tiny_model.py's held-out problems
+TEST_SEED = 2024  # tests/engines/test_tiny_model.py's held-out problems
 HELDOUT_SEEDS = (EVAL_SEED, TEST_SEED)
 
 

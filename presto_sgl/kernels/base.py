@@ -61,6 +61,7 @@ class Kernel(Protocol):
     """A suffix-resampling MH kernel leaving pi_alpha(x) ∝ p0(x)^alpha invariant."""
 
     name: str
+    needs_entropy: bool  # states must carry per-token p0 entropy (the engine must return it)
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
         """The decision's cut c in {0..T-1} at ``state``."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..errors import EngineError
 from ..keys import DecisionDraws
@@ -87,7 +88,8 @@ class PowerMHKernel:
 
     alpha: float
     temperature: float
-    name: str = "powermh"
+    name: ClassVar[str] = "powermh"
+    needs_entropy: ClassVar[bool] = False
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
         return draws.cut(state.length)
