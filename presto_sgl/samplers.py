@@ -142,10 +142,11 @@ class Sampler:
             trace.write("run", {**self.describe(), "seed": seed, "prompt_id": prompt_id, "prompt_len": len(prompt_ids)})
         cfg = self.config
         planner = self.planner.for_run()
-        state = ChainState(prompt_ids)
+        entropy = self.kernel.needs_entropy
+        state = ChainState(prompt_ids, entropy=() if entropy else None)
         for stage in range(1, cfg.num_stages + 1):
             L = state.length
-            req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage))
+            req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy)
             (comp,), elapsed = rec.call([req])
             request = RequestRecord(None, L, len(req.prefix), cfg.block_size, comp.cached_tokens)
             rec.record_call(CallRecord(len(rec.calls), stage, "extend", 0, (request,), elapsed))
