@@ -14,8 +14,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
-from presto_sgl.certainty import CLASSES, certainty_class
+from presto_sgl import make_sampler, sampling_configs
+from presto_sgl.predictor.certainty import CLASSES, certainty_class
 
 PROMPTS = [
     "What is 17 + 25? Answer with the number.",
@@ -28,16 +28,35 @@ PROMPTS = [
 
 @dataclass(frozen=True)
 class Method:
+    """One sampler of a comparison: ``rule`` (``sequential`` PowerMH or a PreSTO rule) with
+    ``keying``; the PreSTO settings are :func:`presto_sgl.sampling_configs`' arguments."""
+
     label: str
     keying: str
-    presto: PrestoConfig | None  # None: sequential PowerMH
+    rule: str = "sequential"
+    budget: int = 1  # N_pf (1 for sequential: one request per call)
+    predictor: str = "default"
+    online: bool = False
+    cost_aware: bool = False
+
+    @property
+    def sequential(self) -> bool:
+        return self.rule == "sequential"
+
+    def sampler(self, engine, args):
+        """The sampler of this method on ``engine`` (``args``: T, K, alpha; one block of T tokens)."""
+        config, presto = sampling_configs(
+            self.rule, keying=self.keying, budget=self.budget, predictor=self.predictor, online=self.online,
+            cost_aware=self.cost_aware, alpha=args.alpha, max_new_tokens=args.T, block_size=args.T, steps=args.K,
+        )
+        return make_sampler(engine, config, presto)
 
 
 def default_methods(budgets) -> list[Method]:
     """Sequential (path keys), bfs at each budget, sequential (step keys), step at each budget."""
     return [
-        Method("sequential", "path", None), *[Method("bfs", "path", PrestoConfig("bfs", b)) for b in budgets],
-        Method("sequential", "step", None), *[Method("step", "step", PrestoConfig("step", b)) for b in budgets],
+        Method("sequential", "path"), *[Method("bfs", "path", "bfs", b) for b in budgets],
+        Method("sequential", "step"), *[Method("step", "step", "step", b) for b in budgets],
     ]
 
 
@@ -50,7 +69,6 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
     seq_states: dict[str, list] = {}
     seq_time: dict[str, float] = {}
     for m in methods or default_methods(args.budgets):
-        cfg = PowerConfig(alpha=args.alpha, max_new_tokens=args.T, block_size=args.T, steps=args.K, keying=m.keying)
         results, classes = [], Counter()
 
         def count(stage, k, state, tr):
@@ -58,21 +76,21 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
 
         # One sampler per method over all prompts, as a user samples a dataset: what a
         # planner learns online (time-per-call model, predictor refits) carries over.
-        sampler = PowerMH(engine, cfg) if m.presto is None else PrestoPowerMH(engine, cfg, m.presto)
+        sampler = m.sampler(engine, args)
         with monitor() if monitor is not None else contextlib.nullcontext() as server:
             for i, p in enumerate(prompts):
                 results.append(sampler.run(p, seed=args.seed, prompt_id=i, on_transition=count))
         ms = [r.metrics for r in results]
         calls = sum(x.model_calls for x in ms)
         call_time = statistics.mean(x.call_time_s for x in ms)
-        if m.presto is None:
+        if m.sequential:
             seq_states[m.keying] = [r.state for r in results]
             seq_time[m.keying] = call_time
         same = [r.state.tokens == s.tokens for r, s in zip(results, seq_states[m.keying])]
         same_str = f"{sum(same)}/{len(same)}" if engine.capabilities.seeded else "n/a (unseeded engine)"
         scored = sum(classes.values())
         row = {
-            "rule": m.label, "keys": m.keying, "budget": m.presto.budget if m.presto else 1,
+            "rule": m.label, "keys": m.keying, "budget": m.budget,
             "calls_per_prompt": calls / len(ms),
             "transitions_per_call": sum(x.transitions for x in ms) / calls,
             "requests_per_call": sum(x.requests_issued for x in ms) / calls,

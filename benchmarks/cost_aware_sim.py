@@ -17,18 +17,18 @@ import argparse
 import dataclasses
 import io
 import sys
+import threading
 import time
-from unittest import mock
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from presto_sgl import PowerConfig, PrestoConfig, PrestoPowerMH, TraceWriter, read_trace  # noqa: E402
-from presto_sgl.costaware import CallTimeModel, CostAwareStepPlanner  # noqa: E402
+from benchmarks.objectives import OBJECTIVES, ObjectivePlanner  # noqa: E402
+from presto_sgl import TraceWriter, make_sampler, read_trace, sampling_configs  # noqa: E402
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM  # noqa: E402
-from presto_sgl.planner import RoundFeedback, StepPlanner  # noqa: E402
-from presto_sgl.certainty import ConstantPredictor  # noqa: E402
-from presto_sgl.predictor import OnlinePredictor, load_predictor  # noqa: E402
+from presto_sgl.planners import RoundFeedback  # noqa: E402
+from presto_sgl.planners.timemodel import CallTimeModel  # noqa: E402
+from presto_sgl.predictor import ConstantPredictor, OnlinePredictor, load_predictor  # noqa: E402
 
 LAWS = {
     # seconds per (call, row, decode step, decoded token)
@@ -43,20 +43,33 @@ def law_time(new_tokens, law) -> float:
     return float(CallTimeModel.features(new_tokens) @ law) if new_tokens else 0.0
 
 
-class ClockedPlanner(CostAwareStepPlanner):
-    """A cost-aware planner whose feedback carries the synthetic law's call time."""
+class PlanTimer:
+    """Planning time over every run of a planner (shared by its per-run copies)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seconds = 0.0
+        self.plans = 0
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds += seconds
+            self.plans += 1
+
+
+class ClockedPlanner(ObjectivePlanner):
+    """A cost-aware planner whose feedback carries the synthetic law's call time. Its
+    per-run copies (:meth:`ObjectivePlanner.for_run`) share the law and the timer."""
 
     def __init__(self, law, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.law = law
-        self.plan_s = 0.0
-        self.plans = 0
+        self.timer = PlanTimer()
 
     def plan(self, ctx):
         t0 = time.perf_counter()
         out = super().plan(ctx)
-        self.plan_s += time.perf_counter() - t0
-        self.plans += 1
+        self.timer.add(time.perf_counter() - t0)
         return out
 
     def observe(self, feedback: RoundFeedback) -> None:
@@ -97,16 +110,18 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32)
     ap.add_argument("--sharpness", type=float, default=2.0)
     ap.add_argument("--budgets", type=int, nargs="+", default=[20, 10], help="N of the cost-aware runs")
-    ap.add_argument("--objectives", nargs="+", default=["rollout"])
+    ap.add_argument("--objectives", nargs="+", default=["rollout"], choices=OBJECTIVES)
     ap.add_argument("--laws", nargs="+", default=list(LAWS), choices=list(LAWS))
     ap.add_argument("--samples", type=int, default=32)
     args = ap.parse_args()
     t_start = time.perf_counter()
     engine = ReferenceEngine(ReferenceLM(args.vocab, sharpness=args.sharpness, seed=0))
-    cfg = PowerConfig(alpha=args.alpha, max_new_tokens=args.n, block_size=args.n, steps=args.steps, keying="step")
+    power = dict(alpha=args.alpha, max_new_tokens=args.n, block_size=args.n, steps=args.steps)
     prompts = [[(3 * i + j) % args.vocab for j in range(8)] for i in range(args.prompts)]
     seeds = range(args.seeds)
-    fixed = {b: run_chains(PrestoPowerMH(engine, cfg, PrestoConfig("step", budget=b)), prompts, seeds) for b in FIXED}
+    fixed = {
+        b: run_chains(make_sampler(engine, *sampling_configs("step", budget=b, **power)), prompts, seeds) for b in FIXED
+    }
     print(f"reference LM V={args.vocab} sharpness={args.sharpness}; T={args.n} K={args.steps} alpha={args.alpha}; "
           f"{args.prompts} prompts x {args.seeds} seeds; transitions per synthetic second (MH calls)")
     names = [f"fix{b}" for b in FIXED] + [f"{o[:4]}@{N}" for o in args.objectives for N in args.budgets]
@@ -121,13 +136,14 @@ def main() -> None:
         for obj in args.objectives:
             for N in args.budgets:
                 planner = ClockedPlanner(law, predictor(), objective=obj, samples=args.samples)
-                with mock.patch("presto_sgl.samplers.make_planner", lambda _: planner):
-                    sampler = PrestoPowerMH(engine, cfg, PrestoConfig("step", budget=N, cost_aware=True))
+                config, presto = sampling_configs("step", budget=N, cost_aware=True, **power)
+                sampler = make_sampler(engine, config, presto, planner=planner)
                 tr, calls = run_chains(sampler, prompts, seeds)
                 row.append(tr / sum(law_time(c, law) for c in calls))
                 sizes = [len(c) for c in calls]
                 notes.append(f"{obj}@{N}: {len(calls)} calls, mean n {sum(sizes) / len(sizes):.1f}, "
-                             f"plan {1e3 * planner.plan_s / max(planner.plans, 1):.1f} ms/call, match {planner.match:.2f}")
+                             f"plan {1e3 * planner.timer.seconds / max(planner.timer.plans, 1):.1f} ms/call, "
+                             f"match {planner.match:.2f}")
         best = max(range(len(FIXED)), key=lambda j: row[j])
         print(f"{law_name:<14}" + "".join(f"{x:>10.3f}" for x in row) + f"{'fix' + str(FIXED[best]):>10}")
         for n in notes:

@@ -22,12 +22,13 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from presto_sgl import ChainState  # noqa: E402
-from presto_sgl.certainty import ConstantPredictor, Predictor  # noqa: E402
-from presto_sgl.keys import ChainKeys, DecisionDraws  # noqa: E402
-from presto_sgl.planner import BFSPlanner, Planner, RoundContext, StepPlanner  # noqa: E402
-from presto_sgl.predictive import PredictivePlanner, allocate, candidate_tree  # noqa: E402
-from presto_sgl.proposals import DecisionId, ProposalStore  # noqa: E402
+from presto_sgl import ChainState, make_kernel, sampling_configs  # noqa: E402
+from presto_sgl.config import Keying  # noqa: E402
+from presto_sgl.keys import ChainKeys, DecisionDraws, DecisionId  # noqa: E402
+from presto_sgl.planners import BFSPlanner, Planner, RoundContext, StepPlanner  # noqa: E402
+from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree  # noqa: E402
+from presto_sgl.predictor.certainty import ConstantPredictor, Predictor  # noqa: E402
+from presto_sgl.proposals import ProposalStore  # noqa: E402
 
 PAPER_PRIOR = ConstantPredictor(2814 / 4621, 862 / 4621, 945 / 4621)
 """Class shares of the paper's PreSTO-PowerMH nodes (App. E.7): reject, uncertain, accept."""
@@ -35,9 +36,11 @@ T_in = TypeVar("T_in")
 T_out = TypeVar("T_out")
 
 
-def contexts(T: int, remaining: int, budget: int, calls: int) -> list[RoundContext]:
+def contexts(T: int, remaining: int, budget: int, calls: int, keying: Keying) -> list[RoundContext]:
+    """Fresh rounds of the PowerMH kernel (alpha 4) with ``keying`` (the planner's keys)."""
     root = ChainState((0,), tuple(range(T)), (-1.0,) * T, (-1.0,) * T)
     keys = ChainKeys(7)
+    kernel = make_kernel(sampling_configs("sequential", keying=keying, alpha=4.0)[0])
     out = []
     for stage in range(calls):
         cache: dict[DecisionId, DecisionDraws] = {}
@@ -47,7 +50,7 @@ def contexts(T: int, remaining: int, budget: int, calls: int) -> list[RoundConte
                 cache[d] = keys.decision(stage, d)
             return cache[d]
 
-        out.append(RoundContext(root, "", 0, remaining, budget, draws, ProposalStore()))
+        out.append(RoundContext(root, "", 0, remaining, budget, draws, ProposalStore(), kernel, keying))
     return out
 
 
@@ -95,10 +98,12 @@ def main() -> None:
         planners: dict[str, Planner] = {"bfs": BFSPlanner(), "step": StepPlanner()}
         planners |= {f"predictive, {name}": PredictivePlanner(p) for name, p in preds.items()}
         for name, planner in planners.items():
-            med, p95, plans = timed(planner.plan, contexts(args.T, args.remaining, budget, args.calls))
+            keying = planner.keying or "step"
+            med, p95, plans = timed(planner.plan, contexts(args.T, args.remaining, budget, args.calls, keying))
             row(name, budget, med, p95, statistics.mean(map(len, plans)))
         for name, pred in preds.items():
-            med, p95, trees = timed(lambda c, p=pred: candidate_tree(c, p, c.budget), contexts(args.T, args.remaining, budget, args.calls))
+            rounds = contexts(args.T, args.remaining, budget, args.calls, "path")
+            med, p95, trees = timed(lambda c, p=pred: candidate_tree(c, p, c.budget), rounds)
             row(f"  candidates, {name}", budget, med, p95)
             med, p95, _ = timed(lambda nodes, b=budget: allocate(nodes, b), trees)
             row(f"  DP (Eq. 19), {name}", budget, med, p95)

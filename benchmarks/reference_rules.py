@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH  # noqa: E402
+from presto_sgl import make_sampler, sampling_configs  # noqa: E402
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM  # noqa: E402
 
 BUDGETS = (4, 8, 10, 16, 20)
@@ -30,17 +30,18 @@ def run(args: argparse.Namespace) -> list[dict]:
     prompts = [[(3 * i + j) % args.vocab for j in range(8)] for i in range(args.prompts)]
     rows = []
     for keying, rules in (("path", ("bfs", "predictive")), ("step", ("step",))):
-        cfg = PowerConfig(alpha=args.alpha, max_new_tokens=args.n, block_size=args.block, steps=args.steps, keying=keying)
-        seq = [PowerMH(engine, cfg).run(p, seed=args.seed, prompt_id=i) for i, p in enumerate(prompts)]
+        power = dict(alpha=args.alpha, max_new_tokens=args.n, block_size=args.block, steps=args.steps)
+        sequential = make_sampler(engine, *sampling_configs("sequential", keying=keying, **power))
+        seq = [sequential.run(p, seed=args.seed, prompt_id=i) for i, p in enumerate(prompts)]
         rows.append(summarize(f"sequential ({keying} keys)", 1, seq, seq))
         for rule in rules:
             for budget in BUDGETS:
+                # the shipped predictor was fitted on SmolLM2: refit it online on this LM
+                config, presto = sampling_configs(rule, budget=budget, online=rule == "predictive", **power)
                 t0 = time.perf_counter()
+                # a fresh sampler per prompt: each chain refits its own copy of the predictor
                 res = [
-                    # the shipped predictor was fitted on SmolLM2: refit it online on this LM
-                    PrestoPowerMH(engine, cfg, PrestoConfig(rule, budget, online=rule == "predictive")).run(
-                        p, seed=args.seed, prompt_id=i
-                    )
+                    make_sampler(engine, config, presto).run(p, seed=args.seed, prompt_id=i)
                     for i, p in enumerate(prompts)
                 ]
                 rows.append(summarize(rule, budget, res, seq, time.perf_counter() - t0))
@@ -69,11 +70,13 @@ def summarize(name, budget, results, sequential, wall=None) -> dict:
 def eps_shares(args) -> tuple[float, float, float]:
     """Shares of eps-certain reject / uncertain / eps-certain accept over sequential decisions."""
     engine = ReferenceEngine(ReferenceLM(args.vocab, sharpness=args.sharpness, seed=0))
-    cfg = PowerConfig(alpha=args.alpha, max_new_tokens=args.n, block_size=args.block, steps=args.steps)
+    config, presto = sampling_configs("sequential", alpha=args.alpha, max_new_tokens=args.n, block_size=args.block,
+                                      steps=args.steps)
+    sampler = make_sampler(engine, config, presto)
     logs: list[float] = []
     for i in range(args.prompts):
-        PowerMH(engine, cfg).run([(3 * i + j) % args.vocab for j in range(8)], seed=args.seed, prompt_id=i,
-                                 on_transition=lambda s, k, st, tr: logs.append(tr.log_accept))
+        sampler.run([(3 * i + j) % args.vocab for j in range(8)], seed=args.seed, prompt_id=i,
+                    on_transition=lambda s, k, st, tr: logs.append(tr.log_accept))
     a = [math.exp(x) for x in logs]
     n = len(a)
     return sum(x <= EPS for x in a) / n, sum(EPS < x < 1 - EPS for x in a) / n, sum(x >= 1 - EPS for x in a) / n

@@ -24,7 +24,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 from compare import PROMPTS, compare_rules  # noqa: E402
 
 from presto_sgl.engines.base import Request  # noqa: E402
-from presto_sgl.engines.sglang_http import SGLangEngine  # noqa: E402
+from presto_sgl.engines.sglang.http import SGLangEngine  # noqa: E402
 from presto_sgl.keys import ChainKeys  # noqa: E402
 
 

@@ -24,20 +24,18 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from compare import PROMPTS, Method, compare_rules  # noqa: E402
 
-from presto_sgl import PrestoConfig  # noqa: E402
-
 
 def methods(budgets: list[int], predictor: str, online: bool) -> list[Method]:
-    def cfg(rule: str, b: int, **kw) -> PrestoConfig:
-        return PrestoConfig(rule, b, predictor=predictor, online=online, **kw)
+    def m(label: str, keying: str, rule: str, b: int, **kw) -> Method:
+        return Method(label, keying, rule, b, predictor=predictor, online=online, **kw)
 
     return [
-        Method("sequential", "path", None),
-        *[Method("bfs", "path", cfg("bfs", b)) for b in budgets],
-        *[Method("predictive", "path", cfg("predictive", b)) for b in budgets],
-        Method("sequential", "step", None),
-        *[Method("step", "step", cfg("step", b)) for b in budgets],
-        *[Method("step+cost", "step", cfg("step", b, cost_aware=True)) for b in budgets],
+        Method("sequential", "path"),
+        *[m("bfs", "path", "bfs", b) for b in budgets],
+        *[m("predictive", "path", "predictive", b) for b in budgets],
+        Method("sequential", "step"),
+        *[m("step", "step", "step", b) for b in budgets],
+        *[m("step+cost", "step", "step", b, cost_aware=True) for b in budgets],
     ]
 
 
@@ -76,7 +74,7 @@ def main() -> None:
 
         engine = embedded_engine(args.model)
     else:
-        from presto_sgl.engines.sglang_http import SGLangEngine
+        from presto_sgl.engines.sglang.http import SGLangEngine
 
         engine = SGLangEngine(args.url)
     print(f"engine={args.engine} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets} "

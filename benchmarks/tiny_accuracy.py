@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from presto_sgl import PowerConfig, PrestoConfig, PrestoPowerMH  # noqa: E402
+from presto_sgl import make_sampler, sampling_configs  # noqa: E402
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.models import embedded_engine  # noqa: E402
 from presto_sgl.tasks.addition import is_correct, make_problems  # noqa: E402
@@ -43,8 +43,11 @@ def main() -> None:
         ok = sum(is_correct(pb, engine.decode(c.tokens)) for pb, c in zip(problems, comps))
         results[name] = (ok / len(problems), time.perf_counter() - t0, len(problems) and 1.0)
     for tau in (1 / args.alpha, 2.0):  # proposals at tau = 1/alpha (default) and deliberately noisy ones
-        cfg = PowerConfig(alpha=args.alpha, tau=tau, max_new_tokens=args.length, block_size=args.block, steps=args.steps)
-        sampler = PrestoPowerMH(engine, cfg, PrestoConfig("step", args.budget))
+        config, presto = sampling_configs(
+            "step", budget=args.budget, alpha=args.alpha, tau=tau, max_new_tokens=args.length, block_size=args.block,
+            steps=args.steps,
+        )
+        sampler = make_sampler(engine, config, presto)
         t0 = time.perf_counter()
         ok = calls = 0
         for i, (pb, p) in enumerate(zip(problems, prompts)):

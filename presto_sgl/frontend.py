@@ -8,7 +8,8 @@ of exactly ``max_new_tokens`` tokens (no EOS stop) approximately from
 with PowerMH (``rule="sequential"``) or PreSTO-PowerMH (``rule="step"``, default; or
 ``"bfs"``, ``"predictive"``), through the token-level :class:`SGLangEngine` against the
 program's backend (its ``RuntimeEndpoint`` URL). The decoded response, up to its first
-EOS, is appended to the program text and stored in ``s[name]``;
+stop token (an EOS id of the tokenizer or of the model's generation config; ``eos_index``
+in the meta info), is appended to the program text and stored in ``s[name]``;
 ``s.get_meta_info(name)`` holds the chain's metrics (the ``PromptMetrics`` fields),
 its exact ids (``prompt_ids``, ``output_ids``), per-token log q_tau and log p0 and
 ``log_p0`` = sum_t log p0(y_t | x, y_<t).
@@ -35,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from .config import sampling_configs
 from .engines.sglang.http import SGLangEngine
+from .engines.text import cut_at_stop
 from .runner import run_prompts
-from .samplers import SampleResult, make_sampler
+from .samplers import SampleResult, Sampler, make_sampler
 
 if TYPE_CHECKING:
     from sglang.lang.interpreter import ProgramState, ProgramStateGroup
@@ -91,20 +93,17 @@ def power_gen(
 
     texts = [st.text() for st in states]  # waits for the expressions submitted before
     prompts = [_prompt_ids(st, text, eng) for st, text in zip(states, texts, strict=True)]
-    if not all(ids for ids, _ in prompts):
-        raise ValueError(
-            f"power_gen({name!r}) has no prompt: the program text before it is empty; add text first (e.g. s += sgl.user(...))"
-        )
+    for i, (ids, _) in enumerate(prompts):
+        _check_prompt(sampler, ids, name, i if len(states) > 1 else None)
 
     def run_one(prompt: Sequence[int], *, seed: int, prompt_id: int) -> SampleResult:
         return sampler.run(prompt, seed=seed, prompt_id=chain_id + prompt_id)
 
     results = run_prompts(run_one, [ids for ids, _ in prompts], seed=seed, workers=len(states))
-    eos = eng.eos_token_id
+    stop_ids = eng.stop_token_ids
     for i, (st, text, (ids, source), result) in enumerate(zip(states, texts, prompts, results, strict=True)):
         tokens = result.state.tokens
-        eos_index = tokens.index(eos) if eos is not None and eos in tokens else None
-        kept = tokens[:eos_index]
+        kept, eos_index = cut_at_stop(tokens, stop_ids)  # the answer ends at the model's first stop token
         response = eng.decode(kept)
         meta: dict[str, Any] = {
             **asdict(result.metrics),
@@ -145,6 +144,18 @@ def _program_states(s: Any) -> list[ProgramState]:
             "or a list of program states"
         )
     return states
+
+
+def _check_prompt(sampler: Sampler, ids: Sequence[int], name: str, fork: int | None) -> None:
+    """``sampler.check_prompt`` on the program text's ids; its ValueError says which power_gen and program text."""
+    try:
+        sampler.check_prompt(ids)
+    except ValueError as exc:
+        where = f"power_gen({name!r})" + (f" on fork {fork}" if fork is not None else "")
+        hint = "; add text first (e.g. s += sgl.user(...))" if not ids else ""
+        raise ValueError(
+            f"{where}: its prompt is the program text before it ({len(ids)} tokens) and cannot be sampled from: {exc}{hint}"
+        ) from exc
 
 
 def _engine_for(backend: Any) -> SGLangEngine:

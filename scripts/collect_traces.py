@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from presto_sgl import PowerConfig, PowerMH, models  # noqa: E402
-from presto_sgl.metrics import TraceWriter  # noqa: E402
+from presto_sgl import make_sampler, models, sampling_configs  # noqa: E402
+from presto_sgl.trace import TraceWriter  # noqa: E402
 
 PROMPTS = [
     # benchmarks/compare.py
@@ -73,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= index < count:
         ap.error(f"--shard {args.shard!r} must be I/N with 0 <= I < N, e.g. 0/2")
     engine = models.embedded_engine(args.model)
-    config = PowerConfig(
-        alpha=args.alpha, max_new_tokens=args.max_new_tokens, block_size=args.block_size, steps=args.steps, keying="path"
+    config, presto = sampling_configs(
+        "sequential", keying="path", alpha=args.alpha, max_new_tokens=args.max_new_tokens, block_size=args.block_size,
+        steps=args.steps,
     )
-    sampler = PowerMH(engine, config)
+    sampler = make_sampler(engine, config, presto)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     with open(args.output, "w", encoding="utf-8") as stream:
         trace = TraceWriter(stream)

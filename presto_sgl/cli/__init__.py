@@ -1,3 +1,7 @@
-from .sample import main
+"""The ``presto-sgl`` command line (console script ``presto_sgl.cli:main``); see :mod:`.main`."""
 
-__all__ = ["main"]
+from .common import PROG
+from .engines import ENGINES
+from .main import build_parser, main
+
+__all__ = ["ENGINES", "PROG", "build_parser", "main"]

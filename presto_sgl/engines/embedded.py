@@ -87,6 +87,9 @@ class EmbeddedEngine(TokenizerText):
         self.lm = CausalLM(model)
         self.tokenizer = tokenizer
         self.name = name
+        # The answer ends at the generation config's EOS ids too (with the tokenizer's; engines/text.py).
+        gen = getattr(model, "generation_config", None) or getattr(model, "config", None)
+        self.stop_token_ids = getattr(gen, "eos_token_id", None)
         self.capabilities = EngineCapabilities(
             seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, context_length=self.lm.max_positions
         )

@@ -38,6 +38,7 @@ exact.
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import threading
@@ -107,10 +108,12 @@ class CostAwareStepPlanner(StepPlanner):
         self._previous: RoundContext | None = None
 
     def for_run(self) -> CostAwareStepPlanner:
-        return type(self)(
-            self.predictor, self.time_model, self.explore,
-            samples=self.samples, horizon=self.horizon, seed=self.seed, match=self.match_rate,
-        )
+        """A planner for one chain's run: every learner and setting shared (a subclass's
+        too), the round state fresh."""
+        run = copy.copy(self)
+        run._previous = None
+        run.last_base = None
+        return run
 
     @property
     def match(self) -> float:

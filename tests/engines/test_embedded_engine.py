@@ -129,6 +129,39 @@ def test_context_limit_and_bad_requests():
         eng.generate([Request((), 4, 1.0)])
 
 
+class _Tokenizer:
+    eos_token_id = 3
+
+
+def test_stop_tokens_are_the_tokenizers_and_the_generation_configs_eos_ids():
+    """A response is cut at a generation-config EOS id that is not ``tokenizer.eos_token_id``."""
+    from presto_sgl.engines.text import cut_at_stop
+
+    model = random_model()
+    model.generation_config.eos_token_id = [9, 7]  # a list, as in many chat models' generation_config.json
+    eng = EmbeddedEngine(model, _Tokenizer())
+    assert eng.eos_token_id == 3 and eng.stop_token_ids == (3, 7, 9)
+    assert cut_at_stop((5, 1, 9, 3, 7), eng.stop_token_ids) == ((5, 1), 2)  # 9: generation config only
+    assert cut_at_stop([5, 1, 2], eng.stop_token_ids) == ((5, 1, 2), None)
+    assert cut_at_stop((), eng.stop_token_ids) == ((), None)
+    (comp,) = eng.generate([Request((1, 2, 3), 12, 1.0, seed=0)])
+    stop = comp.tokens[4]  # make a token the model drew a generation-config EOS
+    model.generation_config.eos_token_id = stop
+    eng = EmbeddedEngine(model, _Tokenizer())
+    assert stop in eng.stop_token_ids
+    kept, index = cut_at_stop(comp.tokens, eng.stop_token_ids)
+    assert index == min(i for i, t in enumerate(comp.tokens) if t in (3, stop)) and kept == comp.tokens[:index]
+    model.generation_config.eos_token_id = None
+    assert EmbeddedEngine(model).stop_token_ids == ()  # no tokenizer, no EOS: nothing to cut at
+
+
+def test_the_tiny_models_stop_token_is_its_newline_eos():
+    from presto_sgl.models import embedded_engine
+
+    eng = embedded_engine("tiny-adder", device="cpu")
+    assert eng.stop_token_ids == (eng.eos_token_id,) == (eng.encode("\n")[0],)
+
+
 def tiny_model():
     from presto_sgl.models import load
 

@@ -18,10 +18,13 @@ from presto_sgl import (
     PrestoPowerMH,
     Request,
     TraceWriter,
+    make_sampler,
     metrics_from_trace,
     read_trace,
+    sampling_configs,
 )
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.planners import BFSPlanner, SequentialPlanner, StepPlanner
 
 
 @pytest.mark.parametrize(
@@ -44,7 +47,11 @@ def test_remainder_message_suggests_a_fix():
         PowerConfig(max_new_tokens=20, block_size=16)
 
 
-@pytest.mark.parametrize("kwargs, name", [({"budget": 0}, "budget"), ({"budget": -3}, "budget"), ({"rule": "dfs"}, "rule")])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [({"budget": 0}, "budget"), ({"budget": -3}, "budget"), ({"rule": "dfs"}, "rule"),
+     ({"rule": "bfs", "cost_aware": True}, "cost_aware"), ({"online": 1}, "online"), ({"predictor": ""}, "predictor")],
+)
 def test_presto_config_errors(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
         PrestoConfig(**kwargs)
@@ -53,6 +60,41 @@ def test_presto_config_errors(kwargs, name):
 def test_rule_and_keying_must_match():
     with pytest.raises(ValueError, match="keying='path'"):
         PrestoPowerMH(ReferenceEngine(), PowerConfig(keying="step"), PrestoConfig("bfs"))
+
+
+@pytest.mark.parametrize(
+    "rule, kwargs, name",
+    [("bfs", {"keying": "step"}, "keying"), ("step", {"keying": "path"}, "keying"), ("dfs", {}, "rule"),
+     ("step", {"budget": 0}, "budget"), ("sequential", {"steps": -1}, "steps"), ("step", {"alpha": 0.0}, "alpha")],
+)
+def test_sampling_configs_errors_name_the_argument(rule, kwargs, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        sampling_configs(rule, **kwargs)
+
+
+def test_sampling_configs_pick_the_rule_keying_and_make_sampler_its_planner():
+    engine = ReferenceEngine()
+    for rule, keying, planner in [("sequential", "step", SequentialPlanner), ("bfs", "path", BFSPlanner),
+                                  ("step", "step", StepPlanner)]:
+        config, presto = sampling_configs(rule, budget=5, max_new_tokens=8, block_size=4, steps=3)
+        assert (config.keying, presto.rule, presto.budget, config.max_new_tokens) == (keying, rule, 5, 8)
+        sampler = make_sampler(engine, config, presto)
+        assert type(sampler.planner) is planner and sampler.name == ("sequential" if rule == "sequential" else "presto")
+    config, presto = sampling_configs("sequential", keying="path")  # sequential runs with either keying
+    assert config.keying == "path" and presto.sequential
+
+
+def test_injected_planner_and_configs_are_checked():
+    engine = ReferenceEngine()
+    config, presto = sampling_configs("sequential", keying="path")
+    with pytest.raises(ValueError, match="keying='step'"):
+        make_sampler(engine, config, presto, planner=StepPlanner())  # the planner's keys, not the rule's
+    planner = BFSPlanner()
+    assert make_sampler(engine, config, presto, planner=planner).planner is planner
+    with pytest.raises(TypeError, match="`config`"):
+        make_sampler(engine, presto, presto)
+    with pytest.raises(TypeError, match="`presto`"):
+        make_sampler(engine, config, config)
 
 
 @pytest.mark.parametrize("prompt, match", [([], "empty"), ([0, 32], "outside the vocabulary"), ([-1], "outside"), ([1.0], "outside")])

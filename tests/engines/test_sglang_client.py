@@ -188,6 +188,17 @@ def test_two_pass_and_one_pass_give_exact_scores(stand_in, one_pass):
         assert score["input_ids"][0] == [1, 2, 3, *comps[0].tokens]
 
 
+def test_stop_tokens_come_from_the_servers_generation_config(stand_in, tmp_path, monkeypatch):
+    monkeypatch.setattr(SGLangEngine, "tokenizer", None)  # the stand-in has no tokenizer files
+    srv = stand_in()
+    assert SGLangEngine(srv.url).stop_token_ids == ()  # neither file names an EOS
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "eos_token_id": 4}))
+    assert SGLangEngine(srv.url).stop_token_ids == (4,)  # no generation_config.json: config.json's
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [9, 2]}))
+    assert SGLangEngine(srv.url).stop_token_ids == (2, 9)
+
+
 def test_short_responses_are_reissued_then_fail_clearly(stand_in):
     srv = stand_in()
     eng = SGLangEngine(srv.url, max_retries=2)
@@ -340,7 +351,7 @@ def test_a_router_url_works_with_shared_sampling_params(stand_in):
 
 def test_cli_trace_has_a_server_record(stand_in, tmp_path, monkeypatch):
     from presto_sgl import cli
-    from presto_sgl.metrics import read_trace
+    from presto_sgl.trace import read_trace
 
     monkeypatch.setattr(SGLangEngine, "tokenizer", None)  # the stand-in has no tokenizer files
     srv = stand_in(delay_s=0.02)

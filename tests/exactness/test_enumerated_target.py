@@ -1,10 +1,12 @@
-"""Layer 3: the samplers' final states follow the exact K-step law of PowerMH.
+"""Layer 3: the samplers' final states follow the exact K-step law of their MH kernel.
 
 On a reference LM with vocab 3 and responses of 3-4 tokens every law is enumerable:
-``exact.chain_law`` pushes the block extensions through P^K. Many independent chains
-(independent run seeds) are compared with that law by a chi-square test at
-significance 0.001 (cells with expected count < 5 pooled). Seeds are fixed, so each
-test is deterministic; a deliberately wrong acceptance fails it (last tests).
+``exact.chain_law`` pushes the block extensions through P^K, P the kernel's exact
+transition matrix (:attr:`cases.KernelCase.matrix`). Many independent chains
+(independent run seeds) are compared with that law by a chi-square test at significance
+0.001 (cells with expected count < 5 pooled), for every kernel x rule, on a seeded and
+an unseeded engine. Seeds are fixed, so each test is deterministic; a deliberately wrong
+acceptance fails it (last tests).
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from tests.support import exact
 import numpy as np
 import pytest
 from scipy import stats
-from tests.support.timing import presto_sampler
+from tests.exactness.cases import KERNELS, RULES, KernelCase
+from tests.support import exact
 
-from presto_sgl import PowerConfig, PowerMH, PrestoConfig, kernel
-from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl import PowerConfig
+from presto_sgl.engines.reference import ReferenceLM
 
 pytestmark = pytest.mark.exactness
 
@@ -27,32 +29,42 @@ SIGNIFICANCE = 1e-3
 CHAINS = 3000
 PROMPT = (0, 1)
 SCHEDULES = {"one-block": (3, 3, 3), "two-blocks": (4, 2, 2)}  # (n, B, K)
-SAMPLERS = {
-    "sequential-path": ("path", None),
-    "sequential-step": ("step", None),
-    "bfs": ("path", PrestoConfig("bfs", budget=3)),
-    "step": ("step", PrestoConfig("step", budget=3)),
-    "bfs-20": ("path", PrestoConfig("bfs", budget=20)),
-    "step-1": ("step", PrestoConfig("step", budget=1)),
-    "predictive": ("path", PrestoConfig("predictive", budget=3)),  # online cut-dependent test predictor
-    "step-cost": ("step", PrestoConfig("step", budget=3, cost_aware=True)),  # and a synthetic clock
+SAMPLERS = {  # name: (rule, budget)
+    "sequential-path": (RULES["sequential-path"], 1),
+    "sequential-step": (RULES["sequential-step"], 1),
+    "bfs": (RULES["bfs"], 3),
+    "step": (RULES["step"], 3),
+    "bfs-20": (RULES["bfs"], 20),
+    "step-1": (RULES["step"], 1),
+    "predictive": (RULES["predictive"], 3),  # online cut-dependent test predictor
+    "step-cost": (RULES["step-cost"], 3),  # and a synthetic clock
 }
+UNSEEDED = ["sequential-path", "sequential-step", "bfs", "predictive", "step", "step-cost"]
 
 
 def lm() -> ReferenceLM:
     return ReferenceLM(3, sharpness=1.0, seed=1)
 
 
-def final_law_pvalue(sampler_name: str, schedule: str, alpha: float, *, seeded: bool = True, chains: int = CHAINS):
+def config(schedule: str, alpha: float, sampler_name: str):
     n, B, K = SCHEDULES[schedule]
-    keying, presto = SAMPLERS[sampler_name]
-    model = lm()
-    engine = ReferenceEngine(model, seeded=seeded, rng_seed=12345)
-    cfg = PowerConfig(alpha=alpha, max_new_tokens=n, block_size=B, steps=K, keying=keying)
-    sampler = PowerMH(engine, cfg) if presto is None else presto_sampler(engine, cfg, presto)
-    counts = Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(chains))
-    law = exact.chain_law(model, PROMPT, n, B, K, alpha, 1.0 / alpha)
-    return chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, n), chains)
+    rule, budget = SAMPLERS[sampler_name]
+    return rule.configs(budget, alpha=alpha, max_new_tokens=n, block_size=B, steps=K)
+
+
+def exact_law(kernel_case: KernelCase, model: ReferenceLM, cfg: PowerConfig) -> np.ndarray:
+    """The exact law of the final state of the block schedule of ``cfg`` under the kernel."""
+    kernel = kernel_case.make(cfg)
+    return exact.chain_law(
+        model, PROMPT, cfg.max_new_tokens, cfg.block_size, cfg.steps, cfg.temperature,
+        lambda T: kernel_case.matrix(model, PROMPT, T, kernel),
+    )
+
+
+def sample_counts(kernel_case: KernelCase, sampler_name: str, engine, cfg, presto, chains: int = CHAINS) -> Counter:
+    rule, _ = SAMPLERS[sampler_name]
+    sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
+    return Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(chains))
 
 
 def chi_square_pvalue(counts: Counter, law: np.ndarray, seqs: list, chains: int) -> tuple[float, float]:
@@ -75,9 +87,11 @@ def chi_square_pvalue(counts: Counter, law: np.ndarray, seqs: list, chains: int)
 
 @pytest.mark.parametrize("alpha", [2.0, 4.0])
 @pytest.mark.parametrize("length", [3, 4])
-def test_enumerated_kernel_leaves_target_invariant(alpha, length):
+@pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
+def test_enumerated_kernel_leaves_target_invariant(kernel_case, alpha, length):
     model = lm()
-    P = exact.mh_kernel(model, PROMPT, length, alpha, 1.0 / alpha)
+    cfg = PowerConfig(alpha=alpha, max_new_tokens=length, block_size=length)
+    P = kernel_case.matrix(model, PROMPT, length, kernel_case.make(cfg))
     pi = exact.target(model, PROMPT, length, alpha)
     assert np.allclose(P.sum(axis=1), 1.0, atol=1e-12) and P.min() >= 0
     assert np.abs(pi @ P - pi).max() < 1e-12
@@ -85,44 +99,44 @@ def test_enumerated_kernel_leaves_target_invariant(alpha, length):
     assert np.abs(flow - flow.T).max() < 1e-12
 
 
-@pytest.mark.parametrize("alpha", [2.0, 4.0])
-@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
-@pytest.mark.parametrize("sampler_name", sorted(SAMPLERS))
-def test_final_states_follow_exact_law(sampler_name, schedule, alpha):
-    p, tv = final_law_pvalue(sampler_name, schedule, alpha)
+def law_cases():
+    for kernel in KERNELS:
+        for name in sorted(SAMPLERS):
+            for schedule in sorted(SCHEDULES):
+                for alpha in (2.0, 4.0):
+                    yield pytest.param(kernel, name, schedule, alpha, True, id=f"{kernel}-{name}-{schedule}-a{alpha}-seeded")
+        for name in UNSEEDED:  # without per-request seeds (SGLang on CPU) every request is a fresh draw
+            yield pytest.param(kernel, name, "two-blocks", 4.0, False, id=f"{kernel}-{name}-two-blocks-a4.0-unseeded")
+
+
+@pytest.mark.parametrize("kernel_case,sampler_name,schedule,alpha,seeded", law_cases())
+def test_final_states_follow_exact_law(reference_engine, kernel_case, sampler_name, schedule, alpha, seeded):
+    model = lm()
+    cfg, presto = config(schedule, alpha, sampler_name)
+    counts = sample_counts(kernel_case, sampler_name, reference_engine(model, seeded=seeded), cfg, presto)
+    law = exact_law(kernel_case, model, cfg)
+    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), CHAINS)
     assert p > SIGNIFICANCE, f"chi-square p={p:.2e} (TV={tv:.3f}) rejects the exact K-step law"
 
 
-@pytest.mark.parametrize("sampler_name", ["bfs", "predictive", "step", "step-cost"])
-def test_unseeded_engine_is_exact_in_law(sampler_name):
-    """Without per-request seeds (SGLang on CPU) every request is a fresh draw: still exact."""
-    p, tv = final_law_pvalue(sampler_name, "two-blocks", 4.0, seeded=False)
-    assert p > SIGNIFICANCE, f"chi-square p={p:.2e} (TV={tv:.3f})"
-
-
-def _flipped_q_term(lq_x, lq_y, lp_x, lp_y, alpha, _orig=kernel.log_acceptance):
-    return _orig(lq_y, lq_x, lp_x, lp_y, alpha)  # sign of the proposal term flipped
-
-
-def test_wrong_acceptance_breaks_invariance(monkeypatch):
-    monkeypatch.setattr(kernel, "log_acceptance", _flipped_q_term)
+@pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
+def test_wrong_acceptance_breaks_invariance(monkeypatch, kernel_case):
+    kernel_case.sabotage(monkeypatch)
     model = lm()
-    P = exact.mh_kernel(model, PROMPT, 3, 4.0, 0.25)
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=3, block_size=3)
+    P = kernel_case.matrix(model, PROMPT, 3, kernel_case.make(cfg))
     pi = exact.target(model, PROMPT, 3, 4.0)
     assert np.abs(pi @ P - pi).max() > 1e-3
 
 
 @pytest.mark.parametrize("sampler_name", ["sequential-step", "step", "bfs"])
-def test_wrong_acceptance_fails_the_chi_square(monkeypatch, sampler_name):
-    """The test has power: the sampler with a flipped q-term is rejected against the true law."""
-    n, B, K = SCHEDULES["one-block"]
+@pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
+def test_wrong_acceptance_fails_the_chi_square(monkeypatch, reference_engine, kernel_case, sampler_name):
+    """The test has power: the sampler with a sabotaged acceptance is rejected against the true law."""
     model = lm()
-    law = exact.chain_law(model, PROMPT, n, B, K, 4.0, 0.25)  # computed with the correct kernel
-    monkeypatch.setattr(kernel, "log_acceptance", _flipped_q_term)
-    keying, presto = SAMPLERS[sampler_name]
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=n, block_size=B, steps=K, keying=keying)
-    engine = ReferenceEngine(model)
-    sampler = PowerMH(engine, cfg) if presto is None else presto_sampler(engine, cfg, presto)
-    counts = Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(CHAINS))
-    p, tv = chi_square_pvalue(counts, law, exact.sequences(3, n), CHAINS)
+    cfg, presto = config("one-block", 4.0, sampler_name)
+    law = exact_law(kernel_case, model, cfg)  # computed with the correct kernel
+    kernel_case.sabotage(monkeypatch)
+    counts = sample_counts(kernel_case, sampler_name, reference_engine(model), cfg, presto)
+    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), CHAINS)
     assert p < SIGNIFICANCE and not math.isnan(tv), f"wrong acceptance not detected: p={p:.2e}, TV={tv:.3f}"

@@ -15,7 +15,7 @@ from presto_sgl.engines.base import Completion, EngineCapabilities, EngineError
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.trace import metrics_from_trace, read_trace
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # the repository
 RUN = ["--max-new-tokens", "32", "--block-size", "16", "--steps", "8", "--seed", "3"]
 SMALL = ["--prompt", "the cat", *RUN]
 STAGES = 2
@@ -113,6 +113,24 @@ def test_text_output_and_summary(capsys):
     assert f"model calls       {STEPS * STAGES} " in out
 
 
+def test_answer_ends_at_the_engines_first_stop_token(capsys, monkeypatch):
+    """The chain keeps all its tokens; the answer (text and ``eos_index``) ends at the first of
+    the engine's ``stop_token_ids``, not only at ``eos_token_id``."""
+    full = run_json(capsys)
+    ids = full["response_ids"]
+    assert full["eos_index"] is None  # the reference engine has no stop tokens
+    stop = ids[5]
+    first = min(i for i, t in enumerate(ids) if t in (31, stop))
+    engine = ReferenceEngine(ReferenceLM(32))
+    engine.stop_token_ids = (31, stop)  # e.g. the tokenizer's EOS and a generation-config EOS
+    monkeypatch.setitem(cli.ENGINES, "reference", lambda args: engine)
+    data = run_json(capsys)
+    assert data["response_ids"] == ids and data["eos_index"] == first
+    assert data["response_text"] == engine.decode(ids[:first])
+    assert cli.main(["sample", "--engine", "reference", *SMALL]) == 0
+    assert capsys.readouterr().out.split("\n")[0] == engine.decode(ids[:first])
+
+
 def test_progress_goes_to_stderr_only(capsys):
     rc = cli.main(["sample", "--engine", "reference", *SMALL, "--json", "--progress"])
     out, err = capsys.readouterr()
@@ -138,6 +156,7 @@ def test_progress_goes_to_stderr_only(capsys):
         (("--prompt", "the #1 cat"), "--prompt"),
         (("--prompt", ""), "--prompt"),
         (("--prompt-ids", "1,99"), "--prompt-ids"),
+        (("--prompt-ids", ","), "--prompt-ids"),
         (("--prompt-ids", "1,x"), "--prompt-ids"),
         (("--prompt", "hi", "--vocab-size", "1"), "--vocab-size"),
         (("--prompt", "hi", "--rule", "greedy"), "--rule"),

@@ -17,7 +17,7 @@ from presto_sgl import cli  # noqa: E402
 from presto_sgl.trace import metrics_from_trace, read_trace  # noqa: E402
 from presto_sgl.tasks.addition import is_correct, make_problem  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # the repository
 TINY = ["sample", "--model", "tiny-adder", "--no-chat", "--max-new-tokens", "36", "--block-size", "12", "--steps", "6"]
 
 

@@ -20,16 +20,17 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sglang_server import (  # the transformers fp32 forward
+
+from tests.support.forward import (  # the transformers fp32 forward
+    TOL,
     assert_matches_forward,
-    reference,
+    assert_scores_match,
 )
 
 pytestmark = pytest.mark.sglang
 
 URL = os.environ.get("PRESTO_SGL_SGLANG_URL")
 REQUIRED = os.environ.get("PRESTO_SGL_REQUIRE_SGLANG") == "1"
-TOL = 2e-3  # fp32 SGLang vs fp32 transformers forward, per token (different kernels)
 
 HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
 
@@ -74,18 +75,11 @@ def tokenizer(model_path):
     return AutoTokenizer.from_pretrained(model_path)
 
 
-def assert_scores_match(hf_model, prefix, tokens, logp) -> None:
-    """``logp`` is the fp32 forward's log p0 of exactly ``tokens`` after exactly ``prefix``."""
-    _, ref = reference(hf_model, prefix, tokens, 1.0)
-    assert len(ref) == len(logp) == len(tokens)
-    assert max(abs(a - b) for a, b in zip(ref, logp)) < TOL
-
-
 # -- the in-process engine -------------------------------------------------------------------------
 class TestInProcessEngine:
     @pytest.fixture(scope="class")
     def engine(self, model_path):
-        from presto_sgl.engines.sglang_inproc import SGLangInProcessEngine
+        from presto_sgl.engines.sglang.inproc import SGLangInProcessEngine
 
         t0 = time.perf_counter()
         with SGLangInProcessEngine(model_path, dtype="float32", max_total_tokens=4096) as eng:
@@ -243,7 +237,7 @@ def test_power_gen_errors_name_the_argument(backend):
 # -- without sglang ---------------------------------------------------------------------------------
 @pytest.mark.skipif(HAVE_SGLANG, reason="checks the errors raised where sglang is not importable")
 def test_without_sglang_the_errors_name_the_fix(tmp_path):
-    from presto_sgl.engines.sglang_inproc import SGLangInProcessEngine
+    from presto_sgl.engines.sglang.inproc import SGLangInProcessEngine
     from presto_sgl.frontend import power_gen
 
     (tmp_path / "config.json").write_text("{}")

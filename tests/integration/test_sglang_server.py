@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.forward import assert_matches_forward, assert_scored_exactly
+
 pytestmark = pytest.mark.sglang
 
 URL = os.environ.get("PRESTO_SGL_SGLANG_URL")
-TOL = 2e-3  # fp32 server vs fp32 transformers forward, per token (different kernels)
 
 
 @pytest.fixture(scope="module")
@@ -43,34 +44,6 @@ def hf_model(server_url):
 
     path = SGLangEngine(server_url, mode="two-pass").model_path
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-
-
-def reference(model, prefix, tokens, tau):
-    import torch
-
-    with torch.no_grad():
-        logits = model(torch.tensor([list(prefix) + list(tokens)])).logits[0].float()
-    rows = logits[len(prefix) - 1 : len(prefix) - 1 + len(tokens)]
-    idx = torch.tensor(list(tokens))[:, None]
-    logq = torch.log_softmax(rows / tau, -1).gather(1, idx)[:, 0].tolist()
-    logp = torch.log_softmax(rows, -1).gather(1, idx)[:, 0].tolist()
-    return logq, logp
-
-
-def assert_matches_forward(engine, hf_model) -> list:
-    """Three requests (different prefixes and taus) scored by ``engine`` agree with
-    :func:`reference` within TOL; returns the completions."""
-    from presto_sgl.engines.base import Request
-
-    prompt = tuple(engine.chat_prompt("What is 17 + 25?"))
-    reqs = [Request(prompt, 12, 0.25), Request(prompt[:-3], 8, 1.0), Request(prompt, 6, 0.5)]
-    comps = engine.generate(reqs)
-    for req, comp in zip(reqs, comps):
-        assert len(comp.tokens) == req.max_new_tokens
-        lq, lp = reference(hf_model, req.prefix, comp.tokens, req.temperature)
-        assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / req.temperature
-        assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
-    return comps
 
 
 @pytest.mark.parametrize("mode", ["two-pass", "one-pass"])
@@ -115,14 +88,7 @@ def test_power_sampling_on_the_server(server_url, rule):
 
 
 ROUTER_URL = os.environ.get("PRESTO_SGL_ROUTER_URL")
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def assert_scored_exactly(model, state, tau):
-    """The state's per-token log q_tau and log p0 match a fresh forward pass of its final tokens."""
-    lq, lp = reference(model, state.prompt, state.tokens, tau)
-    assert max(abs(a - b) for a, b in zip(lp, state.logp)) < TOL
-    assert max(abs(a - b) for a, b in zip(lq, state.logq)) < TOL / tau
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 @pytest.fixture(scope="module")

@@ -1,24 +1,30 @@
-"""Exact laws of PowerMH on an enumerable reference LM (test helper).
+"""Exact laws of suffix-resampling MH kernels on an enumerable reference LM (test helper).
 
-States are all V^T responses. The suffix-resampling kernel (cut c ~ Unif{0..T-1})
-is built from the library's own ``kernel.log_acceptance``:
+States are all V^T responses. PowerMH's kernel (cut c ~ Unif{0..T-1}, suffix from
+q_tau) is built from the kernel object's own ``decide`` (so from the library's
+``log_acceptance``), one scored proposal at a time:
 
     P[x, y] = (1/T) sum_c [y_{0:c} = x_{0:c}] q_tau(y_{c+1:T} | x_{0:c}) A_c(x, y),
     P[x, x] += 1 - sum_y P[x, y].
 
 The chain law after the block schedule is the extension law q_tau(block | x) pushed
-through P_T^K stage by stage.
+through P_T^K stage by stage (:func:`chain_law`, for any kernel's matrix).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
-from presto_sgl import kernel
 from presto_sgl.engines.reference import ReferenceLM
+from presto_sgl.kernels import PowerMHKernel, Proposal
+from presto_sgl.keys import DecisionDraws
+from presto_sgl.state import ChainState
+
+_DRAWS = DecisionDraws(cut_key=0, seed=0, uniform=1.0)  # decide's log A does not depend on them
 
 
 def sequences(vocab: int, length: int) -> list[tuple[int, ...]]:
@@ -32,34 +38,60 @@ def target(lm: ReferenceLM, prompt: tuple[int, ...], length: int, alpha: float) 
     return w / w.sum()
 
 
-def mh_kernel(lm: ReferenceLM, prompt: tuple[int, ...], length: int, alpha: float, tau: float) -> np.ndarray:
+def per_token(lm: ReferenceLM, context: tuple[int, ...], tokens: tuple[int, ...], tau: float):
+    """(log q_tau, log p0) of each of ``tokens`` after ``context``."""
+    ctx, lq, lp = list(context), [], []
+    for t in tokens:
+        logp, logq, _ = lm.distribution(ctx, tau)
+        lq.append(float(logq[t]))
+        lp.append(float(logp[t]))
+        ctx.append(t)
+    return tuple(lq), tuple(lp)
+
+
+def powermh_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel: PowerMHKernel) -> np.ndarray:
+    """PowerMH's transition matrix over responses of ``length`` tokens, log A from ``kernel.decide``."""
+    tau = kernel.temperature
     seqs = sequences(lm.vocab_size, length)
     index = {s: i for i, s in enumerate(seqs)}
-    per_token = {}  # (prefix, suffix) -> (logp, logq)
+    scored: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[float, ...], tuple[float, ...]]] = {}
 
-    def score(prefix: tuple[int, ...], suffix: tuple[int, ...]) -> tuple[float, float]:
+    def score(prefix: tuple[int, ...], suffix: tuple[int, ...]):
         key = (prefix, suffix)
-        if key not in per_token:
-            per_token[key] = lm.score(prompt + prefix, suffix, tau)
-        return per_token[key]
+        if key not in scored:
+            scored[key] = per_token(lm, prompt + prefix, suffix, tau)
+        return scored[key]
 
     P = np.zeros((len(seqs), len(seqs)))
     for x in seqs:
         i = index[x]
+        lq_x, lp_x = score((), x)
+        state = ChainState(prompt, x, lq_x, lp_x)
         for c in range(length):
-            lp_x, lq_x = score(x[:c], x[c:])
             for suf in itertools.product(range(lm.vocab_size), repeat=length - c):
-                lp_y, lq_y = score(x[:c], suf)
-                log_a = kernel.log_acceptance(lq_x, lq_y, lp_x, lp_y, alpha)
-                P[i, index[x[:c] + suf]] += math.exp(lq_y) * math.exp(log_a) / length
+                lq_y, lp_y = score(x[:c], suf)
+                _, tr = kernel.decide(state, [Proposal(c, suf, lq_y, lp_y)], _DRAWS)
+                P[i, index[x[:c] + suf]] += math.exp(math.fsum(lq_y)) * math.exp(tr.log_accept) / length
         P[i, i] += 1.0 - P[i].sum()
     return P
 
 
+def mh_kernel(lm: ReferenceLM, prompt: tuple[int, ...], length: int, alpha: float, tau: float) -> np.ndarray:
+    """PowerMH's transition matrix at (alpha, tau)."""
+    return powermh_matrix(lm, prompt, length, PowerMHKernel(alpha, tau))
+
+
 def chain_law(
-    lm: ReferenceLM, prompt: tuple[int, ...], max_new_tokens: int, block_size: int, steps: int, alpha: float, tau: float
+    lm: ReferenceLM,
+    prompt: tuple[int, ...],
+    max_new_tokens: int,
+    block_size: int,
+    steps: int,
+    tau: float,
+    matrix: Callable[[int], np.ndarray],
 ) -> np.ndarray:
-    """Exact law of the final state of PowerMH (over sequences(V, max_new_tokens))."""
+    """Exact law of the final state (over sequences(V, max_new_tokens)): block extensions
+    from q_tau, then ``steps`` transitions of ``matrix(T)`` at each stage length T."""
     V = lm.vocab_size
     law = np.array([1.0])  # over the empty response
     prev: list[tuple[int, ...]] = [()]
@@ -69,6 +101,7 @@ def chain_law(
         for j, y in enumerate(seqs):
             base = prev.index(y[: T - block_size]) if T > block_size else 0
             ext[j] = law[base] * math.exp(lm.score(prompt + y[: T - block_size], y[T - block_size :], tau)[1])
-        law = ext @ np.linalg.matrix_power(mh_kernel(lm, prompt, T, alpha, tau), steps)
+        law = ext @ np.linalg.matrix_power(matrix(T), steps)
         prev = seqs
     return law
+

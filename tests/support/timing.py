@@ -1,17 +1,18 @@
 """Test helpers for the cost-aware step planner: a synthetic clock, so that runs on the
-reference engine choose their batch sizes deterministically, and a sampler factory."""
+reference engine choose their batch sizes deterministically, and the samplers of the
+exactness suites (stub predictor, synthetic clock) injected through ``planner=``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from unittest import mock
 
-from tests.support import predictors as stub_predictors
-from tests.support.predictors import CutPredictor
+from tests.support.predictors import CutPredictor, predictive_planner
 
 from presto_sgl import PowerConfig, PrestoConfig, PrestoPowerMH
-from presto_sgl.costaware import CallTimeModel, CostAwareStepPlanner
 from presto_sgl.engines.base import Engine
+from presto_sgl.kernels import Kernel
+from presto_sgl.planners import CostAwareStepPlanner, Planner, make_planner
+from presto_sgl.planners.timemodel import CallTimeModel
 
 CPU_LAW = (0.02, 0.005, 0.06, 0.006)
 """Seconds per (call, row, decode step, decoded token): a CPU-like engine (DESIGN §6)."""
@@ -29,11 +30,18 @@ class SyntheticClock(CallTimeModel):
         super().observe(new_tokens, law_time(new_tokens))
 
 
-def presto_sampler(engine: Engine, config: PowerConfig, presto: PrestoConfig) -> PrestoPowerMH:
-    """``stub_predictors.presto_sampler``; with ``cost_aware`` the planner uses a fresh
-    :class:`CutPredictor` and a :class:`SyntheticClock`."""
-    if not presto.cost_aware:
-        return stub_predictors.presto_sampler(engine, config, presto)
-    planner = CostAwareStepPlanner(CutPredictor(), SyntheticClock())
-    with mock.patch("presto_sgl.samplers.make_planner", lambda _: planner):
-        return PrestoPowerMH(engine, config, presto)
+def stub_planner(presto: PrestoConfig) -> Planner:
+    """The planner of ``presto``; predictor-driven rules plan with a fresh :class:`CutPredictor`
+    (and, cost-aware, a :class:`SyntheticClock`) instead of the shipped predictor."""
+    if presto.rule == "predictive":
+        return predictive_planner()
+    if presto.cost_aware:
+        return CostAwareStepPlanner(CutPredictor(), SyntheticClock())
+    return make_planner(presto)
+
+
+def presto_sampler(
+    engine: Engine, config: PowerConfig, presto: PrestoConfig, *, kernel: Kernel | None = None
+) -> PrestoPowerMH:
+    """``PrestoPowerMH`` with the :func:`stub_planner` of ``presto`` (and ``kernel``, if given)."""
+    return PrestoPowerMH(engine, config, presto, planner=stub_planner(presto), kernel=kernel)

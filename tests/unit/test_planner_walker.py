@@ -3,42 +3,13 @@ shared requests and carry-over, and the walk with forced outcomes."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import pytest
 
-from presto_sgl import ChainState
 from presto_sgl.kernels import Proposal
-from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, StepPlanner
+from presto_sgl.planners import BFSPlanner, PlannedRequest, StepPlanner
 from presto_sgl.proposals import ProposalStore, StoredProposal
 from presto_sgl.walker import walk
-
-
-@dataclass(frozen=True)
-class Forced:
-    """Stub draws: a fixed cut and uniform per decision."""
-
-    c: int
-    uniform: float = 0.5
-    seed: int = 0
-
-    def cut(self, length: int) -> int:
-        assert 0 <= self.c < length
-        return self.c
-
-
-def root_state(T: int = 10) -> ChainState:
-    return ChainState((99,), tuple(range(T)), (-1.0,) * T, (-1.0,) * T)
-
-
-def ctx(cuts: dict, *, root_path="", k0=0, remaining=3, budget=6, store=None, T=10) -> RoundContext:
-    return RoundContext(root_state(T), root_path, k0, remaining, budget, lambda d: Forced(cuts[d]), store or ProposalStore())
-
-
-# Hand-built tree (T = 10, root cut T). Decision cuts by node path:
-CUTS = {"": 5, "1": 3, "0": 7, "11": 4, "10": 2, "01": 8, "00": 9, "110": 1, "010": 6,
-        "101": 0, "100": 1, "001": 3, "000": 2}
+from tests.unit.planning_helpers import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 
 
 def test_bfs_order_condition1_deferral_and_quirk():
@@ -80,16 +51,9 @@ def test_step_planner_one_request_per_depth_and_carry_over():
     assert plan == [PlannedRequest(1, 8), PlannedRequest(2, 2), PlannedRequest(3, 9)]
     # A proposal for decision 2 generated from this root's prefix is carried over.
     root = root_state()
-    store.add(2, StoredProposal(root.tokens[:2], Proposal(2, (0,) * 8, (-1.0,) * 8, (-1.0,) * 8), (0, 0)))
+    store.add(2, StoredProposal(root.tokens[:2], (Proposal(2, (0,) * 8, (-1.0,) * 8, (-1.0,) * 8),), ((0, 0),)))
     plan = StepPlanner().plan(ctx(cuts, k0=1, remaining=4, budget=3, store=store))
     assert plan == [PlannedRequest(1, 8), PlannedRequest(3, 9), PlannedRequest(4, 4)]
-
-
-def _prop(cut: int, good: bool, T: int = 10) -> Proposal:
-    """A proposal forced to be accepted (p0 = 1 per token) or rejected (p0 = 0)."""
-    n = T - cut
-    lp = 0.0 if good else -math.inf
-    return Proposal(cut, tuple(100 + cut + i for i in range(n)), (-1.0,) * n, (lp,) * n)
 
 
 def test_walk_follows_forced_outcomes_and_stops_at_missing_proposal():
@@ -97,35 +61,35 @@ def test_walk_follows_forced_outcomes_and_stops_at_missing_proposal():
     store = ProposalStore()
     plan = {"": (5, True), "1": (3, False), "10": (2, True)}  # accept, reject, accept
     for i, (path, (cut, good)) in enumerate(plan.items()):
-        store.add(path, StoredProposal(root.tokens[:cut], _prop(cut, good), (0, i)))
+        store.add(path, stored(root.tokens[:cut], _prop(cut, good), (0, i)))
     cuts = {"": 5, "1": 3, "10": 2, "101": 1}
-    res = walk(root, "", 0, 10, alpha=4.0, decision_of=lambda p, k: p, draws=lambda d: Forced(cuts[d]), store=store)
+    res = walk(root, "", 0, 10, kernel=KERNEL, decision_of=lambda p, k: p, draws=lambda d: Forced(cuts[d]), store=store)
     assert res.path == "101"  # stopped at "101": its proposal is not in the batch
     assert [s.decision for s in res.steps] == ["", "1", "10"]
     assert [s.transition.accepted for s in res.steps] == [True, False, True]
-    assert [s.request for s in res.steps] == [(0, 0), (0, 1), (0, 2)]
+    assert [s.requests for s in res.steps] == [((0, 0),), ((0, 1),), ((0, 2),)]
     assert res.state.tokens == root.tokens[:2] + _prop(2, True).tokens
-    capped = walk(root, "", 0, 2, alpha=4.0, decision_of=lambda p, k: p, draws=lambda d: Forced(cuts[d]), store=store)
+    capped = walk(root, "", 0, 2, kernel=KERNEL, decision_of=lambda p, k: p, draws=lambda d: Forced(cuts[d]), store=store)
     assert capped.path == "10" and len(capped.steps) == 2
 
 
 def test_walk_uses_a_step_proposal_only_where_its_prefix_matches():
     root = root_state()
     store = ProposalStore()
-    store.add(0, StoredProposal(root.tokens[:3], _prop(3, True), (0, 0)))  # accept at cut 3
-    store.add(1, StoredProposal(root.tokens[:6], _prop(6, True), (0, 1)))  # prefix 0..5 now changed
+    store.add(0, stored(root.tokens[:3], _prop(3, True), (0, 0)))  # accept at cut 3
+    store.add(1, stored(root.tokens[:6], _prop(6, True), (0, 1)))  # prefix 0..5 now changed
     cuts = {0: 3, 1: 6}
-    res = walk(root, "", 0, 5, alpha=4.0, decision_of=lambda p, k: k, draws=lambda d: Forced(cuts[d]), store=store)
+    res = walk(root, "", 0, 5, kernel=KERNEL, decision_of=lambda p, k: k, draws=lambda d: Forced(cuts[d]), store=store)
     assert len(res.steps) == 1  # decision 1 needs the new state's prefix: deferred
-    store.add(1, StoredProposal(res.state.tokens[:6], _prop(6, False), (1, 0)))
-    res2 = walk(res.state, res.path, 1, 5, alpha=4.0, decision_of=lambda p, k: k,
+    store.add(1, stored(res.state.tokens[:6], _prop(6, False), (1, 0)))
+    res2 = walk(res.state, res.path, 1, 5, kernel=KERNEL, decision_of=lambda p, k: k,
                 draws=lambda d: Forced(cuts.get(d, 0)), store=store)
-    assert res2.steps[0].request == (1, 0) and not res2.steps[0].transition.accepted
+    assert res2.steps[0].requests == ((1, 0),) and not res2.steps[0].transition.accepted
 
 
 def test_store_rejects_duplicate_prefix():
     store = ProposalStore()
-    sp = StoredProposal((1, 2), _prop(2, True), (0, 0))
+    sp = stored((1, 2), _prop(2, True))
     store.add(0, sp)
     with pytest.raises(ValueError, match="already has a proposal"):
         store.add(0, sp)

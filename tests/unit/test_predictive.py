@@ -10,15 +10,16 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from tests.support.predictors import CutPredictor
-from test_planner_walker import CUTS, Forced, _prop, ctx, root_state
 
-from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation
+import presto_sgl.planners
 from presto_sgl.config import PrestoConfig
 from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, RoundFeedback, make_planner
 from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree
-from presto_sgl.proposals import ProposalStore, StoredProposal
+from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation
+from presto_sgl.proposals import ProposalStore
 from presto_sgl.walker import walk
+from tests.support.predictors import CutPredictor
+from tests.unit.planning_helpers import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 
 
 @dataclass(frozen=True)
@@ -133,17 +134,17 @@ def test_dp_value_is_the_expected_number_of_walk_transitions():
             store = ProposalStore()
             prob = 1.0
             for j, (req, good) in enumerate(zip(plan, outcome)):
-                store.add(req.decision, StoredProposal(root.tokens[: req.cut], _prop(req.cut, good, T), (0, j)))
+                store.add(req.decision, stored(root.tokens[: req.cut], _prop(req.cut, good, T), (0, j)))
                 h = h_of(pred, req.cut, T)
                 prob *= h if good else 1.0 - h
-            res = walk(root, c.root_path, 0, c.remaining, alpha=4.0, decision_of=lambda p, k: p,
+            res = walk(root, c.root_path, 0, c.remaining, kernel=KERNEL, decision_of=lambda p, k: p,
                        draws=draws, store=store)
             expected += prob * len(res.steps)
         assert math.isclose(expected, value, rel_tol=1e-9, abs_tol=1e-12), seed
 
 
 def test_hand_built_tree_follows_the_likely_branch_and_stops_at_deferred_nodes():
-    # CUTS (test_planner_walker): "11" (4 > 3) and "01" (8 > 7) are deferred.
+    # CUTS (planning_helpers): "11" (4 > 3) and "01" (8 > 7) are deferred.
     rejecty, accepty = ConstantPredictor(0.8, 0.1, 0.1), ConstantPredictor(0.1, 0.1, 0.8)  # h+ = 0.15, 0.85
     assert [p.decision for p in PredictivePlanner(rejecty).plan(ctx(CUTS, budget=3))] == ["", "0", "00"]
     assert [p.decision for p in PredictivePlanner(accepty).plan(ctx(CUTS, budget=3))] == ["", "1", "0"]
@@ -167,7 +168,7 @@ def test_candidate_generation_is_bounded_by_the_budget():
 
     for budget in (1, 20, 64):
         looked.clear()
-        c = RoundContext(root_state(500), "", 0, 100, budget, draws, ProposalStore())
+        c = RoundContext(root_state(500), "", 0, 100, budget, draws, ProposalStore(), KERNEL, "path")
         plan = PredictivePlanner(ConstantPredictor()).plan(c)
         assert len(plan) == budget and len(looked) <= 2 * budget - 1
 
@@ -190,14 +191,13 @@ def test_observe_feeds_the_predictor():
 
 
 def test_make_planner_builds_the_predictive_rule(monkeypatch):
-    predictor_module = pytest.importorskip("presto_sgl.predictor")
     loaded = []
 
     def load_predictor(spec: str, *, online: bool) -> ConstantPredictor:
         loaded.append((spec, online))
         return ConstantPredictor()
 
-    monkeypatch.setattr(predictor_module, "load_predictor", load_predictor)
+    monkeypatch.setattr(presto_sgl.planners, "load_predictor", load_predictor)  # the name make_planner calls
     planner = make_planner(PrestoConfig("predictive", predictor="saved.json", online=True))
     assert isinstance(planner, PredictivePlanner) and planner.keying == "path" and not planner.carries_over
     assert loaded == [("saved.json", True)]

@@ -25,58 +25,32 @@ An SGLang router (``sglang-router``, see ``scripts/sglang_router.sh``) works as 
 too: its ``/generate`` takes one shared ``sampling_params`` and ``logprob_start_len``
 per body, so requests are then grouped by those and the groups sent concurrently (the
 server batches them); ``/model_info`` falls back to ``/get_model_info``, and
-``/v1/loads`` and ``/server_info`` are read from the router's workers (``/workers``).
-Only the standard library is used for HTTP.
+``/v1/loads`` and ``/server_info`` are read from the router's workers (``/workers``):
+:mod:`.transport` (standard library only).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..base import Completion, EngineCapabilities, EngineError, Request, validate_completion
+from ...errors import EngineError
+from ..base import Completion, EngineCapabilities, Request, validate_completion
 from ..text import TokenizerText
+from .transport import EngineHTTPError, EngineUnreachable, ServerClient, http_json
 
 if TYPE_CHECKING:
     from .monitor import ServerMonitor
 
 MODES = ("auto", "one-pass", "two-pass")
-_START_HINT = "start it with `bash scripts/sglang_server.sh start` or pass the right --url"
 
 
-class EngineHTTPError(EngineError):
-    """The server answered with an HTTP error status (``status``)."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class EngineUnreachable(EngineError):
-    """No answer: connection refused, reset, or closed before the whole response came."""
-
-
-@dataclass
-class ServerStats:
-    calls: int = 0
-    http_requests: int = 0
-    retries: int = 0
-    reconnects: int = 0  # waits for the server to come back after a lost connection
-    cached_tokens: int = 0
-    prompt_tokens: int = 0
-
-
-class SGLangEngine(TokenizerText):
+class SGLangEngine(ServerClient, TokenizerText):
     """The engine protocol against ``python -m sglang.launch_server`` (or an SGLang router).
 
     ``_call(method, path, body)`` is the single transport; subclasses may replace it
@@ -97,20 +71,14 @@ class SGLangEngine(TokenizerText):
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"`mode` (={mode!r}) must be one of {MODES}")
-        if not timeout_s > 0:
-            raise ValueError(f"`timeout_s` (={timeout_s!r}) must be > 0")
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"`max_retries` (={max_retries!r}) must be an integer >= 0")
         if not restart_timeout_s >= 0:
             raise ValueError(f"`restart_timeout_s` (={restart_timeout_s!r}) must be >= 0 (0: fail at once)")
-        self.url = url.rstrip("/")
+        super().__init__(url, timeout_s)
         self._seeded = seeded
-        self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
         self.restart_timeout_s = float(restart_timeout_s)
-        self.stats = ServerStats()
-        self._stats_lock = threading.Lock()
-        self._workers: list[str] | None = None  # the router's worker URLs ([]: a server), read once
         info = self._get_with_fallback("/model_info", "/get_model_info")
         self.model_path = info.get("model_path")
         config = self._local_config()
@@ -118,6 +86,8 @@ class SGLangEngine(TokenizerText):
         if not vocab:
             raise ValueError(f"cannot read the vocabulary size of {self.model_path!r}; pass `vocab_size`")
         context = context_length or config.get("max_position_embeddings")
+        # Stop tokens for cutting answers (engines/text.py): the model folder's generation config, when readable.
+        self.stop_token_ids = (self._local_config("generation_config.json") or config).get("eos_token_id")
         self._list_params, one_pass = self._probe()
         self._mode = ("one-pass" if one_pass else "two-pass") if mode == "auto" else mode
         self.capabilities = EngineCapabilities(
@@ -196,7 +166,7 @@ class SGLangEngine(TokenizerText):
             try:
                 self._call("GET", "/health")
                 for url in self._router_workers():
-                    _http("GET", url + "/health", None, self.timeout_s)
+                    http_json("GET", url + "/health", None, self.timeout_s)
                 return True
             except EngineError:
                 if time.monotonic() >= deadline:
@@ -307,60 +277,13 @@ class SGLangEngine(TokenizerText):
             raise EngineError(f"SGLang server {self.url} answered a probe /generate with {str(res)[:200]!r}")
         return list_params, "raw_logprob" in res[0].get("meta_info", {})
 
-    # -- HTTP ------------------------------------------------------------------------------------
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        """One request to the server at ``self.url``: the engine's single transport."""
-        with self._stats_lock:
-            self.stats.http_requests += 1
-        return _http(method, self.url + path, body, self.timeout_s)
-
-    def _get_with_fallback(self, path: str, fallback: str) -> Any:
-        try:
-            return self._call("GET", path)
-        except EngineHTTPError as exc:
-            if exc.status != 404:
-                raise
-            return self._call("GET", fallback)
-
-    def _router_workers(self) -> list[str]:
-        """The worker URLs when ``self.url`` is an SGLang router (``GET /workers``), else []."""
-        if self._workers is None:
-            try:
-                answer = self._call("GET", "/workers")
-            except EngineHTTPError as exc:
-                if exc.status != 404:
-                    raise
-                answer = {}
-            workers = answer.get("workers", []) if isinstance(answer, dict) else []
-            self._workers = [w["url"] for w in workers if isinstance(w, dict) and w.get("url")]
-        return self._workers
-
-    def _server_get(self, path: str) -> list[Any]:
-        """``GET path`` from the server, or from each worker when ``self.url`` is a router (404)."""
-        try:
-            return [self._call("GET", path)]
-        except EngineHTTPError as exc:
-            if exc.status != 404 or not self._router_workers():
-                raise
-        return [_http("GET", url + path, None, self.timeout_s) for url in self._router_workers()]
-
     # -- server facts and text -------------------------------------------------------------------
-    def _local_config(self) -> dict[str, Any]:
-        path = Path(self.model_path or "") / "config.json"
+    def _local_config(self, name: str = "config.json") -> dict[str, Any]:
+        path = Path(self.model_path or "") / name
         try:
             return json.loads(path.read_text())
         except (OSError, ValueError):
             return {}
-
-    def server_loads(self) -> list[dict[str, Any]]:
-        """``/v1/loads`` snapshots, one per scheduler (DP rank, router worker): ``num_used_tokens``
-        (KV tokens held by running requests), ``token_usage``, ``max_total_num_tokens``,
-        ``num_running_reqs``, ``num_waiting_reqs``, ``cache_hit_rate`` (recent window)."""
-        return [load for answer in self._server_get("/v1/loads") for load in answer.get("loads", [])]
-
-    def server_info(self) -> dict[str, Any]:
-        """``/server_info`` (of the first worker behind a router)."""
-        return self._server_get("/server_info")[0]
 
     def monitor(self, interval_s: float = 0.25) -> ServerMonitor:
         """A context manager that samples :meth:`server_loads` while a run is in progress."""
@@ -375,40 +298,6 @@ class SGLangEngine(TokenizerText):
 
             self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         return self._tokenizer
-
-
-def _http(method: str, url: str, body: Any, timeout_s: float) -> Any:
-    """One HTTP exchange: the parsed JSON answer (or its text, e.g. ``/health``'s).
-
-    Raises EngineHTTPError on an error status, EngineUnreachable when the connection
-    fails, EngineError on a timeout."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            text = resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:2000]
-        if "call_upstream_request_error" in detail:  # sglang-router 0.3.2 cannot reach its worker (HTTP 500)
-            raise EngineUnreachable(f"SGLang router {_origin(url)} cannot reach its worker ({detail}); {_START_HINT}") from None
-        raise EngineHTTPError(f"SGLang server {url} returned HTTP {exc.code}: {detail}", exc.code) from None
-    except (urllib.error.URLError, ConnectionError, http.client.HTTPException, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, TimeoutError):
-            raise EngineError(
-                f"SGLang server {url} did not answer within timeout_s={timeout_s:g} s; raise `timeout_s` (--timeout) "
-                "for long calls"
-            ) from None
-        raise EngineUnreachable(f"SGLang server {_origin(url)} is unreachable or not ready ({reason!r}); {_START_HINT}") from None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _origin(url: str) -> str:
-    """``http://host:port`` of a request URL."""
-    return "/".join(url.split("/", 3)[:3])
 
 
 def _as_float(x: Any) -> float:

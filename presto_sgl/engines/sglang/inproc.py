@@ -1,6 +1,6 @@
 """The in-process SGLang engine: ``sglang.Engine`` behind the token-level seam.
 
-Everything :class:`~presto_sgl.engines.sglang_http.SGLangEngine` does is inherited:
+Everything :class:`~presto_sgl.engines.sglang.http.SGLangEngine` does is inherited:
 native ``/generate`` bodies with ``input_ids`` (never text), log q_tau from
 ``output_token_logprobs``, log p0 from the same pass (the ``presto_raw_logprob`` plugin)
 or a prefill-only scoring pass, one-pass detection (``mode="auto"``), validation and
@@ -38,7 +38,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from ...errors import EngineError
-from .http import EngineHTTPError, SGLangEngine
+from .http import SGLangEngine
+from .transport import EngineHTTPError
 
 PLUGIN = "presto_raw_logprob"
 CPU_ENGINE_ARGS: dict[str, Any] = {

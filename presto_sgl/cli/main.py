@@ -1,0 +1,53 @@
+"""Command line: ``presto-sgl sample`` draws one response by (PreSTO-)PowerMH;
+``fit-predictor`` and ``eval-predictor`` fit and score the eps-certainty predictor on traces.
+
+Exit codes: 0 success; 2 bad arguments or input (argparse errors included);
+3 the engine returned something the sampler cannot use (:class:`EngineError`);
+130 interrupted (Ctrl-C). Results go to stdout; the progress line and all error
+messages go to stderr only.
+
+One module per command family: :mod:`.sample` (``sample``), :mod:`.predictor`
+(``fit-predictor``, ``eval-predictor``); engines by name in :mod:`.engines`, the
+progress line in :mod:`.progress`, the usage error and flag naming in :mod:`.common`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import EngineError
+from . import predictor, sample
+from .common import PROG, UsageError, error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Exact LLM power sampling (PowerMH, PreSTO-PowerMH).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sample.add_parser(sub)
+    predictor.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0, 2, 3 or 130)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        error(str(exc))
+        return 2
+    except EngineError as exc:
+        error(f"engine: {exc}")
+        return 3
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; trace holds the finished calls", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

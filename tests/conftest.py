@@ -1,0 +1,59 @@
+"""Shared fixtures: reference engines (seeded, or unseeded with a fixed generator) and the
+committed tiny model on the embedded engine (loaded once, on first use)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+
+UNSEEDED_RNG = 12345
+"""The generator seed of unseeded reference engines: their tests stay deterministic."""
+
+
+@pytest.fixture
+def reference_engine() -> Callable[..., ReferenceEngine]:
+    """``make(lm, *, seeded=True)``: a fresh :class:`ReferenceEngine` over ``lm``. Unseeded
+    engines ignore request seeds (every request a fresh draw, like SGLang on CPU) and draw
+    from a generator seeded with :data:`UNSEEDED_RNG`."""
+
+    def make(lm: ReferenceLM, *, seeded: bool = True) -> ReferenceEngine:
+        return ReferenceEngine(lm, seeded=seeded, rng_seed=None if seeded else UNSEEDED_RNG)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_adder():
+    """(model, tokenizer) of the committed tiny-adder model on CPU (skipped without torch)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from presto_sgl.models import load
+
+    return load("tiny-adder", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def _tiny_embedded(tiny_adder):
+    from presto_sgl.engines.embedded import EmbeddedEngine
+
+    model, tok = tiny_adder
+    return EmbeddedEngine(model, tok, name="tiny-adder")
+
+
+@pytest.fixture
+def tiny_engine(_tiny_embedded):
+    """The seeded :class:`EmbeddedEngine` on the tiny model, one per session (its radix KV
+    cache too: results must not depend on what is cached). Torch runs on one thread during
+    the test: the model is tiny, and on a shared 2-core machine intra-op threads contending
+    with other processes made the calls 5-20x slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield _tiny_embedded
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,101 @@
+"""What the exactness suites run over: MH kernels x rules x engines.
+
+A new kernel (EntropyCut, MultiTryMH, ...) joins every exactness test by adding a
+:class:`KernelCase` to :data:`KERNELS`: its factory from the PowerConfig, its exact
+transition matrix on the enumerable reference LM, and a sabotage of its acceptance
+(the suites must then fail: they have power against it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from tests.support import exact
+from tests.support.timing import stub_planner
+
+from presto_sgl import PowerConfig, PrestoConfig, Sampler, sampling_configs
+from presto_sgl.engines.base import Engine
+from presto_sgl.engines.reference import ReferenceLM
+from presto_sgl.kernels import Kernel, PowerMHKernel, powermh
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    name: str
+    make: Callable[[PowerConfig], Kernel]
+    matrix: Callable[[ReferenceLM, tuple[int, ...], int, Kernel], np.ndarray]
+    """(lm, prompt, T, kernel) -> the kernel's exact transition matrix over exact.sequences(V, T)."""
+    sabotage: Callable[[pytest.MonkeyPatch], None]
+    """Break the kernel's acceptance (the enumerated tests must then reject it)."""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _flip_powermh_q_term(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PowerMH with the sign of its proposal (q) term flipped."""
+    orig = powermh.log_acceptance
+
+    def flipped(lq_x: float, lq_y: float, lp_x: float, lp_y: float, alpha: float) -> float:
+        return orig(lq_y, lq_x, lp_x, lp_y, alpha)
+
+    monkeypatch.setattr(powermh, "log_acceptance", flipped)
+
+
+KERNELS = [
+    KernelCase(
+        "powermh",
+        lambda cfg: PowerMHKernel(cfg.alpha, cfg.temperature),
+        exact.powermh_matrix,  # type: ignore[arg-type]
+        _flip_powermh_q_term,
+    ),
+]
+
+
+@dataclass(frozen=True)
+class RuleCase:
+    """A way to run the K transitions: sequential PowerMH with either keying, or a PreSTO
+    rule (predictive: online cut-dependent stub predictor; cost-aware: that predictor and a
+    synthetic clock, so the number of requests per call varies deterministically)."""
+
+    name: str
+    rule: str
+    keying: str
+    cost_aware: bool = False
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def sequential(self) -> bool:
+        return self.rule == "sequential"
+
+    def configs(self, budget: int = 20, **power: object) -> tuple[PowerConfig, PrestoConfig]:
+        return sampling_configs(self.rule, keying=self.keying, budget=budget, cost_aware=self.cost_aware, **power)
+
+    def sampler(self, engine: Engine, config: PowerConfig, presto: PrestoConfig, kernel: Kernel) -> Sampler:
+        planner = None if self.sequential else stub_planner(presto)
+        return Sampler(engine, config, presto, kernel=kernel, planner=planner)
+
+
+RULES = {
+    r.name: r
+    for r in (
+        RuleCase("sequential-path", "sequential", "path"),
+        RuleCase("sequential-step", "sequential", "step"),
+        RuleCase("bfs", "bfs", "path"),
+        RuleCase("predictive", "predictive", "path"),
+        RuleCase("step", "step", "step"),
+        RuleCase("step-cost", "step", "step", cost_aware=True),
+    )
+}
+PRESTO_RULES = [r for r in RULES.values() if not r.sequential]
+"""The rules that prefetch (coupled against sequential PowerMH with their keying)."""
+
+
+def sequential_sampler(engine: Engine, config: PowerConfig, kernel: Kernel) -> Sampler:
+    """Sequential PowerMH (one call per transition) with ``kernel`` and ``config``'s keying."""
+    return Sampler(engine, config, PrestoConfig("sequential"), kernel=kernel)

@@ -1,0 +1,208 @@
+"""The library's shape: every module imports (without optional heavy dependencies), the
+intra-project import graph is acyclic, and no library file outgrows the size limit.
+
+The graph is read from the source (AST), not from ``sys.modules``: every ``import`` and
+``from ... import`` anywhere in a file counts -- inside functions and under
+``if TYPE_CHECKING:`` too -- so a lazy import that would close a cycle is caught as well.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("presto_sgl", "radix")
+
+MAX_LINES = 330
+OVERSIZED: dict[str, str] = {}
+"""Library files allowed past MAX_LINES, {path relative to the repository: reason}."""
+
+OPTIONAL: dict[str, str] = {}
+"""Modules that need an optional dependency at import time, {module: top-level package};
+skipped when it is absent. None today: ``presto_sgl.engines.sglang.plugin`` imports
+sglang inside ``register`` only and ``presto_sgl.frontend`` inside ``power_gen`` (and
+under TYPE_CHECKING); :func:`test_optional_heavy_dependencies_are_imported_lazily`
+keeps it so."""
+
+
+
+def not_imported(name: str) -> str | None:
+    """Why ``name`` is parsed but never imported here, or None."""
+    return "a __main__ module runs the command line on import" if name.rpartition(".")[2] == "__main__" else None
+
+
+def module_files() -> dict[str, Path]:
+    """Module name -> source file of every module of the library packages."""
+    out: dict[str, Path] = {}
+    for package in PACKAGES:
+        base = ROOT / package
+        for path in sorted(base.rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            out[".".join(parts)] = path
+    return out
+
+
+def walked_modules() -> list[str]:
+    """The modules ``pkgutil`` finds under the packages (the packages included)."""
+    names = []
+    for package in PACKAGES:
+        pkg = importlib.import_module(package)
+        names.append(package)
+        names += [m.name for m in pkgutil.walk_packages(pkg.__path__, package + ".")]
+    return names
+
+
+def imported_modules(name: str, path: Path, modules: set[str]) -> set[str]:
+    """Project modules that ``name`` (source ``path``) imports, anywhere in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+
+    def project(target: str) -> str | None:
+        """``target`` or its longest prefix that is a project module."""
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if (found := project(alias.name)) is not None:
+                    out.add(found)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                if node.level - 1 >= len(parts):
+                    raise AssertionError(f"{path}: relative import beyond the top-level package")
+                base = ".".join(parts[: len(parts) - (node.level - 1)])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                if f"{target}.{alias.name}" in modules:  # `from pkg import module`
+                    out.add(f"{target}.{alias.name}")
+                elif (found := project(target)) is not None:
+                    out.add(found)
+    out.discard(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    modules = set(files)
+    return {name: imported_modules(name, path, modules) for name, path in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as [a, b, ..., a], or None (iterative DFS, sorted order)."""
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        stack: list[tuple[str, list[str]]] = [(start, sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            node, todo = stack[-1]
+            if not todo:
+                state[node] = 2
+                stack.pop()
+                continue
+            nxt = todo.pop(0)
+            if state.get(nxt) == 1:
+                path = [n for n, _ in stack]
+                return path[path.index(nxt) :] + [nxt]
+            if not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, sorted(graph.get(nxt, ()))))
+    return None
+
+
+def test_pkgutil_finds_every_source_file():
+    assert set(walked_modules()) == set(module_files())
+
+
+@pytest.mark.parametrize("name", sorted(module_files()))
+def test_every_module_imports(name):
+    if (reason := not_imported(name)) is not None:
+        pytest.skip(reason)
+    if name in OPTIONAL and importlib.util.find_spec(OPTIONAL[name]) is None:
+        pytest.skip(f"needs {OPTIONAL[name]}")
+    importlib.import_module(name)
+
+
+def test_optional_heavy_dependencies_are_imported_lazily():
+    """The package, its planners and predictor, the plugin and the frontend import without
+    loading sglang (optional) or scikit-learn (fitting only), in a fresh interpreter."""
+    code = (
+        "import sys, presto_sgl, presto_sgl.planners, presto_sgl.predictor, presto_sgl.engines.sglang.plugin, "
+        "presto_sgl.frontend, presto_sgl.cli; "
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sglang', 'sklearn'}); "
+        "assert not loaded, f'imported at import time: {loaded}'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_graph_reads_relative_lazy_and_type_checking_imports():
+    """Guard for the parser itself, on modules whose imports are known."""
+    graph = import_graph()
+    assert "presto_sgl.planners" in graph["presto_sgl.executor"]  # `from .planners import Planner, ...`
+    assert "presto_sgl.planners.base" not in graph["presto_sgl.executor"]  # (names, not modules)
+    assert "presto_sgl.keys" in graph["presto_sgl.kernels.base"]  # `from ..keys import` (level 2)
+    assert "presto_sgl.predictor" in graph["presto_sgl.planners"]
+    assert any(m == "presto_sgl.cli" or m.startswith("presto_sgl.cli.") for m in graph["presto_sgl.__main__"])
+    assert "radix.tree" in graph["radix"]
+    assert "radix" in graph["presto_sgl.engines.embedded"]  # absolute import of another top-level package
+
+
+def test_graph_parser_on_a_synthetic_package(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .a import x\n")
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .sub import b\n"
+        "def f():\n    from . import c\n    import pkg.sub.b as bb\n"
+    )
+    (pkg / "c.py").write_text("from .sub.b import name\nfrom pkg import a\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("from .. import c\nfrom ..a import f\nimport os\n")
+    modules = {"pkg", "pkg.a", "pkg.c", "pkg.sub", "pkg.sub.b"}
+    files = {"pkg": pkg / "__init__.py", "pkg.a": pkg / "a.py", "pkg.c": pkg / "c.py",
+             "pkg.sub": pkg / "sub" / "__init__.py", "pkg.sub.b": pkg / "sub" / "b.py"}
+    graph = {n: imported_modules(n, p, modules) for n, p in files.items()}
+    assert graph == {
+        "pkg": {"pkg.a"},
+        "pkg.a": {"pkg.sub.b", "pkg.c"},
+        "pkg.c": {"pkg.sub.b", "pkg.a"},
+        "pkg.sub": set(),
+        "pkg.sub.b": {"pkg.c", "pkg.a"},
+    }
+    cycle = find_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1] and len(cycle) >= 3
+    assert all(b in graph[a] for a, b in zip(cycle, cycle[1:]))
+    assert find_cycle({"x": {"y"}, "y": {"z"}, "z": set()}) is None
+
+
+def test_import_graph_is_acyclic():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_library_files_stay_small():
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in module_files().values()
+    }
+    stale = sorted(set(OVERSIZED) - set(sizes))
+    assert not stale, f"OVERSIZED names files that do not exist: {stale}"
+    over = {p: n for p, n in sorted(sizes.items()) if n > MAX_LINES and p not in OVERSIZED}
+    assert not over, f"library files over {MAX_LINES} lines (split them, or allow-list with a reason): {over}"
