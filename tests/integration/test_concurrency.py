@@ -82,7 +82,7 @@ def test_threaded_chains_equal_one_at_a_time_and_sequential(engine, rule):
 @pytest.fixture
 def fast_gil_switch():
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads often: interleave the chains finely
+    sys.setswitchinterval(1e-4)  # switch threads often: interleave the chains finely
     try:
         yield
     finally:
