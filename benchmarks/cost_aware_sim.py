@@ -1,4 +1,4 @@
-"""Cost-aware step planner vs fixed budgets on synthetic call-time laws (DESIGN §7).
+"""Cost-aware step planner vs fixed budgets on synthetic call-time laws (docs/design.md §5).
 
 Runs PreSTO (step keys) on the reference engine and charges every MH call the time of a
 synthetic law t = theta . (1, rows, decode steps, decoded tokens) (forks decode in

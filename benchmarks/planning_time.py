@@ -1,4 +1,4 @@
-"""Planning time per call of each rule (coordinator overhead, DESIGN §5): BFS, step, and
+"""Planning time per call of each rule (coordinator overhead, docs/design.md §5): BFS, step, and
 the predictive rule (best-first candidates + the DP of Eq. 19), at several budgets N_pf.
 
 Each call plans a fresh round (a new stage, so the keyed draws are not yet cached, as in

@@ -1,4 +1,4 @@
-"""The token-level engine seam.
+"""The token-level engine seam (docs/design.md §6).
 
 A batch of :class:`Request` (prefix token ids, number of new tokens, temperature,
 optional seed) maps to one :class:`Completion` per request: the new token ids with

@@ -1,6 +1,7 @@
-"""The eps-certainty predictor (paper §3.3): classes and protocol (:mod:`.certainty`), the
-logistic model and its file format (:mod:`.model`), fitting (:mod:`.fitting`), held-out
-evaluation (:mod:`.evaluation`) and online refits (:mod:`.online`)."""
+"""The eps-certainty predictor (paper §3.3; docs/design.md §5): classes and protocol
+(:mod:`.certainty`), the logistic model and its file format (:mod:`.model`), fitting
+(:mod:`.fitting`), held-out evaluation (:mod:`.evaluation`) and online refits
+(:mod:`.online`)."""
 
 from __future__ import annotations
 

@@ -244,7 +244,7 @@ def test_module_entry_point_subprocess(tmp_path):
         (metrics,) = metrics_from_trace(read_trace(f))
     assert asdict(metrics) == data["metrics"]
     bad = subprocess.run(
-        [sys.executable, "-m", "presto_sgl.cli", "sample", "--engine", "reference", "--prompt", "#"],
+        [sys.executable, "-m", "presto_sgl", "sample", "--engine", "reference", "--prompt", "#"],
         cwd=REPO,
         capture_output=True,
         text=True,

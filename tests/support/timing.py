@@ -15,7 +15,7 @@ from presto_sgl.planners import CostAwareStepPlanner, Planner, make_planner
 from presto_sgl.planners.timemodel import CallTimeModel
 
 CPU_LAW = (0.02, 0.005, 0.06, 0.006)
-"""Seconds per (call, row, decode step, decoded token): a CPU-like engine (DESIGN §6)."""
+"""Seconds per (call, row, decode step, decoded token): a CPU-like engine (docs/design.md §5, cost-aware)."""
 
 
 def law_time(new_tokens: Sequence[int], law: Sequence[float] = CPU_LAW) -> float:
