@@ -43,88 +43,30 @@ LOG="$RUN_DIR/router-$PORT.log"
 PIDFILE="$RUN_DIR/router-$PORT.pid"
 URL="http://127.0.0.1:$PORT"
 
-running_pid() {  # the router's PID when its PID file names a live process, else nothing
-  [ -f "$PIDFILE" ] || return 1
-  local pid; pid=$(cat "$PIDFILE")
-  case "$pid" in ''|*[!0-9]*) return 1 ;; esac
-  kill -0 "$pid" 2>/dev/null || return 1
-  echo "$pid"
-}
-group_alive() { kill -0 -- "-$1" 2>/dev/null; }
+NAME=router
 healthy() { curl -sf -o /dev/null -m 5 "$URL/health"; }
 ready() {  # healthy and every worker registered
   healthy || return 1
   local listed; listed=$(curl -sf -m 5 "$URL/workers") || return 1
   for w in "${WORKERS[@]}"; do case "$listed" in *"\"$w\""*) ;; *) return 1 ;; esac; done
 }
-
-stop_router() {
-  local pid
-  if ! pid=$(running_pid); then
-    rm -f "$PIDFILE"
-    say "no router running on port $PORT"
-    return 0
-  fi
-  say "stopping router (pid $pid) on port $PORT"
-  kill -TERM -- "-$pid" 2>/dev/null || true
-  for _ in $(seq 1 20); do group_alive "$pid" || break; sleep 0.5; done
-  if group_alive "$pid"; then
-    say "process group $pid still alive: SIGKILL"
-    kill -KILL -- "-$pid" 2>/dev/null || true
-    sleep 0.5
-  fi
-  rm -f "$PIDFILE"
-  say "stopped"
-}
+# shellcheck source=scripts/lib/service.sh
+. scripts/lib/service.sh
 
 case "$CMD" in
-  status)
-    if pid=$(running_pid); then
-      if healthy; then say "running (pid $pid) at $URL, healthy"; else say "running (pid $pid) at $URL, not healthy"; fi
-      exit 0
-    fi
-    say "not running (port $PORT)"; exit 3 ;;
-  stop)
-    stop_router; exit 0 ;;
+  status) service_status ;;
+  stop) stop_service; exit 0 ;;
   start) ;;
   *) usage ;;
 esac
 
 # ---- start ----
-if pid=$(running_pid); then
-  ready || die "a router (pid $pid) is already starting or not ready on port $PORT; stop it first"
-  say "already running (pid $pid) at $URL"
-  exit 0
-fi
+start_checks
 .venv-sglang/bin/python -c "import sglang_router" 2>/dev/null \
   || die "sglang-router is not installed in .venv-sglang: run bash scripts/install_sglang.sh"
-if curl -s -o /dev/null -m 5 "$URL/" 2>/dev/null; then
-  die "port $PORT is already in use by another process"
-fi
 for w in "${WORKERS[@]}"; do
   curl -sf -o /dev/null -m 10 "$w/health" || die "worker $w is not healthy; start it first (bash scripts/sglang_server.sh start)"
 done
-mkdir -p "$RUN_DIR"
-
-say "starting on $URL in front of ${WORKERS[*]}; log $LOG"
-started=$(date +%s)
-setsid .venv-sglang/bin/python -m sglang_router.launch_router --host 127.0.0.1 --port "$PORT" \
-  --worker-urls "${WORKERS[@]}" --log-level warn "${EXTRA[@]}" >"$LOG" 2>&1 </dev/null &
-pid=$!
-echo "$pid" >"$PIDFILE"
-
-while true; do
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "----- last 40 lines of $LOG -----" >&2; tail -n 40 "$LOG" >&2
-    rm -f "$PIDFILE"
-    die "router exited during startup (see $LOG)"
-  fi
-  if ready; then break; fi
-  if [ $(( $(date +%s) - started )) -ge "$TIMEOUT" ]; then
-    echo "----- last 40 lines of $LOG -----" >&2; tail -n 40 "$LOG" >&2
-    stop_router
-    die "router not ready after ${TIMEOUT} s (see $LOG)"
-  fi
-  sleep 1
-done
-say "ready after $(( $(date +%s) - started )) s (pid $pid) at $URL"
+say "in front of ${WORKERS[*]} on $URL"
+launch .venv-sglang/bin/python -m sglang_router.launch_router --host 127.0.0.1 --port "$PORT" \
+  --worker-urls "${WORKERS[@]}" --log-level warn "${EXTRA[@]}"

@@ -46,64 +46,22 @@ LOG="$RUN_DIR/server-$PORT.log"
 PIDFILE="$RUN_DIR/server-$PORT.pid"
 URL="http://127.0.0.1:$PORT"
 
-running_pid() {  # the server's PID when its PID file names a live process, else nothing
-  [ -f "$PIDFILE" ] || return 1
-  local pid; pid=$(cat "$PIDFILE")
-  case "$pid" in ''|*[!0-9]*) return 1 ;; esac
-  kill -0 "$pid" 2>/dev/null || return 1
-  echo "$pid"
-}
-group_alive() { kill -0 -- "-$1" 2>/dev/null; }
+NAME=server
 healthy() { curl -sf -o /dev/null -m 10 "$URL/health"; }
-
-stop_server() {
-  local pid
-  if ! pid=$(running_pid); then
-    rm -f "$PIDFILE"
-    say "no server running on port $PORT"
-    return 0
-  fi
-  say "stopping server (pid $pid, process group $pid) on port $PORT"
-  # SIGTERM to the launcher first: SGLang then ends its scheduler and detokenizer itself.
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 30); do group_alive "$pid" || break; sleep 0.5; done
-  if group_alive "$pid"; then
-    kill -TERM -- "-$pid" 2>/dev/null || true
-    for _ in $(seq 1 20); do group_alive "$pid" || break; sleep 0.5; done
-  fi
-  if group_alive "$pid"; then
-    say "process group $pid still alive: SIGKILL"
-    kill -KILL -- "-$pid" 2>/dev/null || true
-    sleep 0.5
-  fi
-  rm -f "$PIDFILE"
-  say "stopped"
-}
+ready() { healthy; }
+# shellcheck source=scripts/lib/service.sh
+. scripts/lib/service.sh
 
 case "$CMD" in
-  status)
-    if pid=$(running_pid); then
-      if healthy; then say "running (pid $pid) at $URL, healthy"; else say "running (pid $pid) at $URL, not healthy yet"; fi
-      exit 0
-    fi
-    say "not running (port $PORT)"; exit 3 ;;
-  stop)
-    stop_server; exit 0 ;;
+  status) service_status ;;
+  stop) stop_service; exit 0 ;;
   start) ;;
   *) usage ;;
 esac
 
 # ---- start ----
-if pid=$(running_pid); then
-  healthy || die "a server (pid $pid) is already starting or unhealthy on port $PORT; stop it first"
-  say "already running (pid $pid) at $URL"
-  exit 0
-fi
+start_checks
 [ -x .venv-sglang/bin/python ] || die ".venv-sglang is missing: run bash scripts/install_sglang.sh"
-if curl -s -o /dev/null -m 5 "$URL/" 2>/dev/null; then
-  die "port $PORT is already in use by another process"
-fi
-mkdir -p "$RUN_DIR"
 
 if [ -z "$MODEL" ]; then
   [ -x .venv/bin/python ] || die ".venv is missing: run bash scripts/setup.sh (or pass --model DIR)"
@@ -128,26 +86,5 @@ fi
 # (installed by install_sglang.sh); SGLANG_PLUGINS=none gives a stock, two-pass server.
 export SGLANG_PLUGINS="${SGLANG_PLUGINS:-presto_raw_logprob}"
 
-say "starting ($MODE, dtype $DTYPE) $MODEL on $URL; log $LOG"
-started=$(date +%s)
-# setsid: the server leads its own process group (pgid == pid), so stop can end all of it.
-setsid .venv-sglang/bin/python -m sglang.launch_server "${ARGS[@]}" "${EXTRA[@]}" \
-  >"$LOG" 2>&1 </dev/null &
-pid=$!
-echo "$pid" >"$PIDFILE"
-
-while true; do
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "----- last 60 lines of $LOG -----" >&2; tail -n 60 "$LOG" >&2
-    rm -f "$PIDFILE"
-    die "server exited during startup (see $LOG)"
-  fi
-  if healthy; then break; fi
-  if [ $(( $(date +%s) - started )) -ge "$TIMEOUT" ]; then
-    echo "----- last 60 lines of $LOG -----" >&2; tail -n 60 "$LOG" >&2
-    stop_server
-    die "server not healthy after ${TIMEOUT} s (see $LOG)"
-  fi
-  sleep 1
-done
-say "ready after $(( $(date +%s) - started )) s (pid $pid) at $URL"
+say "$MODE, dtype $DTYPE, $MODEL on $URL"
+launch .venv-sglang/bin/python -m sglang.launch_server "${ARGS[@]}" "${EXTRA[@]}"
