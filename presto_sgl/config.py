@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 Keying = Literal["path", "step"]
+SamplerName = Literal["powermh", "entropycut"]
+
+SAMPLERS: tuple[str, ...] = ("powermh", "entropycut")
+"""The MH kernels (docs/design.md §3): uniform cuts, or cuts where the p0 entropy rises."""
 Rule = Literal["sequential", "bfs", "predictive", "step"]
 
 RULES: tuple[str, ...] = ("sequential", "bfs", "predictive", "step")
@@ -34,6 +38,8 @@ class PowerConfig:
     steps: int = 10
     tau: float | None = None
     keying: Keying = "step"
+    sampler: SamplerName = "powermh"
+    beta: float = 4.0  # EntropyCut: the cut law's power, lambda ∝ Delta^beta
 
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha) or self.alpha <= 0:
@@ -54,6 +60,10 @@ class PowerConfig:
             raise ValueError(f"`steps` (={self.steps!r}) must be an integer >= 0 (MH transitions per block)")
         if self.keying not in ("path", "step"):
             raise ValueError(f"`keying` (={self.keying!r}) must be 'path' or 'step'")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"`sampler` (={self.sampler!r}) must be one of {list(SAMPLERS)}")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not math.isfinite(self.beta) or self.beta < 0:
+            raise ValueError(f"`beta` (={self.beta!r}) must be a finite number >= 0 (EntropyCut's cut-law power), e.g. beta=4.0")
 
     @property
     def temperature(self) -> float:

@@ -18,6 +18,7 @@ from .engines.base import Engine, Request
 from .errors import CapabilityError
 from .executor import OnTransition, Recorder, StageExecutor
 from .kernels.base import Kernel
+from .kernels.entropycut import EntropyCutKernel
 from .kernels.powermh import PowerMHKernel
 from .keys import ChainKeys
 from .metrics import CallRecord, PromptMetrics, RequestRecord, summarize
@@ -33,7 +34,9 @@ class SampleResult:
 
 
 def make_kernel(config: PowerConfig) -> Kernel:
-    """The MH kernel of ``config`` (PowerMH; the paper's other samplers join here)."""
+    """The MH kernel of ``config.sampler`` (the paper's samplers join here)."""
+    if config.sampler == "entropycut":
+        return EntropyCutKernel(alpha=float(config.alpha), temperature=config.temperature, beta=float(config.beta))
     return PowerMHKernel(alpha=float(config.alpha), temperature=config.temperature)
 
 
@@ -97,6 +100,7 @@ class Sampler:
             "block_size": c.block_size,
             "steps": c.steps,
             "keying": c.keying,
+            **({"beta": c.beta} if c.sampler == "entropycut" else {}),
         }
         return out if self.presto.sequential else {**out, **asdict(self.presto)}
 

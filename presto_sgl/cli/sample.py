@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from ..config import RULES, sampling_configs
+from ..config import RULES, SAMPLERS, sampling_configs
 from ..engines.base import Engine
 from ..engines.text import cut_at_stop
 from ..errors import EngineError
@@ -72,6 +72,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     smp = p.add_argument_group("sampler")
     smp.add_argument("--alpha", type=float, default=4.0, help="power alpha of the target p0^alpha (default: 4.0)")
     smp.add_argument("--tau", type=float, default=None, help="proposal temperature (default: 1/alpha)")
+    smp.add_argument("--sampler", choices=SAMPLERS, default="powermh",
+                     help="MH kernel: powermh (uniform cuts) or entropycut (cuts where the p0 entropy rises; needs an "
+                     "engine with entropy) (default: powermh)")
+    smp.add_argument("--beta", type=float, default=4.0, help="entropycut: power of the cut law, Delta^beta (default: 4.0)")
     smp.add_argument("--max-new-tokens", type=int, default=64, help="response length, a multiple of --block-size (default: 64)")
     smp.add_argument("--block-size", type=int, default=16, help="tokens per stage (default: 16)")
     smp.add_argument("--steps", type=int, default=10, help="MH transitions per stage, K (default: 10)")
@@ -163,6 +167,8 @@ def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Sampler, list[int]
             block_size=args.block_size,
             steps=args.steps,
             tau=args.tau,
+            sampler=args.sampler,
+            beta=args.beta,
         )
         engine = CountingEngine(ENGINES[args.engine](args))
         sampler = make_sampler(engine, config, presto)

@@ -30,8 +30,12 @@ def log_acceptance(
     logp_current: float,
     logp_proposal: float,
     alpha: float,
+    extra: float = 0.0,
 ) -> float:
     """log A in [-inf, 0] for suffix log-probabilities of the current state and the proposal.
+
+    ``extra`` is a finite log-ratio term added inside the min: a kernel whose cut law
+    depends on the state passes log lambda(c; y) - log lambda(c; x) (EntropyCut).
 
     Infinite cases follow the limits of the ratio A = [p(y)^a q(x)] / [p(x)^a q(y)]:
     a proposal impossible under p0 is rejected (-inf); one that leaves an impossible
@@ -50,7 +54,7 @@ def log_acceptance(
         return 0.0
     if logq_current == NEG_INF:
         return NEG_INF
-    return min(0.0, (logq_current - logq_proposal) + alpha * (logp_proposal - logp_current))
+    return min(0.0, (logq_current - logq_proposal) + alpha * (logp_proposal - logp_current) + extra)
 
 
 def accepts(log_a: float, u: float) -> bool:

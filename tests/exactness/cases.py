@@ -19,7 +19,7 @@ from tests.support.timing import stub_planner
 from presto_sgl import PowerConfig, PrestoConfig, Sampler, sampling_configs
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceLM
-from presto_sgl.kernels import Kernel, PowerMHKernel, powermh
+from presto_sgl.kernels import EntropyCutKernel, Kernel, PowerMHKernel, entropycut, powermh
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,10 @@ class KernelCase:
     """(lm, prompt, T, kernel) -> the kernel's exact transition matrix over exact.sequences(V, T)."""
     sabotage: Callable[[pytest.MonkeyPatch], None]
     """Break the kernel's acceptance (the enumerated tests must then reject it)."""
+    state_cut: bool = False
+    """The cut law depends on the state's values (EntropyCut): on an engine whose batched and
+    single-row log-probs differ in the last bits, an argmin of the race can flip, so bit-wise
+    coupling needs a bit-exact engine (the reference engine)."""
 
     def __str__(self) -> str:
         return self.name
@@ -45,12 +49,25 @@ def _flip_powermh_q_term(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(powermh, "log_acceptance", flipped)
 
 
+def _flip_entropycut_cut_term(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EntropyCut with its reverse-over-forward cut-law term inverted (forward over reverse)."""
+    orig = entropycut.log_cut_ratio
+    monkeypatch.setattr(entropycut, "log_cut_ratio", lambda x, y, c, beta: -orig(x, y, c, beta))
+
+
 KERNELS = [
     KernelCase(
         "powermh",
         lambda cfg: PowerMHKernel(cfg.alpha, cfg.temperature),
         exact.powermh_matrix,  # type: ignore[arg-type]
         _flip_powermh_q_term,
+    ),
+    KernelCase(
+        "entropycut",
+        lambda cfg: EntropyCutKernel(cfg.alpha, cfg.temperature, cfg.beta),
+        exact.entropycut_matrix,
+        _flip_entropycut_cut_term,
+        state_cut=True,
     ),
 ]
 

@@ -252,3 +252,16 @@ def test_module_entry_point_subprocess(tmp_path):
     )
     assert bad.returncode == 2
     assert bad.stderr.startswith("presto-sgl: error:") and "Traceback" not in bad.stderr
+
+
+def test_entropycut_sampler_from_the_command_line(capsys):
+    base = ["sample", "--engine", "reference", "--prompt-ids", "1,2,3", "--max-new-tokens", "16", "--block-size", "8",
+            "--steps", "6", "--sampler", "entropycut", "--json"]
+    assert cli.main([*base, "--rule", "sequential", "--keying", "path"]) == 0
+    seq = json.loads(capsys.readouterr().out)
+    assert cli.main([*base, "--rule", "bfs"]) == 0
+    bfs = json.loads(capsys.readouterr().out)
+    assert seq["config"]["kernel"] == bfs["config"]["kernel"] == "entropycut" and bfs["config"]["beta"] == 4.0
+    assert seq["response_ids"] == bfs["response_ids"]  # PreSTO-EntropyCut visits the sequential chain's states
+    assert cli.main([*base, "--beta", "-1"]) == 2
+    assert "`--beta`" in capsys.readouterr().err

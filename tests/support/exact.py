@@ -105,3 +105,43 @@ def chain_law(
         prev = seqs
     return law
 
+
+
+def entropycut_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel) -> np.ndarray:
+    """EntropyCut's transition matrix: cuts from the cut law written from its definition
+    here (lambda(c; x) ∝ max(0, h_c - h_{c-1})^beta + FLOOR, Delta_0 = 0, h from the LM's
+    p0), log A from the kernel's own ``decide`` (which must add the reverse-over-forward
+    cut-law term for the matrix to leave pi_alpha invariant)."""
+    from presto_sgl.kernels.entropycut import FLOOR
+
+    tau, beta = kernel.temperature, kernel.beta
+    seqs = sequences(lm.vocab_size, length)
+    index = {s: i for i, s in enumerate(seqs)}
+
+    def scored(prefix: tuple[int, ...], suffix: tuple[int, ...]):
+        ctx, lq, lp, h = list(prompt + prefix), [], [], []
+        for t in suffix:
+            logp, logq, _ = lm.distribution(ctx, tau)
+            lq.append(float(logq[t]))
+            lp.append(float(logp[t]))
+            h.append(float(-np.sum(np.exp(logp) * logp)))
+            ctx.append(t)
+        return tuple(lq), tuple(lp), tuple(h)
+
+    def cut_law(h: tuple[float, ...]) -> np.ndarray:
+        w = np.array([(max(0.0, h[j] - h[j - 1]) if j else 0.0) ** beta + FLOOR for j in range(length)])
+        return w / w.sum()
+
+    P = np.zeros((len(seqs), len(seqs)))
+    for x in seqs:
+        i = index[x]
+        lq_x, lp_x, h_x = scored((), x)
+        state = ChainState(prompt, x, lq_x, lp_x, h_x)
+        lam = cut_law(h_x)
+        for c in range(length):
+            for suf in itertools.product(range(lm.vocab_size), repeat=length - c):
+                lq_y, lp_y, h_y = scored(x[:c], suf)
+                _, tr = kernel.decide(state, [Proposal(c, suf, lq_y, lp_y, h_y)], _DRAWS)
+                P[i, index[x[:c] + suf]] += lam[c] * math.exp(math.fsum(lq_y)) * math.exp(tr.log_accept)
+        P[i, i] += 1.0 - P[i].sum()
+    return P

@@ -107,3 +107,50 @@ def test_keying_must_fit_the_rule():
     assert sampling_configs("sequential")[0].keying == "step"
     assert sampling_configs("sequential", keying="path")[0].keying == "path"
     assert math.isclose(sampling_configs("step", alpha=2.0)[0].temperature, 0.5)
+
+
+@pytest.mark.parametrize("beta", [-1.0, math.inf, math.nan, "4", True])
+def test_entropycut_beta_is_validated(beta):
+    from presto_sgl.kernels import EntropyCutKernel
+
+    with pytest.raises(ValueError, match="beta"):
+        PowerConfig(sampler="entropycut", beta=beta)
+    with pytest.raises(ValueError, match="beta"):
+        EntropyCutKernel(4.0, 0.25, beta)
+
+
+def test_entropycut_race_is_uniform_when_no_entropy_rises():
+    """Every jump zero (non-increasing entropies): w_j = FLOOR for all j, so the exponential
+    race gives uniform cuts; position 0 (Delta_0 = 0) is one of them."""
+    from scipy import stats
+
+    from presto_sgl.kernels.entropycut import race
+    from presto_sgl.keys import ChainKeys
+
+    T = 6
+    entropy = (2.0, 1.5, 1.5, 1.0, 0.5, 0.1)
+    cuts = [race(entropy, 4.0, T, ChainKeys(1).decision(1, k)) for k in range(6000)]
+    counts = np.bincount(cuts, minlength=T)
+    assert stats.chisquare(counts).pvalue > 1e-3
+    # a rise dominates: position 3 gets almost all the mass
+    rising = (0.1, 0.1, 0.1, 1.1, 1.0, 0.9)
+    cuts = [race(rising, 4.0, T, ChainKeys(1).decision(1, k)) for k in range(2000)]
+    assert np.mean(np.array(cuts) == 3) > 0.99
+
+
+def test_entropycut_prefetch_cut_races_over_the_shared_positions_only():
+    from presto_sgl import ChainState
+    from presto_sgl.kernels import EntropyCutKernel
+    from presto_sgl.kernels.entropycut import race
+    from presto_sgl.keys import ChainKeys
+
+    kernel = EntropyCutKernel(4.0, 0.25)
+    h = (0.5, 0.9, 0.2, 1.4, 0.3, 2.0, 0.1, 0.8)
+    root = ChainState((1,), tuple(range(8)), (0.0,) * 8, (0.0,) * 8, h)
+    for k in range(200):
+        d = ChainKeys(0).decision(1, k)
+        assert kernel.cut(root, d) == kernel.prefetch_cut(root, 8, d) == race(h, 4.0, 8, d)
+        assert kernel.prefetch_cut(root, 0, d) is None
+        for shared in range(1, 8):
+            c = kernel.prefetch_cut(root, shared, d)
+            assert c == race(h[:shared], 4.0, shared, d) and c < shared
