@@ -24,6 +24,11 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_finite_number(value: object) -> bool:
+    """An int or float (not a bool) that is finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
 class PowerConfig:
     """PowerMH: target pi_alpha(x) ∝ p0(x)^alpha, block schedule of n/B stages, K steps each.
@@ -42,11 +47,9 @@ class PowerConfig:
     beta: float = 4.0  # EntropyCut: the cut law's power, lambda ∝ Delta^beta
 
     def __post_init__(self) -> None:
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha) or self.alpha <= 0:
+        if not is_finite_number(self.alpha) or self.alpha <= 0:
             raise ValueError(f"`alpha` (={self.alpha!r}) must be a finite number > 0; power sampling uses alpha > 1, e.g. alpha=4.0")
-        if self.tau is not None and (
-            isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)) or not math.isfinite(self.tau) or self.tau <= 0
-        ):
+        if self.tau is not None and (not is_finite_number(self.tau) or self.tau <= 0):
             raise ValueError(f"`tau` (={self.tau!r}) must be a finite number > 0, or None for the default 1/alpha")
         if not _is_int(self.block_size) or self.block_size < 1:
             raise ValueError(f"`block_size` (={self.block_size!r}) must be a positive integer, e.g. 16")
@@ -62,7 +65,7 @@ class PowerConfig:
             raise ValueError(f"`keying` (={self.keying!r}) must be 'path' or 'step'")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"`sampler` (={self.sampler!r}) must be one of {list(SAMPLERS)}")
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not math.isfinite(self.beta) or self.beta < 0:
+        if not is_finite_number(self.beta) or self.beta < 0:
             raise ValueError(f"`beta` (={self.beta!r}) must be a finite number >= 0 (EntropyCut's cut-law power), e.g. beta=4.0")
 
     @property

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DecisionId = int | str
 """A decision's identity within a stage: a path string (path keys) or a step index (step keys)."""
@@ -49,6 +49,7 @@ class DecisionDraws:
     cut_key: int
     seed: int  # the engine seed of the decision's suffix proposal
     uniform: float  # the acceptance uniform u in (0, 1]
+    _exp1: list[float] = field(default_factory=list, init=False, compare=False, repr=False)
 
     def cut(self, length: int) -> int:
         """The uniform cut c in {0, ..., length-1}."""
@@ -57,6 +58,13 @@ class DecisionDraws:
     def exp1(self, index: int) -> float:
         """An Exp(1) variable for position ``index`` (exponential-race cut laws)."""
         return -math.log(uniform01(hash64("e", self.cut_key, index)))
+
+    def exp1s(self, n: int) -> list[float]:
+        """``exp1(0..n-1)``, hashed once per position and kept: a race reruns them at every
+        node and round (do not modify the list)."""
+        cache = self._exp1
+        cache.extend(self.exp1(j) for j in range(len(cache), n))
+        return cache
 
 
 @dataclass(frozen=True)

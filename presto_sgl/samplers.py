@@ -63,20 +63,17 @@ class Sampler:
         presto = presto if presto is not None else PrestoConfig()
         if not isinstance(presto, PrestoConfig):
             raise TypeError(f"`presto` must be a PrestoConfig, got {type(presto).__name__}")
-        if presto.keying is not None and presto.keying != config.keying:
-            raise ValueError(
-                f"rule {presto.rule!r} couples with {presto.keying} keys but `config.keying` is "
-                f"{config.keying!r}; use PowerConfig(keying={presto.keying!r})"
-            )
         self.engine = engine
         self.config = config
         self.presto = presto
         self.kernel = kernel if kernel is not None else make_kernel(config)
         self.planner = planner if planner is not None else make_planner(presto)
-        if self.planner.keying is not None and self.planner.keying != config.keying:
+        need = self.planner.keying  # the rule's keys (make_planner), or an injected planner's
+        if need is not None and need != config.keying:
+            rule = type(self.planner).__name__ if planner is not None else f"rule {presto.rule!r}"
             raise ValueError(
-                f"the planner {type(self.planner).__name__} needs {self.planner.keying} keys but `config.keying` is "
-                f"{config.keying!r}; use PowerConfig(keying={self.planner.keying!r})"
+                f"{rule} couples with {need} keys but `config.keying` is {config.keying!r}; "
+                f"use PowerConfig(keying={need!r})"
             )
         if self.kernel.needs_entropy and not engine.capabilities.entropy:
             raise CapabilityError(

@@ -14,7 +14,8 @@ forward term (docs/design.md §3):
 
     log A = min(0, PowerMH's log ratio + log lambda(c; y) - log lambda(c; x)),
 
-computed by :func:`~presto_sgl.kernels.powermh.log_acceptance` (its ``extra`` term).
+computed by :func:`~presto_sgl.kernels.powermh.log_acceptance` (its ``extra`` term,
+through :func:`~presto_sgl.kernels.powermh.mh_step`).
 
 Prefetching (exponential race). The cut is c = argmin_j E_j / w_j(x) with per-decision
 keyed E_j ~ Exp(1), which has law lambda(.; x). w_j depends on h_j and h_{j-1} only, so a
@@ -31,11 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..config import is_finite_number
 from ..errors import EngineError
 from ..keys import DecisionDraws
 from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
-from .powermh import accepts, log_acceptance
+from .powermh import mh_step
 
 FLOOR = 1e-6
 """Weight added to every position's Delta^beta (nats^beta): keeps lambda > 0."""
@@ -46,10 +48,11 @@ def cut_weights(entropy: Sequence[float], beta: float, upto: int) -> list[float]
     return [(max(0.0, entropy[j] - entropy[j - 1]) if j else 0.0) ** beta + FLOOR for j in range(upto)]
 
 
-def log_cut_ratio(current: ChainState, proposed: ChainState, cut: int, beta: float) -> float:
-    """log lambda(c; y) - log lambda(c; x) for the current state x and the proposed y."""
-    wx = cut_weights(_entropy(current), beta, current.length)
-    wy = cut_weights(_entropy(proposed), beta, proposed.length)
+def log_cut_ratio(current: Sequence[float], proposed: Sequence[float], cut: int, beta: float) -> float:
+    """log lambda(c; y) - log lambda(c; x) from the entropies of the current state x and the
+    proposed y (same length T)."""
+    wx = cut_weights(current, beta, len(current))
+    wy = cut_weights(proposed, beta, len(proposed))
     return (math.log(wy[cut]) - math.log(math.fsum(wy))) - (math.log(wx[cut]) - math.log(math.fsum(wx)))
 
 
@@ -62,8 +65,8 @@ def _entropy(state: ChainState) -> tuple[float, ...]:
 def race(entropy: Sequence[float], beta: float, upto: int, draws: DecisionDraws) -> int | None:
     """argmin_{j < upto} E_j / w_j, E_j = ``draws.exp1(j)``; None when ``upto`` is 0."""
     best, best_j = math.inf, None
-    for j, w in enumerate(cut_weights(entropy, beta, upto)):
-        v = draws.exp1(j) / w
+    for j, (e, w) in enumerate(zip(draws.exp1s(upto), cut_weights(entropy, beta, upto))):
+        v = e / w
         if v < best:
             best, best_j = v, j
     return best_j
@@ -80,7 +83,7 @@ class EntropyCutKernel:
     needs_entropy: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not math.isfinite(self.beta) or self.beta < 0:
+        if not is_finite_number(self.beta) or self.beta < 0:
             raise ValueError(f"`beta` (={self.beta!r}) must be a finite number >= 0 (the cut law's power), e.g. beta=4.0")
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
@@ -100,17 +103,8 @@ class EntropyCutKernel:
         if len(proposals) != 1:
             raise EngineError(f"EntropyCut decides on one proposal, got {len(proposals)}")
         p = proposals[0]
-        c = p.cut
-        if len(p.tokens) != state.length - c or p.entropy is None:
-            raise EngineError(f"proposal at cut {c} needs {state.length - c} tokens with entropies")
-        proposed = state.replace_suffix(c, p.tokens, p.logq, p.logp, p.entropy)
-        log_a = log_acceptance(
-            state.suffix_logq(c),
-            math.fsum(p.logq),
-            state.suffix_logp(c),
-            math.fsum(p.logp),
-            self.alpha,
-            log_cut_ratio(state, proposed, c, self.beta),
-        )
-        accepted = accepts(log_a, draws.uniform)
-        return (proposed if accepted else state), Transition(cut=c, log_accept=log_a, uniform=draws.uniform, accepted=accepted)
+        current = _entropy(state)
+        if p.entropy is None or len(p.entropy) != state.length - p.cut:
+            raise EngineError(f"proposal at cut {p.cut} needs {state.length - p.cut} entropies")
+        extra = log_cut_ratio(current, current[: p.cut] + p.entropy, p.cut, self.beta)
+        return mh_step(state, p, self.alpha, draws.uniform, extra)

@@ -62,8 +62,11 @@ def accepts(log_a: float, u: float) -> bool:
     return log_a >= 0.0 or (log_a > NEG_INF and math.log(u) <= log_a)
 
 
-def mh_step(state: ChainState, proposal: Proposal, alpha: float, u: float) -> tuple[ChainState, Transition]:
-    """One PowerMH transition of ``state`` with a scored ``proposal`` and uniform ``u``."""
+def mh_step(
+    state: ChainState, proposal: Proposal, alpha: float, u: float, extra: float = 0.0
+) -> tuple[ChainState, Transition]:
+    """One suffix-resampling MH transition of ``state`` with a scored ``proposal`` and uniform
+    ``u``; ``extra`` is :func:`log_acceptance`'s cut-law term (0 for PowerMH's uniform cut)."""
     c = proposal.cut
     if len(proposal.tokens) != state.length - c:
         raise EngineError(f"proposal at cut {c} has {len(proposal.tokens)} tokens, expected {state.length - c}")
@@ -73,6 +76,7 @@ def mh_step(state: ChainState, proposal: Proposal, alpha: float, u: float) -> tu
         state.suffix_logp(c),
         math.fsum(proposal.logp),
         alpha,
+        extra,
     )
     accepted = accepts(log_a, u)
     new_state = (

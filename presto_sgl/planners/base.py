@@ -94,7 +94,8 @@ class Planner(Protocol):
 
 
 class Stateless:
-    """Mixin of planners with no round state and nothing to learn: one object serves all runs."""
+    """Mixin of planners without round state: one object serves every run (``observe`` is a
+    no-op unless the planner learns, thread-safely, from realized decisions)."""
 
     def for_run(self) -> Stateless:
         return self

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from ..config import Keying
 from ..predictor.certainty import Predictor, h_plus
-from .base import PlannedRequest, RoundContext, RoundFeedback
+from .base import PlannedRequest, RoundContext, RoundFeedback, Stateless
 
 
 @dataclass
@@ -126,7 +126,7 @@ def allocate(nodes: list[CandidateNode], budget: int) -> tuple[float, list[Candi
     return table[id(root)][min(budget, len(table[id(root)]) - 1)], [v for v in nodes if id(v) in chosen]
 
 
-class PredictivePlanner:
+class PredictivePlanner(Stateless):
     """Requests of the selection that maximizes the predicted transitions (Eqs. 14, 19).
 
     It has no round state: every run shares the one object and its predictor (an online
@@ -138,9 +138,6 @@ class PredictivePlanner:
 
     def __init__(self, predictor: Predictor) -> None:
         self.predictor = predictor
-
-    def for_run(self) -> PredictivePlanner:
-        return self
 
     def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
         _, selection = allocate(candidate_tree(ctx, self.predictor, ctx.budget), ctx.budget)

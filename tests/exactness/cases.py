@@ -43,8 +43,8 @@ def _flip_powermh_q_term(monkeypatch: pytest.MonkeyPatch) -> None:
     """PowerMH with the sign of its proposal (q) term flipped."""
     orig = powermh.log_acceptance
 
-    def flipped(lq_x: float, lq_y: float, lp_x: float, lp_y: float, alpha: float) -> float:
-        return orig(lq_y, lq_x, lp_x, lp_y, alpha)
+    def flipped(lq_x: float, lq_y: float, lp_x: float, lp_y: float, alpha: float, extra: float = 0.0) -> float:
+        return orig(lq_y, lq_x, lp_x, lp_y, alpha, extra)
 
     monkeypatch.setattr(powermh, "log_acceptance", flipped)
 
