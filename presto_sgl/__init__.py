@@ -8,7 +8,7 @@ schedule and the rounds), ``engines`` (the token-level seam), ``predictor``, ``t
 from .config import PowerConfig, PrestoConfig, sampling_configs
 from .engines.base import Completion, Engine, EngineCapabilities, Request
 from .errors import CapabilityError, EngineError
-from .kernels import Kernel, PowerMHKernel, accepts, log_acceptance, mh_step
+from .kernels import EntropyCutKernel, Kernel, MultiTryKernel, PowerMHKernel, accepts, log_acceptance, mh_step
 from .metrics import PromptMetrics
 from .samplers import PowerMH, PrestoPowerMH, Sampler, SampleResult, make_kernel, make_sampler
 from .state import ChainState
@@ -21,7 +21,9 @@ __all__ = [
     "Engine",
     "EngineCapabilities",
     "EngineError",
+    "EntropyCutKernel",
     "Kernel",
+    "MultiTryKernel",
     "PowerConfig",
     "PowerMH",
     "PowerMHKernel",

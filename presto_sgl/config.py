@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 Keying = Literal["path", "step"]
-SamplerName = Literal["powermh", "entropycut"]
+SamplerName = Literal["powermh", "entropycut", "multitry"]
 
-SAMPLERS: tuple[str, ...] = ("powermh", "entropycut")
-"""The MH kernels (docs/design.md §3): uniform cuts, or cuts where the p0 entropy rises."""
+SAMPLERS: tuple[str, ...] = ("powermh", "entropycut", "multitry")
+"""The MH kernels (docs/design.md §3): uniform cuts, cuts where the p0 entropy rises, or
+multiple-try Metropolis over m candidates at mixed temperatures."""
 Rule = Literal["sequential", "bfs", "predictive", "step"]
 
 RULES: tuple[str, ...] = ("sequential", "bfs", "predictive", "step")
@@ -29,6 +31,20 @@ def is_finite_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def check_multitry(tries: object, temperatures: object, name: str = "temperatures") -> None:
+    """ValueError naming the argument unless m >= 1 and ``name`` (the set S) is a non-empty
+    set of finite temperatures > 0."""
+    if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1:
+        raise ValueError(f"`tries` (={tries!r}) must be an integer >= 1 (MultiTryMH's candidates per transition), e.g. tries=4")
+    example = f"e.g. {name}=(0.25, 0.5, 1.0)"
+    if isinstance(temperatures, (str, bytes)) or not isinstance(temperatures, Sequence) or not temperatures:
+        raise ValueError(f"`{name}` (={temperatures!r}) must be a non-empty sequence of temperatures > 0, {example}")
+    bad = [t for t in temperatures if not is_finite_number(t) or t <= 0]
+    if bad:
+        raise ValueError(f"`{name}` (={tuple(temperatures)!r}) has {bad}: each must be a finite number > 0, {example}")
+    if len(set(temperatures)) != len(temperatures):
+        raise ValueError(f"`{name}` (={tuple(temperatures)!r}) repeats a value; list each temperature once")
+
 @dataclass(frozen=True)
 class PowerConfig:
     """PowerMH: target pi_alpha(x) ∝ p0(x)^alpha, block schedule of n/B stages, K steps each.
@@ -45,6 +61,8 @@ class PowerConfig:
     keying: Keying = "step"
     sampler: SamplerName = "powermh"
     beta: float = 4.0  # EntropyCut: the cut law's power, lambda ∝ Delta^beta
+    tries: int = 4  # MultiTryMH: candidates per transition (m)
+    try_temperatures: tuple[float, ...] = (0.25, 0.5, 1.0)  # MultiTryMH: each draw's temperature set
 
     def __post_init__(self) -> None:
         if not is_finite_number(self.alpha) or self.alpha <= 0:
@@ -67,6 +85,8 @@ class PowerConfig:
             raise ValueError(f"`sampler` (={self.sampler!r}) must be one of {list(SAMPLERS)}")
         if not is_finite_number(self.beta) or self.beta < 0:
             raise ValueError(f"`beta` (={self.beta!r}) must be a finite number >= 0 (EntropyCut's cut-law power), e.g. beta=4.0")
+        check_multitry(self.tries, self.try_temperatures, "try_temperatures")
+        object.__setattr__(self, "try_temperatures", tuple(float(t) for t in self.try_temperatures))
 
     @property
     def temperature(self) -> float:

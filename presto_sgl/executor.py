@@ -100,7 +100,7 @@ class StageExecutor:
         planned = self.planner.plan(ctx)
         groups = [kernel.suffix_draws(p.cut, T, self.draws(p.decision)) for p in planned]
         requests = [
-            Request(state.context(p.cut), T - p.cut, d.temperature, d.seed, d.entropy)
+            Request(state.context(p.cut), T - p.cut, d.temperature, d.seed, d.entropy, d.score_temperatures)
             for p, group in zip(planned, groups)
             for d in group
         ]
@@ -112,7 +112,7 @@ class StageExecutor:
         for p, group in zip(planned, groups):
             n = len(group)
             proposals = tuple(
-                Proposal(p.cut, c.tokens, c.logq, c.logp, c.entropy) for c in completions[j : j + n]
+                Proposal(p.cut, c.tokens, c.logq, c.logp, c.entropy, c.logq_at) for c in completions[j : j + n]
             )
             self.store.add(p.decision, StoredProposal(state.tokens[: p.cut], proposals, tuple((index, j + i) for i in range(n))))
             j += n
@@ -121,7 +121,7 @@ class StageExecutor:
         if not result.steps:
             raise RuntimeError(f"planner {type(self.planner).__name__} made no progress at stage {self.stage}, k={k}")
         records = [
-            RequestRecord(p.decision, p.cut, len(r.prefix), r.max_new_tokens, c.cached_tokens, p.reachable)
+            RequestRecord(p.decision, p.cut, len(r.prefix), r.max_new_tokens, c.cached_tokens, p.reachable, r.temperature, r.seed)
             for p, r, c in zip(_per_request(planned, groups), requests, completions)
         ]
         rec.record_call(CallRecord(index, self.stage, "mh", k, tuple(records), elapsed, plan_s, walk_s))
@@ -129,7 +129,7 @@ class StageExecutor:
             tr = step.transition
             rec.record_node(
                 NodeRecord(index, self.stage, k + i, step.decision, step.requests[0], tr.cut, tr.log_accept, tr.uniform,
-                           tr.accepted, T, len(step.requests))
+                           tr.accepted, T, len(step.requests), tr.selected)
             )
             if self.on_transition:
                 self.on_transition(self.stage, k + i, step.state, tr)

@@ -59,6 +59,11 @@ class DecisionDraws:
         """An Exp(1) variable for position ``index`` (exponential-race cut laws)."""
         return -math.log(uniform01(hash64("e", self.cut_key, index)))
 
+    def subkey(self, purpose: str, index: int = 0) -> int:
+        """A 64-bit key for another draw of this decision (``purpose``, ``index``): MultiTryMH's
+        per-try temperatures, seeds and selection uniform."""
+        return hash64(purpose, self.cut_key, index)
+
     def exp1s(self, n: int) -> list[float]:
         """``exp1(0..n-1)``, hashed once per position and kept: a race reruns them at every
         node and round (do not modify the list)."""

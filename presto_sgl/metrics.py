@@ -21,6 +21,8 @@ class RequestRecord:
     new_tokens: int
     cached_tokens: int
     reachable: bool = True
+    temperature: float | None = None  # the draw's proposal temperature
+    seed: int | None = None  # the draw's keyed engine seed
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class NodeRecord:
     accepted: bool
     length: int  # T, response tokens of the stage (the cut fraction is cut / length)
     draws: int = 1  # requests the decision used: request, request + 1, ... of its call
+    selected: int = 0  # which of them was proposed (MultiTryMH's selected try)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from .errors import CapabilityError
 from .executor import OnTransition, Recorder, StageExecutor
 from .kernels.base import Kernel
 from .kernels.entropycut import EntropyCutKernel
+from .kernels.multitry import MultiTryKernel
 from .kernels.powermh import PowerMHKernel
 from .keys import ChainKeys
 from .metrics import CallRecord, PromptMetrics, RequestRecord, summarize
@@ -37,6 +38,8 @@ def make_kernel(config: PowerConfig) -> Kernel:
     """The MH kernel of ``config.sampler`` (the paper's samplers join here)."""
     if config.sampler == "entropycut":
         return EntropyCutKernel(alpha=float(config.alpha), temperature=config.temperature, beta=float(config.beta))
+    if config.sampler == "multitry":
+        return MultiTryKernel(alpha=float(config.alpha), temperatures=config.try_temperatures, tries=config.tries)
     return PowerMHKernel(alpha=float(config.alpha), temperature=config.temperature)
 
 
@@ -80,6 +83,14 @@ class Sampler:
                 f"the {self.kernel.name} kernel needs per-token entropy, which this engine cannot return; "
                 "use an engine with entropy (embedded, reference, SGLang one-pass)"
             )
+        temps = self.kernel.score_temperatures
+        if temps and not engine.capabilities.scores_at(temps):
+            have = engine.capabilities.score_temperatures
+            raise CapabilityError(
+                f"the {self.kernel.name} kernel needs log q at temperatures {list(temps)}, which this engine cannot "
+                f"return (it scores at {list(have or [])}); use the embedded or reference engine, or an SGLang "
+                "one-pass server started with PRESTO_SGL_SCORE_TEMPERATURES covering them"
+            )
 
     @property
     def name(self) -> str:
@@ -98,6 +109,7 @@ class Sampler:
             "steps": c.steps,
             "keying": c.keying,
             **({"beta": c.beta} if c.sampler == "entropycut" else {}),
+            **({"tries": c.tries, "try_temperatures": list(c.try_temperatures)} if c.sampler == "multitry" else {}),
         }
         return out if self.presto.sequential else {**out, **asdict(self.presto)}
 
@@ -143,15 +155,15 @@ class Sampler:
             trace.write("run", {**self.describe(), "seed": seed, "prompt_id": prompt_id, "prompt_len": len(prompt_ids)})
         cfg = self.config
         planner = self.planner.for_run()
-        entropy = self.kernel.needs_entropy
-        state = ChainState(prompt_ids, entropy=() if entropy else None)
+        entropy, temps = self.kernel.needs_entropy, self.kernel.score_temperatures
+        state = ChainState(prompt_ids, entropy=() if entropy else None, logq_at=() if temps else None)
         for stage in range(1, cfg.num_stages + 1):
             L = state.length
-            req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy)
+            req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy, temps)
             (comp,), elapsed = rec.call([req])
-            request = RequestRecord(None, L, len(req.prefix), cfg.block_size, comp.cached_tokens)
+            request = RequestRecord(None, L, len(req.prefix), cfg.block_size, comp.cached_tokens, True, req.temperature, req.seed)
             rec.record_call(CallRecord(len(rec.calls), stage, "extend", 0, (request,), elapsed))
-            state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy)
+            state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)
             state = StageExecutor(
                 self.kernel, cfg, self.presto.budget, planner, stage, keys, rec, on_transition
             ).run(state)

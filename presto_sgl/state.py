@@ -11,7 +11,9 @@ class ChainState:
     """Prompt plus T response tokens; ``logq[t]``/``logp[t]`` score ``tokens[t]`` in context.
 
     ``entropy[t]`` (optional) is the p0 entropy of the next-token distribution at t.
-    Values of one state always come from the pass that generated them, never mixed.
+    ``logq_at[t]`` (optional) holds log q of ``tokens[t]`` at each of a kernel's score
+    temperatures (MultiTryMH's temperature mixture). Values of one state always come from
+    the pass that generated them, never mixed.
     """
 
     prompt: tuple[int, ...]
@@ -19,10 +21,12 @@ class ChainState:
     logq: tuple[float, ...] = ()
     logp: tuple[float, ...] = ()
     entropy: tuple[float, ...] | None = None
+    logq_at: tuple[tuple[float, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.tokens)
-        if len(self.logq) != n or len(self.logp) != n or (self.entropy is not None and len(self.entropy) != n):
+        optional = (self.entropy, self.logq_at)
+        if len(self.logq) != n or len(self.logp) != n or any(v is not None and len(v) != n for v in optional):
             raise ValueError(
                 f"ChainState needs one log q, log p0 (and entropy) per token: got {n} tokens, "
                 f"{len(self.logq)} logq, {len(self.logp)} logp"
@@ -56,15 +60,19 @@ class ChainState:
         logq: tuple[float, ...],
         logp: tuple[float, ...],
         entropy: tuple[float, ...] | None = None,
+        logq_at: tuple[tuple[float, ...], ...] | None = None,
     ) -> ChainState:
-        """The state with response tokens from ``cut`` on replaced (or appended)."""
+        """The state with response tokens from ``cut`` on replaced (or appended); entropy and
+        ``logq_at`` are kept when both the state and the new suffix carry them."""
         keep_entropy = self.entropy is not None and entropy is not None
+        keep_logq_at = self.logq_at is not None and logq_at is not None
         return ChainState(
             prompt=self.prompt,
             tokens=self.tokens[:cut] + tokens,
             logq=self.logq[:cut] + logq,
             logp=self.logp[:cut] + logp,
             entropy=(self.entropy[:cut] + entropy) if keep_entropy else None,  # type: ignore[index]
+            logq_at=(self.logq_at[:cut] + logq_at) if keep_logq_at else None,  # type: ignore[index]
         )
 
     def common_prefix(self, other: ChainState) -> int:

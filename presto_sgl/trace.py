@@ -33,10 +33,12 @@ def read_trace(lines: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def node_record(rec: dict[str, Any], block_size: int) -> NodeRecord:
-    """A trace's node record; older traces lack ``length`` (T = stage * B) and ``draws`` (1)."""
-    body = {f.name: rec[f.name] for f in fields(NodeRecord) if f.name not in ("length", "draws")}
+    """A trace's node record; older traces lack ``length`` (T = stage * B), ``draws`` (1) and
+    ``selected`` (0)."""
+    body = {f.name: rec[f.name] for f in fields(NodeRecord) if f.name not in ("length", "draws", "selected")}
     body["request"] = tuple(body["request"])
-    return NodeRecord(**body, length=rec.get("length", rec["stage"] * block_size), draws=rec.get("draws", 1))
+    length = rec.get("length", rec["stage"] * block_size)
+    return NodeRecord(**body, length=length, draws=rec.get("draws", 1), selected=rec.get("selected", 0))
 
 
 def metrics_from_trace(records: Iterable[dict[str, Any]]) -> list[PromptMetrics]:

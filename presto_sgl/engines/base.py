@@ -3,7 +3,8 @@
 A batch of :class:`Request` (prefix token ids, number of new tokens, temperature,
 optional seed) maps to one :class:`Completion` per request: the new token ids with
 per-token log q_tau (after temperature), log p0 (raw, T = 1) and optionally the p0
-entropy, all from the same forward pass, plus how many prefix tokens were cached.
+entropy and log q at other temperatures (``score_temperatures``), all from the same
+forward pass, plus how many prefix tokens were cached.
 Generation never stops at EOS: exactly ``max_new_tokens`` tokens come back.
 """
 
@@ -26,6 +27,7 @@ class Request:
     temperature: float
     seed: int | None = None
     return_entropy: bool = False
+    score_temperatures: tuple[float, ...] = ()  # also return log q of each new token at these
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Completion:
     logp: tuple[float, ...]
     entropy: tuple[float, ...] | None = None
     cached_tokens: int = 0
+    logq_at: tuple[tuple[float, ...], ...] | None = None  # per token, log q at the request's score temperatures
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,14 @@ class EngineCapabilities:
     entropy: bool
     vocab_size: int
     context_length: int | None = None  # max prompt + new tokens; None: unbounded
+    score_temperatures: tuple[float, ...] | None = ()
+    """Temperatures at which log q of each new token can be returned: () none, None any."""
+
+    def scores_at(self, temperatures: Sequence[float]) -> bool:
+        """Whether the engine returns log q at every one of ``temperatures``."""
+        if self.score_temperatures is None:
+            return True
+        return all(any(math.isclose(t, s, rel_tol=1e-9) for s in self.score_temperatures) for t in temperatures)
 
 
 @runtime_checkable
@@ -62,13 +73,22 @@ def validate_completion(request: Request, completion: Completion, vocab_size: in
     lengths = {"tokens": len(completion.tokens), "logq": len(completion.logq), "logp": len(completion.logp)}
     if request.return_entropy:
         lengths["entropy"] = -1 if completion.entropy is None else len(completion.entropy)
+    if request.score_temperatures:
+        at = completion.logq_at
+        lengths["logq_at"] = -1 if at is None else len(at)
+        k = len(request.score_temperatures)
+        if at is not None and any(len(row) != k for row in at):
+            raise EngineError(f"engine returned log q at {sorted({len(r) for r in at})} temperatures per token, expected {k}")
     bad = {k: v for k, v in lengths.items() if v != n}
     if bad:
         raise EngineError(f"engine returned wrong lengths {bad} for a request of {n} new tokens")
     for t in completion.tokens:
         if not (0 <= t < vocab_size):
             raise EngineError(f"engine returned token id {t} outside the vocabulary [0, {vocab_size})")
-    for name in ("logq", "logp"):
-        for v in getattr(completion, name):
+    values = {"logq": completion.logq, "logp": completion.logp}
+    if request.score_temperatures and completion.logq_at is not None:
+        values["logq_at"] = [v for row in completion.logq_at for v in row]
+    for name, vs in values.items():
+        for v in vs:
             if math.isnan(v) or v > 1e-6:
                 raise EngineError(f"engine returned {name} value {v}: log-probabilities must be <= 0 and not NaN")

@@ -8,8 +8,8 @@ radix tree (computed once, reused across rows and calls). The last prefix token 
 always re-fed so the first new token's distribution comes from this pass.
 
 Per new token the engine returns log q_tau = log_softmax(logits / tau), log p0 =
-log_softmax(logits) and the p0 entropy, all from the same float32 logits row, over the
-full vocabulary. Seeded requests draw their uniforms from their own torch.Generator;
+log_softmax(logits), the p0 entropy and log q at any requested score temperatures, all
+from the same float32 logits row, over the full vocabulary. Seeded requests draw their uniforms from their own torch.Generator;
 unseeded ones from the engine's generator. Tokens are inverse-CDF draws of q_tau.
 """
 
@@ -91,7 +91,8 @@ class EmbeddedEngine(TokenizerText):
         gen = getattr(model, "generation_config", None) or getattr(model, "config", None)
         self.stop_token_ids = getattr(gen, "eos_token_id", None)
         self.capabilities = EngineCapabilities(
-            seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, context_length=self.lm.max_positions
+            seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, context_length=self.lm.max_positions,
+            score_temperatures=None,
         )
         if cache_bytes < 0:
             raise ValueError(f"`cache_bytes` (={cache_bytes}) must be >= 0")
@@ -134,6 +135,7 @@ class EmbeddedEngine(TokenizerText):
         out_logq: list[list[float]] = [[] for _ in reqs]
         out_logp: list[list[float]] = [[] for _ in reqs]
         out_ent: list[list[float]] = [[] for _ in reqs]
+        out_at: list[list[tuple[float, ...]]] = [[] for _ in reqs]
         gens = [self._generator(r) for r in reqs]
         temps = torch.tensor([r.temperature for r in reqs], dtype=torch.float32, device=lm.device)
         starts = [len(r.prefix) - 1 for r in reqs]
@@ -146,7 +148,7 @@ class EmbeddedEngine(TokenizerText):
             stats.forward_steps += 1
             stats.peak_rows = max(stats.peak_rows, active)
             live = [r for r in range(active) if t + 1 < ends[r] and t + 1 == len(seqs[r])]
-            self._sample(logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent)
+            self._sample(logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent, out_at)
         self._store(reqs, seqs, ends, bufs)
         completions: list[Completion | None] = [None] * len(reqs)
         for r, req in enumerate(reqs):
@@ -157,6 +159,7 @@ class EmbeddedEngine(TokenizerText):
                 logp=tuple(out_logp[r]),
                 entropy=tuple(out_ent[r]) if req.return_entropy else None,
                 cached_tokens=cached[r],
+                logq_at=tuple(out_at[r]) if req.score_temperatures else None,
             )
             completions[order[r]] = comp
             stats.decode_tokens += req.max_new_tokens
@@ -172,7 +175,7 @@ class EmbeddedEngine(TokenizerText):
             return g
         return self._rng
 
-    def _sample(self, logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent) -> None:
+    def _sample(self, logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent, out_at) -> None:
         """Draw the next token of each live row from q_tau = softmax(z / tau) by inverse CDF."""
         if not live:
             return
@@ -190,12 +193,25 @@ class EmbeddedEngine(TokenizerText):
         if any(want_entropy):
             logp = z - lse_p[:, None]
             en = (-(logp.exp() * logp).sum(-1)).tolist()
+        at = self._logq_at(z, tok, [reqs[r].score_temperatures for r in live])
         for j, (r, t) in enumerate(zip(live, tok[:, 0].tolist())):
             seqs[r].append(t)
             out_logq[r].append(lq[j])
             out_logp[r].append(lp[j])
             if en is not None and want_entropy[j]:
                 out_ent[r].append(en[j])
+            if at[j] is not None:
+                out_at[r].append(at[j])
+
+    @staticmethod
+    def _logq_at(z: torch.Tensor, tok: torch.Tensor, wanted: list[tuple[float, ...]]) -> list[tuple[float, ...] | None]:
+        """Per live row, log_softmax(z / t)[token] at each of its score temperatures t (one
+        pass over the rows per distinct temperature)."""
+        scored: dict[float, list[float]] = {}
+        for t in {t for ts in wanted for t in ts}:
+            zt = z / t
+            scored[t] = (zt.gather(1, tok)[:, 0] - torch.logsumexp(zt, dim=-1)).tolist()
+        return [tuple(scored[t][j] for t in ts) if ts else None for j, ts in enumerate(wanted)]
 
     def _load_history(self, row: int, prefix: Sequence[int], bufs, stats: CallStats) -> int:
         """Put the KV of prefix[:-1] into ``row``: cached segments, then prefill the rest."""

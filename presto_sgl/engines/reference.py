@@ -94,7 +94,9 @@ class ReferenceEngine:
         cache_tokens: int = 1 << 20,
     ) -> None:
         self.lm = lm if lm is not None else ReferenceLM()
-        self.capabilities = EngineCapabilities(seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size)
+        self.capabilities = EngineCapabilities(
+            seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, score_temperatures=None
+        )
         self._rng = np.random.default_rng(rng_seed)
         self._cache = RadixTree(max_tokens=cache_tokens)
         self._lock = threading.Lock()  # one call at a time: chains may share the engine across threads
@@ -110,6 +112,7 @@ class ReferenceEngine:
         logq: list[float] = []
         logp: list[float] = []
         entropy: list[float] = []
+        logq_at: list[tuple[float, ...]] = []
         for _ in range(request.max_new_tokens):
             lp, lq, cdf = lm.distribution(ctx, request.temperature)
             if self.capabilities.seeded and request.seed is not None:
@@ -122,6 +125,8 @@ class ReferenceEngine:
             logp.append(float(lp[tok]))
             if request.return_entropy:
                 entropy.append(float(-np.sum(np.exp(lp) * lp)))
+            if request.score_temperatures:
+                logq_at.append(tuple(float(lm.distribution(ctx, t)[1][tok]) for t in request.score_temperatures))
             ctx.append(tok)
         cached = self._cache.match_prefix(request.prefix).length
         self._cache.insert(ctx)
@@ -131,6 +136,7 @@ class ReferenceEngine:
             logp=tuple(logp),
             entropy=tuple(entropy) if request.return_entropy else None,
             cached_tokens=cached,
+            logq_at=tuple(logq_at) if request.score_temperatures else None,
         )
 
     # -- text view for the CLI and demos ---------------------------------------------

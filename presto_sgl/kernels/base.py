@@ -8,7 +8,8 @@ fixed by its key (:class:`~presto_sgl.keys.DecisionDraws`) -- a kernel says
    at *any* state that keeps the round root's first ``shared`` tokens (``prefetch_cut``;
    None when that is not decided by the shared prefix, or lies beyond it -- Condition 1);
 2. the **draws** it needs at that cut: one suffix (PowerMH, EntropyCut) or several
-   candidates and reference draws (MultiTryMH), all after the same kept prefix;
+   candidates and reference draws (MultiTryMH), all after the same kept prefix, with
+   what each must return beside log q and log p0 (entropy, log q at other temperatures);
 3. the **decision** from the scored draws: the new state or the old one (``decide``),
    with log A and the uniform used. Each kernel computes its acceptance in one
    log-space function.
@@ -34,6 +35,7 @@ class SuffixDraw:
     temperature: float
     seed: int  # unique per draw: derived from the decision's key
     entropy: bool = False  # the kernel needs the p0 entropy of every drawn token
+    score_temperatures: tuple[float, ...] = ()  # also log q of every drawn token at these temperatures
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Proposal:
     logq: tuple[float, ...]
     logp: tuple[float, ...]
     entropy: tuple[float, ...] | None = None
+    logq_at: tuple[tuple[float, ...], ...] | None = None  # per token, log q at the score temperatures
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Transition:
     log_accept: float
     uniform: float
     accepted: bool
+    selected: int = 0  # the draw proposed, among the decision's (MultiTryMH: the selected try)
 
 
 class Kernel(Protocol):
@@ -62,6 +66,7 @@ class Kernel(Protocol):
 
     name: str
     needs_entropy: bool  # states must carry per-token p0 entropy (the engine must return it)
+    score_temperatures: tuple[float, ...]  # states carry per-token log q at these (empty: none)
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
         """The decision's cut c in {0..T-1} at ``state``."""

@@ -81,6 +81,7 @@ class EntropyCutKernel:
     beta: float = 4.0
     name: ClassVar[str] = "entropycut"
     needs_entropy: ClassVar[bool] = True
+    score_temperatures: ClassVar[tuple[float, ...]] = ()
 
     def __post_init__(self) -> None:
         if not is_finite_number(self.beta) or self.beta < 0:

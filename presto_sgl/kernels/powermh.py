@@ -98,6 +98,7 @@ class PowerMHKernel:
     temperature: float
     name: ClassVar[str] = "powermh"
     needs_entropy: ClassVar[bool] = False
+    score_temperatures: ClassVar[tuple[float, ...]] = ()
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
         return draws.cut(state.length)

@@ -8,6 +8,7 @@ transition matrix on the enumerable reference LM, and a sabotage of its acceptan
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ from tests.support.timing import stub_planner
 from presto_sgl import PowerConfig, PrestoConfig, Sampler, sampling_configs
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceLM
-from presto_sgl.kernels import EntropyCutKernel, Kernel, PowerMHKernel, entropycut, powermh
+from presto_sgl.kernels import EntropyCutKernel, Kernel, MultiTryKernel, PowerMHKernel, entropycut, multitry, powermh
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class KernelCase:
     """(lm, prompt, T, kernel) -> the kernel's exact transition matrix over exact.sequences(V, T)."""
     sabotage: Callable[[pytest.MonkeyPatch], None]
     """Break the kernel's acceptance (the enumerated tests must then reject it)."""
+    sabotaged_matrix: Callable[[ReferenceLM, tuple[int, ...], int, Kernel], np.ndarray] | None = None
+    """The sabotaged kernel's exact matrix, for a kernel whose ``matrix`` is written from its
+    definition (so does not see the library's sabotaged code)."""
     state_cut: bool = False
     """The cut law depends on the state's values (EntropyCut): on an engine whose batched and
     single-row log-probs differ in the last bits, an argmin of the race can flip, so bit-wise
@@ -55,6 +59,16 @@ def _flip_entropycut_cut_term(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(entropycut, "log_cut_ratio", lambda x, y, c, beta: -orig(x, y, c, beta))
 
 
+def _wrong_multitry_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MultiTryMH weighting every draw by p0^alpha / q at the first temperature of the set,
+    not by the mixture Q it was drawn from (a multiple-try weight a naive port would use)."""
+
+    def first_temperature(logp, logq_at, alpha):
+        return alpha * math.fsum(logp) - math.fsum(row[0] for row in logq_at)
+
+    monkeypatch.setattr(multitry, "log_weight", first_temperature)
+
+
 KERNELS = [
     KernelCase(
         "powermh",
@@ -68,6 +82,13 @@ KERNELS = [
         exact.entropycut_matrix,
         _flip_entropycut_cut_term,
         state_cut=True,
+    ),
+    KernelCase(
+        "multitry",
+        lambda cfg: MultiTryKernel(cfg.alpha, cfg.try_temperatures, cfg.tries),
+        exact.multitry_matrix,
+        _wrong_multitry_weight,
+        sabotaged_matrix=lambda lm, prompt, T, kernel: exact.multitry_matrix(lm, prompt, T, kernel, wrong_weight=True),
     ),
 ]
 

@@ -145,3 +145,70 @@ def entropycut_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, ker
                 P[i, index[x[:c] + suf]] += lam[c] * math.exp(math.fsum(lq_y)) * math.exp(tr.log_accept)
         P[i, i] += 1.0 - P[i].sum()
     return P
+
+
+def _mixture_weights(lm: ReferenceLM, prefix: tuple[int, ...], length: int, alpha: float, temps: tuple[float, ...],
+                     wrong: bool) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
+    """(suffixes, Q(suffix), w(suffix)) after ``prefix``, from the definitions: Q the uniform
+    mixture over ``temps`` of whole-suffix q_tau, w = p0(suffix)^alpha / Q(suffix). ``wrong``
+    gives the weight a naive implementation might use: p0^alpha / q_1 (the first temperature
+    only), which the kernel must not use."""
+    sufs = sequences(lm.vocab_size, length)
+    Q, W = np.zeros(len(sufs)), np.zeros(len(sufs))
+    for i, s in enumerate(sufs):
+        lp = lm.score(prefix, s)[0]
+        qs = [math.exp(lm.score(prefix, s, t)[1]) for t in temps]
+        Q[i] = sum(qs) / len(temps)
+        W[i] = math.exp(alpha * lp) / (qs[0] if wrong else Q[i])
+    return sufs, Q, W
+
+
+def _sum_atoms(Q: np.ndarray, W: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Atoms (values sorted, probabilities) of the sum of ``n`` i.i.d. weights W(z), z ~ Q."""
+    vals, probs = np.zeros(1), np.ones(1)
+    for _ in range(n):
+        vals = (vals[:, None] + W[None, :]).ravel()
+        probs = (probs[:, None] * Q[None, :]).ravel()
+    order = np.argsort(vals, kind="stable")
+    return vals[order], probs[order]
+
+
+def _expected_inverse_max(a: float, b: np.ndarray, vals: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """E[1 / max(A, B)] for A = a + S, B = b + S' and each b, S and S' i.i.d. with atoms
+    (vals, probs): the sum over A's atoms of P(B <= A) / A plus over B's of P(A < B) / B.
+    Ties are structural (A and B are sums of the same weights in another order), so A and B
+    within a relative 1e-9 count as equal: each pair falls in exactly one of the two sums."""
+    cdf = np.concatenate(([0.0], np.cumsum(probs)))
+    A = a + vals  # (n,)
+    B = b[:, None] + vals[None, :]  # (len(b), n)
+    tie = 1e-9
+    b_le_a = cdf[np.searchsorted(vals, A[None, :] * (1 + tie) - b[:, None], side="right")]
+    a_lt_b = cdf[np.searchsorted(vals, B * (1 - tie) - a, side="left")]
+    return (b_le_a * (probs / A)[None, :]).sum(1) + (a_lt_b * probs[None, :] / B).sum(1)
+
+
+def multitry_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel, wrong_weight: bool = False) -> np.ndarray:
+    """MultiTryMH's transition matrix from its definition (never the library's acceptance):
+    cut c ~ Unif{0..T-1}; m candidates and m - 1 references i.i.d. from the temperature
+    mixture Q after x_{0:c}; select y w.p. w(y) / W; accept w.p. min(1, W / W*). Summed
+    over the m slots the selection may take,
+
+        P_c(x -> y) = m Q(y) w(y) E[1 / max(w(y) + S, w(x) + S')],   y_suf != x_suf,
+
+    S, S' independent sums of m - 1 i.i.d. weights (the other candidates, the references)."""
+    m, temps, alpha = kernel.tries, kernel.temperatures, kernel.alpha
+    seqs = sequences(lm.vocab_size, length)
+    index = {s: i for i, s in enumerate(seqs)}
+    P = np.zeros((len(seqs), len(seqs)))
+    for c in range(length):
+        for prefix in sequences(lm.vocab_size, c):
+            sufs, Q, W = _mixture_weights(lm, prompt + prefix, length - c, alpha, temps, wrong_weight)
+            vals, probs = _sum_atoms(Q, W, m - 1)
+            rows = [index[prefix + s] for s in sufs]
+            for ix, a in enumerate(W):
+                e = _expected_inverse_max(a, W, vals, probs)
+                move = m * Q * W * e / length
+                move[ix] = 0.0  # the same suffix: no move
+                P[rows[ix], rows] += move
+    P[np.diag_indices_from(P)] += 1.0 - P.sum(axis=1)
+    return P
