@@ -137,7 +137,8 @@ class CostAwareStepPlanner(StepPlanner):
         D = min(len(cuts), max(self.horizon, max(idx, default=-1) + 1))
         T = ctx.root.length
         accept = [h_plus(self.predictor, c / T) for c in cuts[:D]]
-        return RoundModel(cuts[:D], accept, T, held & ((1 << D) - 1), self.time_model, self.match), idx
+        draws = len(ctx.kernel.suffix_draws(cuts[0], T, ctx.draws(ctx.k0))) if cuts else 1
+        return RoundModel(cuts[:D], accept, T, held & ((1 << D) - 1), self.time_model, self.match, draws), idx
 
     def rollout_values(
         self,

@@ -25,7 +25,8 @@ class RoundModel:
     invalidates every held proposal of a later depth j with c_j > c_i (its prefix
     root[0:c_j] no longer matches the state: generically, a fresh suffix differs at c_i).
     A call of base policy b requests the first b depths without a proposal from ``pos``
-    (the step rule with budget b) and costs ``time(rows, steps, tokens)``.
+    (the step rule with budget b) and costs ``time(rows, steps, tokens)``; a decision sends
+    ``draws`` requests (MultiTryMH: 2m - 1), each of its depth's new tokens.
     """
 
     def __init__(
@@ -36,8 +37,10 @@ class RoundModel:
         held: int,
         time_model: CallTimeModel,
         match: float = 0.0,
+        draws: int = 1,
     ) -> None:
         self.cuts = list(cuts)
+        self.draws = draws
         self.accept = list(accept)
         self.D = len(cuts)
         self.T = length
@@ -48,8 +51,8 @@ class RoundModel:
 
     def call_time(self, depths: Sequence[int]) -> float:
         new = [self.T - self.cuts[d] for d in depths]
-        th = self.theta
-        return max(th[0] + th[1] * len(new) + th[2] * max(new) + th[3] * sum(new), MIN_TIME_S)
+        th, r = self.theta, self.draws
+        return max(th[0] + th[1] * r * len(new) + th[2] * max(new) + th[3] * r * sum(new), MIN_TIME_S)
 
     def later(self, i: int, gap: int) -> int:
         """Mask of depths j > i invalidated by an accept at depth i whose new suffix matches

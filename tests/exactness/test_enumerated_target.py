@@ -146,3 +146,31 @@ def test_wrong_acceptance_fails_the_chi_square(monkeypatch, reference_engine, ke
     counts = sample_counts(kernel_case, sampler_name, reference_engine(model), cfg, presto)
     p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), CHAINS)
     assert p < SIGNIFICANCE and not math.isnan(tv), f"wrong acceptance not detected: p={p:.2e}, TV={tv:.3f}"
+
+
+@pytest.mark.parametrize("tries", [2, 3])
+def test_multitry_exact_matrix_matches_brute_force(tries):
+    """The closed form of ``exact.multitry_matrix`` against the algorithm enumerated slot by
+    slot: every candidate tuple, every selection J, every reference tuple (vocab 3, T = 2)."""
+    import itertools
+
+    from presto_sgl.kernels import MultiTryKernel
+
+    model, T, alpha, temps = lm(), 2, 3.0, (0.5, 1.0)
+    kernel = MultiTryKernel(alpha, temps, tries)
+    seqs = exact.sequences(model.vocab_size, T)
+    index = {s: i for i, s in enumerate(seqs)}
+    brute = np.zeros((len(seqs), len(seqs)))
+    for c in range(T):
+        for prefix in exact.sequences(model.vocab_size, c):
+            sufs, Q, W = exact._mixture_weights(model, PROMPT + prefix, T - c, alpha, temps, False)
+            for ix in range(len(sufs)):
+                x = index[prefix + sufs[ix]]
+                refs = [(np.prod(Q[list(r)]), W[list(r)].sum()) for r in itertools.product(range(len(sufs)), repeat=tries - 1)]
+                for ys in itertools.product(range(len(sufs)), repeat=tries):
+                    pc, Wy = np.prod(Q[list(ys)]), W[list(ys)].sum()
+                    for J in range(tries):
+                        accept = sum(pr * min(1.0, Wy / (Ws + W[ix])) for pr, Ws in refs)
+                        brute[x, index[prefix + sufs[ys[J]]]] += pc * W[ys[J]] / Wy * accept / T
+    brute[np.diag_indices_from(brute)] += 1.0 - brute.sum(axis=1)
+    assert np.abs(brute - exact.multitry_matrix(model, PROMPT, T, kernel)).max() < 1e-12
