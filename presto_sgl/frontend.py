@@ -70,15 +70,20 @@ def power_gen(
     tau: float | None = None,
     rule: str = "step",
     budget: int = 20,
+    sampler: str = "powermh",
+    beta: float = 4.0,
+    tries: int = 4,
+    try_temperatures: Sequence[float] = (0.25, 0.5, 1.0),
     seed: int = 0,
     chain_id: int = 0,
     engine: SGLangEngine | None = None,
 ) -> None:
     """Run a power-sampling chain on the program state ``s`` (or one per fork) and store it as ``name``.
 
-    ``max_new_tokens`` / ``block_size`` / ``steps`` / ``alpha`` / ``tau`` are those of
-    :class:`PowerConfig`, ``rule`` / ``budget`` those of :class:`PrestoConfig` (plus
-    ``"sequential"``). ``engine`` replaces the engine built from the program's backend.
+    ``max_new_tokens`` / ``block_size`` / ``steps`` / ``alpha`` / ``tau`` and the kernel
+    (``sampler``: powermh, entropycut with ``beta``, multitry with ``tries`` and
+    ``try_temperatures``) are those of :class:`PowerConfig`, ``rule`` / ``budget`` those of
+    :class:`PrestoConfig` (plus ``"sequential"``). ``engine`` replaces the engine built from the program's backend.
     """
     states = _program_states(s)
     if not isinstance(name, str) or not name:
@@ -86,18 +91,19 @@ def power_gen(
     if isinstance(chain_id, bool) or not isinstance(chain_id, int):
         raise ValueError(f"`chain_id` (={chain_id!r}) must be an integer (fork i runs chain chain_id + i)")
     config, presto = sampling_configs(
-        rule, budget=budget, alpha=alpha, max_new_tokens=max_new_tokens, block_size=block_size, steps=steps, tau=tau
+        rule, budget=budget, alpha=alpha, max_new_tokens=max_new_tokens, block_size=block_size, steps=steps, tau=tau,
+        sampler=sampler, beta=beta, tries=tries, try_temperatures=tuple(try_temperatures),
     )
     eng = engine if engine is not None else _engine_for(states[0].stream_executor.backend)
-    sampler = make_sampler(eng, config, presto)
+    chain = make_sampler(eng, config, presto)
 
     texts = [st.text() for st in states]  # waits for the expressions submitted before
     prompts = [_prompt_ids(st, text, eng) for st, text in zip(states, texts, strict=True)]
     for i, (ids, _) in enumerate(prompts):
-        _check_prompt(sampler, ids, name, i if len(states) > 1 else None)
+        _check_prompt(chain, ids, name, i if len(states) > 1 else None)
 
     def run_one(prompt: Sequence[int], *, seed: int, prompt_id: int) -> SampleResult:
-        return sampler.run(prompt, seed=seed, prompt_id=chain_id + prompt_id)
+        return chain.run(prompt, seed=seed, prompt_id=chain_id + prompt_id)
 
     results = run_prompts(run_one, [ids for ids, _ in prompts], seed=seed, workers=len(states))
     stop_ids = eng.stop_token_ids
@@ -116,7 +122,7 @@ def power_gen(
             "eos_index": eos_index,
             "seed": seed,
             "chain_id": chain_id + i,
-            "sampler": sampler.describe(),
+            "sampler": chain.describe(),
         }
         executor = st.stream_executor
         executor.variables[name] = response

@@ -15,7 +15,7 @@ class UsageError(Exception):
 FLAGS = {
     name: "--" + name.replace("_", "-")
     for name in (
-        "alpha", "tau", "sampler", "beta", "max_new_tokens", "block_size", "steps", "keying", "rule", "budget", "seed", "vocab_size", "prompt",
+        "alpha", "tau", "sampler", "beta", "tries", "try_temperatures", "max_new_tokens", "block_size", "steps", "keying", "rule", "budget", "seed", "vocab_size", "prompt",
         "model", "device", "predictor", "cost_aware", "features", "folds",
     )
 } | {"online": "--online-predictor", "timeout_s": "--timeout", "restart_timeout_s": "--restart-timeout"}

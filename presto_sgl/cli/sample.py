@@ -26,6 +26,13 @@ from .progress import Progress
 
 
 # -- arguments ----------------------------------------------------------------------
+def _temperatures(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated temperatures such as 0.25,0.5,1.0, got {text!r}") from None
+
+
 def _prompt_ids(text: str) -> list[int]:
     try:
         return [int(part) for part in text.replace(" ", "").split(",") if part != ""]
@@ -73,9 +80,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     smp.add_argument("--alpha", type=float, default=4.0, help="power alpha of the target p0^alpha (default: 4.0)")
     smp.add_argument("--tau", type=float, default=None, help="proposal temperature (default: 1/alpha)")
     smp.add_argument("--sampler", choices=SAMPLERS, default="powermh",
-                     help="MH kernel: powermh (uniform cuts) or entropycut (cuts where the p0 entropy rises; needs an "
-                     "engine with entropy) (default: powermh)")
+                     help="MH kernel: powermh (uniform cuts), entropycut (cuts where the p0 entropy rises; needs an "
+                     "engine with entropy) or multitry (multiple-try Metropolis: --tries candidates per transition at "
+                     "temperatures drawn from --try-temperatures) (default: powermh)")
     smp.add_argument("--beta", type=float, default=4.0, help="entropycut: power of the cut law, Delta^beta (default: 4.0)")
+    smp.add_argument("--tries", type=int, default=4, help="multitry: candidate suffixes per transition, m (default: 4)")
+    smp.add_argument("--try-temperatures", type=_temperatures, default=(0.25, 0.5, 1.0), metavar="T1,T2,...",
+                     help="multitry: the set each draw's temperature is drawn from (default: 0.25,0.5,1.0)")
     smp.add_argument("--max-new-tokens", type=int, default=64, help="response length, a multiple of --block-size (default: 64)")
     smp.add_argument("--block-size", type=int, default=16, help="tokens per stage (default: 16)")
     smp.add_argument("--steps", type=int, default=10, help="MH transitions per stage, K (default: 10)")
@@ -169,6 +180,8 @@ def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Sampler, list[int]
             tau=args.tau,
             sampler=args.sampler,
             beta=args.beta,
+            tries=args.tries,
+            try_temperatures=args.try_temperatures,
         )
         engine = CountingEngine(ENGINES[args.engine](args))
         sampler = make_sampler(engine, config, presto)

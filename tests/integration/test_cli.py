@@ -265,3 +265,26 @@ def test_entropycut_sampler_from_the_command_line(capsys):
     assert seq["response_ids"] == bfs["response_ids"]  # PreSTO-EntropyCut visits the sequential chain's states
     assert cli.main([*base, "--beta", "-1"]) == 2
     assert "`--beta`" in capsys.readouterr().err
+
+
+def test_multitry_sampler_from_the_command_line(capsys, tmp_path):
+    base = ["sample", "--engine", "reference", "--prompt-ids", "1,2,3", "--max-new-tokens", "16", "--block-size", "8",
+            "--steps", "6", "--sampler", "multitry", "--tries", "3", "--try-temperatures", "0.5,1", "--json"]
+    assert cli.main([*base, "--rule", "sequential"]) == 0
+    seq = json.loads(capsys.readouterr().out)
+    trace = tmp_path / "mtm.jsonl"
+    assert cli.main([*base, "--rule", "step", "--budget", "4", "--trace", str(trace)]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert step["config"]["kernel"] == "multitry" and step["config"]["tries"] == 3
+    assert step["config"]["try_temperatures"] == [0.5, 1.0]
+    assert seq["response_ids"] == step["response_ids"]  # PreSTO-MultiTryMH visits the sequential chain's states
+    assert step["metrics"]["model_calls"] < seq["metrics"]["model_calls"]
+    with open(trace) as f:
+        records = read_trace(f)
+    nodes = [r for r in records if r["type"] == "node"]
+    assert nodes and all(n["draws"] == 5 for n in nodes) and {n["selected"] for n in nodes} <= {0, 1, 2}
+    draws = [q for r in records if r["type"] == "call" and r["kind"] == "mh" for q in r["requests"]]
+    assert {q["temperature"] for q in draws} == {0.5, 1.0} and len({q["seed"] for q in draws}) == len(draws)
+    for flags, name in ((["--tries", "0"], "`--tries`"), (["--try-temperatures", "0.5,0"], "`--try-temperatures`")):
+        assert cli.main([*base, *flags]) == 2
+        assert name in capsys.readouterr().err

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.forward import assert_matches_forward, assert_scored_exactly
+from tests.support.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
 
 pytestmark = pytest.mark.sglang
 
@@ -85,6 +85,38 @@ def test_power_sampling_on_the_server(server_url, rule):
     assert pre.metrics.model_calls < seq.metrics.model_calls == 6
     assert pre.metrics.cached_tokens > 0
     assert len(pre.state.tokens) == 16
+
+
+@pytest.mark.parametrize("sampler", ["entropycut", "multitry"])
+def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
+    """EntropyCut and MultiTryMH on a one-pass server: entropy and log q at every score
+    temperature come from the decode pass and match a fresh fp32 forward; sequential and
+    the step rule each finish K transitions, PreSTO in fewer calls. A two-pass server
+    (stock SGLang) has neither and is refused before any call."""
+    from presto_sgl import CapabilityError, make_sampler, sampling_configs
+    from presto_sgl.engines.base import Request
+    from presto_sgl.engines.sglang.http import SGLangEngine
+
+    eng = SGLangEngine(server_url)
+    if eng.mode != "one-pass":
+        pytest.skip("the server does not load the presto_raw_logprob plugin")
+    temps = (0.25, 0.5, 1.0)
+    assert eng.capabilities.entropy and eng.capabilities.scores_at(temps)
+    prompt = tuple(eng.chat_prompt("Name a prime number."))
+    (comp,) = eng.generate([Request(prompt, 10, 0.5, None, True, temps)])
+    assert_extras_match(hf_model, prompt, comp.tokens, comp.logq_at, temps, comp.entropy)
+    results = {}
+    for rule in ("sequential", "step"):
+        cfg, presto = sampling_configs(rule, budget=4, alpha=4.0, max_new_tokens=12, block_size=12, steps=4, sampler=sampler)
+        results[rule] = make_sampler(eng, cfg, presto).run(prompt, seed=1)
+    for r in results.values():
+        st = r.state
+        assert r.metrics.transitions == 4 and len(st.tokens) == 12
+        assert_scored_exactly(hf_model, st, 0.25)
+        assert_extras_match(hf_model, st.prompt, st.tokens, st.logq_at, temps, st.entropy)
+    assert results["step"].metrics.model_calls < results["sequential"].metrics.model_calls == 4
+    with pytest.raises(CapabilityError):
+        make_sampler(SGLangEngine(server_url, mode="two-pass"), cfg, presto)
 
 
 ROUTER_URL = os.environ.get("PRESTO_SGL_ROUTER_URL")

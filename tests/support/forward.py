@@ -52,3 +52,23 @@ def assert_scores_match(model, prefix: Sequence[int], tokens: Sequence[int], log
     _, ref = reference(model, prefix, tokens, 1.0)
     assert len(ref) == len(logp) == len(tokens)
     assert max(abs(a - b) for a, b in zip(ref, logp)) < TOL
+
+
+def assert_extras_match(model, prefix: Sequence[int], tokens: Sequence[int], logq_at=None, temperatures=(), entropy=None) -> None:
+    """Per-token log q at each of ``temperatures`` (``logq_at[t][i]``) and the p0 entropy match a
+    fresh fp32 forward of exactly ``tokens`` after exactly ``prefix``."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([list(prefix) + list(tokens)])).logits[0].float()
+    rows = logits[len(prefix) - 1 : len(prefix) - 1 + len(tokens)]
+    idx = torch.tensor(list(tokens))[:, None]
+    if logq_at is not None:
+        assert len(logq_at) == len(tokens)
+        for i, t in enumerate(temperatures):
+            ref = torch.log_softmax(rows / t, -1).gather(1, idx)[:, 0].tolist()
+            assert max(abs(a - row[i]) for a, row in zip(ref, logq_at)) < TOL / t
+    if entropy is not None:
+        logp = torch.log_softmax(rows, -1)
+        ref = (-(logp.exp() * logp).sum(-1)).tolist()
+        assert len(entropy) == len(tokens) and max(abs(a - b) for a, b in zip(ref, entropy)) < TOL

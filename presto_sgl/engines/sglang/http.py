@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import EngineError
 from ..base import Completion, EngineCapabilities, Request, validate_completion
 from ..text import TokenizerText
+from .lognorm import logq_at, parse_lognorm
 from .transport import EngineHTTPError, EngineUnreachable, ServerClient, http_json
 
 if TYPE_CHECKING:
@@ -88,10 +89,11 @@ class SGLangEngine(ServerClient, TokenizerText):
         context = context_length or config.get("max_position_embeddings")
         # Stop tokens for cutting answers (engines/text.py): the model folder's generation config, when readable.
         self.stop_token_ids = (self._local_config("generation_config.json") or config).get("eos_token_id")
-        self._list_params, one_pass = self._probe()
+        self._list_params, one_pass, temps = self._probe()
         self._mode = ("one-pass" if one_pass else "two-pass") if mode == "auto" else mode
         self.capabilities = EngineCapabilities(
-            seeded=seeded, entropy=self._mode == "one-pass", vocab_size=int(vocab), context_length=context
+            seeded=seeded, entropy=self._mode == "one-pass", vocab_size=int(vocab), context_length=context,
+            score_temperatures=temps if self._mode == "one-pass" else (),
         )
         self._tokenizer: Any = None
 
@@ -136,10 +138,12 @@ class SGLangEngine(ServerClient, TokenizerText):
         else:
             raws = [d[2] for _, d in good]
         out: list[Completion | None] = [None] * len(requests)
-        for (i, (tokens, logq, _, entropy, cached)), logp in zip(good, raws, strict=True):
+        for (i, (tokens, logq, _, entropy, cached, lognorm)), logp in zip(good, raws, strict=True):
             if logp is None:
                 continue
-            comp = Completion(tokens, logq, logp, entropy if requests[i].return_entropy else None, cached)
+            # log q at the score temperatures from the decode pass's row: one-pass only (never mix passes)
+            at = logq_at(logp, lognorm, requests[i].score_temperatures) if self._mode == "one-pass" else None
+            comp = Completion(tokens, logq, logp, entropy if requests[i].return_entropy else None, cached, at)
             try:
                 validate_completion(requests[i], comp, self.capabilities.vocab_size)
             except EngineError:
@@ -195,10 +199,11 @@ class SGLangEngine(ServerClient, TokenizerText):
             ent = meta.get("raw_entropy")
             raw_t = tuple(_as_float(x) for x in raw) if raw is not None and len(raw) == len(ids) else None
             ent_t = tuple(float(x) for x in ent) if ent is not None and len(ent) == len(ids) else None
+            lognorm = parse_lognorm(meta, len(ids))
             with self._stats_lock:
                 self.stats.cached_tokens += int(meta.get("cached_tokens", 0))
                 self.stats.prompt_tokens += len(r.prefix)
-            out.append((tuple(ids), logq, raw_t, ent_t, int(meta.get("cached_tokens", 0))))
+            out.append((tuple(ids), logq, raw_t, ent_t, int(meta.get("cached_tokens", 0)), lognorm))
         return out
 
     def _score(self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]) -> list[tuple[float, ...] | None]:
@@ -260,8 +265,9 @@ class SGLangEngine(ServerClient, TokenizerText):
                 out[i] = res
         return out
 
-    def _probe(self) -> tuple[bool, bool]:
-        """(does /generate take per-request parameter lists, does the server load the one-pass plugin)."""
+    def _probe(self) -> tuple[bool, bool, tuple[float, ...]]:
+        """(does /generate take per-request parameter lists, does the server load the one-pass
+        plugin, the plugin's score temperatures)."""
         one = {"temperature": 1.0, "max_new_tokens": 1, "ignore_eos": True}
         body: dict[str, Any] = {"input_ids": [[1, 2, 3], [1, 2]], "sampling_params": [one, one], "return_logprob": True}
         try:
@@ -275,7 +281,9 @@ class SGLangEngine(ServerClient, TokenizerText):
             list_params = False
         if not isinstance(res, list) or not res or not isinstance(res[0], dict):
             raise EngineError(f"SGLang server {self.url} answered a probe /generate with {str(res)[:200]!r}")
-        return list_params, "raw_logprob" in res[0].get("meta_info", {})
+        meta = res[0].get("meta_info", {})
+        lognorm = parse_lognorm(meta, 1)
+        return list_params, "raw_logprob" in meta, lognorm[0] if lognorm else ()
 
     # -- server facts and text -------------------------------------------------------------------
     def _local_config(self, name: str = "config.json") -> dict[str, Any]:

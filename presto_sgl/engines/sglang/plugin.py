@@ -9,13 +9,28 @@ log-probability of each sampled token in ``logits_output.customized_info``, whic
 returns as ``meta_info.raw_logprob`` / ``meta_info.raw_entropy`` (one value per output
 token). ``output_token_logprobs`` stay log q_tau, so q and p0 come from the same logits
 row. Installed into the server's environment only; never imported by the client.
+
+For MultiTryMH's temperature mixture it also records, per output token, the log-normalizers
+Z_t = log sum_u p0(u)^(1/t) at each score temperature t (env ``PRESTO_SGL_SCORE_TEMPERATURES``,
+default ``0.25,0.5,1.0``; empty: none), under the key ``raw_lognorm@T1,T2,...`` that names
+the set: the client then has log q_t(token) = log p0(token) / t - Z_t from the same row.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from .lognorm import LOGNORM_KEY
+
 TARGET = "sglang.srt.layers.sampler.Sampler.forward"
+DEFAULT_SCORE_TEMPERATURES = "0.25,0.5,1.0"
+
+
+def score_temperatures() -> tuple[float, ...]:
+    """The server's score temperatures (``PRESTO_SGL_SCORE_TEMPERATURES``)."""
+    text = os.environ.get("PRESTO_SGL_SCORE_TEMPERATURES", DEFAULT_SCORE_TEMPERATURES).strip()
+    return tuple(float(t) for t in text.split(",")) if text else ()
 
 
 def register() -> None:
@@ -39,5 +54,9 @@ def around_sampler_forward(original: Any, sampler: Any, logits_output: Any, *arg
     info = dict(logits_output.customized_info or {})
     info["raw_logprob"] = chosen.tolist()
     info["raw_entropy"] = entropy.tolist()
+    temps = score_temperatures()
+    if temps:
+        lognorm = torch.stack([torch.logsumexp(raw / t, dim=-1) for t in temps], dim=-1)
+        info[LOGNORM_KEY + ",".join(repr(t) for t in temps)] = lognorm.tolist()
     logits_output.customized_info = info
     return next_ids
