@@ -74,6 +74,27 @@ def test_logprobs_equal_a_full_forward_single_batched_and_cached(model_type):
     assert eng.last_call.forward_steps == len(root) + 6 - 1  # position-synchronous: one step per position
 
 
+def test_log_q_at_score_temperatures_equals_a_full_forward():
+    """MultiTryMH's extra values: per token, log q at each requested temperature from the same
+    row (rows with different sets, and rows without, in one batch)."""
+    model = random_model()
+    eng = EmbeddedEngine(model)
+    root = (1, 5, 9, 13, 2, 7, 30, 41)
+    reqs = [Request(root, 6, 0.5, seed=1, score_temperatures=(0.25, 0.5, 1.0)),
+            Request(root[:3], 9, 1.0, seed=2, score_temperatures=(2.0,)),
+            Request(root[:5], 4, 0.25, seed=3)]
+    comps = eng.generate(reqs)
+    assert comps[2].logq_at is None
+    for req, comp in zip(reqs[:2], comps[:2]):
+        assert_matches(model, req, comp)
+        assert len(comp.logq_at) == req.max_new_tokens
+        for i, t in enumerate(req.score_temperatures):
+            lq, _, _ = reference(model, req.prefix, comp.tokens, t)
+            assert max(abs(a - row[i]) for a, row in zip(lq, comp.logq_at)) < TOL * 5 / t
+    own = reqs[0].score_temperatures.index(reqs[0].temperature)  # the draw's own temperature: its log q
+    assert [row[own] for row in comps[0].logq_at] == pytest.approx(comps[0].logq, abs=1e-6)
+
+
 def test_uncached_engine_and_prefill_numerics_agree():
     model = random_model()
     cached, plain = EmbeddedEngine(model), EmbeddedEngine(model, cache_bytes=0)
