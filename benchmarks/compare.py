@@ -22,6 +22,14 @@ PROMPTS = [
     "Name a prime number between 10 and 20.",
     "Complete the sentence: The capital of France is",
     "What is 6 times 7?",
+    "Name three primary colors.",
+    "What is the largest planet in the solar system?",
+    "Write one sentence about the sea.",
+    "What is 9 minus 4? Answer with the number.",
+    "Give a synonym for happy.",
+    "How many days are in a week?",
+    "What color is the sky on a clear day?",
+    "Name an animal that can fly.",
 ]
 """Chat prompts shared by the SmolLM2 benchmarks."""
 
@@ -38,16 +46,20 @@ class Method:
     predictor: str = "default"
     online: bool = False
     cost_aware: bool = False
+    kernel: str = "powermh"  # the MH kernel (PowerConfig.sampler)
 
     @property
     def sequential(self) -> bool:
         return self.rule == "sequential"
 
     def sampler(self, engine, args):
-        """The sampler of this method on ``engine`` (``args``: T, K, alpha; one block of T tokens)."""
+        """The sampler of this method on ``engine`` (``args``: T, K, alpha; one block of T tokens;
+        optionally beta, tries, try_temperatures for the kernel)."""
+        kernel = {k: getattr(args, k) for k in ("beta", "tries", "try_temperatures") if hasattr(args, k)}
         config, presto = sampling_configs(
             self.rule, keying=self.keying, budget=self.budget, predictor=self.predictor, online=self.online,
             cost_aware=self.cost_aware, alpha=args.alpha, max_new_tokens=args.T, block_size=args.T, steps=args.K,
+            sampler=self.kernel, **kernel,
         )
         return make_sampler(engine, config, presto)
 
@@ -68,6 +80,7 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
     rows = []
     seq_states: dict[str, list] = {}
     seq_time: dict[str, float] = {}
+    seq_prompt_times: dict[str, list[float]] = {}
     for m in methods or default_methods(args.budgets):
         results, classes = [], Counter()
 
@@ -86,6 +99,8 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
         if m.sequential:
             seq_states[m.keying] = [r.state for r in results]
             seq_time[m.keying] = call_time
+            seq_prompt_times[m.keying] = [x.call_time_s for x in ms]
+        per_prompt = [s / x.call_time_s for s, x in zip(seq_prompt_times[m.keying], ms)]
         same = [r.state.tokens == s.tokens for r, s in zip(results, seq_states[m.keying])]
         same_str = f"{sum(same)}/{len(same)}" if engine.capabilities.seeded else "n/a (unseeded engine)"
         scored = sum(classes.values())
@@ -96,6 +111,8 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
             "requests_per_call": sum(x.requests_issued for x in ms) / calls,
             "time_per_call_s": sum(x.call_time_s for x in ms) / calls,
             "call_time_per_prompt_s": call_time, "speedup": seq_time[m.keying] / call_time,
+            "speedup_median": statistics.median(per_prompt), "speedup_min": min(per_prompt),
+            "speedup_max": max(per_prompt),
             "cached_share": sum(x.cached_tokens for x in ms) / max(1, sum(x.prefill_tokens for x in ms)),
             "acceptance": sum(x.accepted for x in ms) / sum(x.transitions for x in ms),
             "certainty_shares": {CLASSES[c]: classes[c] / scored for c in range(3)},
@@ -108,9 +125,10 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
             row.update(kv_tokens_peak=s.kv_tokens_peak, kv_usage_peak=s.kv_usage_peak)
             kv = f" kv-peak={s.kv_tokens_peak}"
         rows.append(row)
-        print(f"B {m.label:12s} {m.keying:4s} N_pf={row['budget']:2d} calls/prompt={row['calls_per_prompt']:5.1f} "
+        print(f"B {m.kernel:10s} {m.label:12s} {m.keying:4s} N_pf={row['budget']:2d} calls/prompt={row['calls_per_prompt']:5.1f} "
               f"trans/call={row['transitions_per_call']:5.2f} req/call={row['requests_per_call']:5.2f} "
               f"time/call={row['time_per_call_s']:5.2f}s call time/prompt={call_time:6.1f}s "
-              f"speedup={row['speedup']:4.2f} cached={row['cached_share']:.0%} acc={row['acceptance']:.0%} "
+              f"speedup={row['speedup']:4.2f} (per prompt median {row['speedup_median']:4.2f}, "
+              f"{row['speedup_min']:4.2f}-{row['speedup_max']:4.2f}) cached={row['cached_share']:.0%} acc={row['acceptance']:.0%} "
               f"coord={row['coordinator_ms_per_call']:.1f}ms same-as-sequential={row['same_final_tokens']}{kv}", flush=True)
     return rows

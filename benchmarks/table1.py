@@ -1,0 +1,153 @@
+"""Paper Table 1 (b)(c) analog: sequential vs PreSTO for PowerMH, EntropyCut and MultiTryMH.
+
+For each sampler, on the same prompts and keys in one run: sequential (path keys) vs
+`bfs` and `predictive`; sequential (step keys) vs `step` and `step` + cost-aware. Per
+method: model calls, transitions per call, requests per call, time per call, cumulative
+call time per prompt, speedup over the sequential sampler with the same keys (paper
+Eq. 20, ratio of mean cumulative call times) and its median and range over prompts,
+and whether each PreSTO chain ended in the sequential chain's tokens (seeded engines).
+
+N_pf counts decisions: a MultiTryMH decision sends its m candidates and m - 1 reference
+draws (2m - 1 requests) in the same call. Every sequential MultiTryMH step reuses the
+log-probabilities of its sampling pass (no rescoring; `--rescore` adds the paper's
+baseline, which rescores every draw at every temperature of the set).
+
+    python benchmarks/table1.py --engine embedded [--prompts 10] [--json out.json]
+    bash scripts/sglang_server.sh start && python benchmarks/table1.py --engine sglang --url http://127.0.0.1:30000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+from compare import PROMPTS, Method, compare_rules  # noqa: E402
+
+SAMPLERS = ("powermh", "entropycut", "multitry")
+
+
+def methods(kernel: str, budgets: list[int], step_budgets: list[int], rules: list[str]) -> list[Method]:
+    path = [Method(r, "path", r, b, kernel=kernel) for r in ("bfs", "predictive") if r in rules for b in budgets]
+    step = [Method("step", "step", "step", b, kernel=kernel) for b in step_budgets if "step" in rules]
+    cost = [Method("step+cost", "step", "step", b, cost_aware=True, kernel=kernel) for b in step_budgets[-1:]
+            if "step+cost" in rules]
+    return [Method("sequential", "path", kernel=kernel), *path, Method("sequential", "step", kernel=kernel), *step, *cost]
+
+
+def machine() -> str:
+    """CPU model, the SIMD flags that matter for torch, and the thread count."""
+    import torch
+
+    model, flags = platform.processor() or "?", set()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            model = value.strip()
+        elif key.strip() == "flags":
+            flags = set(value.split())
+            break
+    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
+    return f"cpu={model} flags={','.join(simd) or 'none'} cores={os.cpu_count()} torch_threads={torch.get_num_threads()}"
+
+
+def rescoring_rows(engine, prompts, args, rows: list[dict]) -> list[dict]:
+    """Sequential MultiTryMH with rescoring (the paper's baseline), and every MultiTryMH row's
+    speedup over it (ratio of mean cumulative call times, same keys)."""
+    from rescoring import RescoringEngine
+
+    seq = [Method("sequential (rescoring)", k, kernel="multitry") for k in ("path", "step")]
+    out = []
+    for m in seq:
+        (row,) = compare_rules(RescoringEngine(engine), prompts, args, [m])
+        out.append({"kernel": "multitry", **row})
+        for r in rows:
+            if r["kernel"] == "multitry" and r["keys"] == m.keying:
+                r["speedup_vs_rescoring"] = row["call_time_per_prompt_s"] / r["call_time_per_prompt_s"]
+        row["speedup_vs_rescoring"] = 1.0
+    for r in rows + out:
+        if "speedup_vs_rescoring" in r:
+            print(f"vs rescoring: {r['rule']:24s} {r['keys']:4s} N_pf={r['budget']:2d} {r['speedup_vs_rescoring']:.2f}x")
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| sampler | rule | keys | N_pf | calls/prompt | trans/call | req/call | time/call (s) | call time/prompt (s) "
+            "| speedup | per-prompt median (range) | same as sequential |\n|" + "---|" * 12)
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r['kernel']} | {r['rule']} | {r['keys']} | {r['budget']} | {r['calls_per_prompt']:.1f} "
+            f"| {r['transitions_per_call']:.2f} | {r['requests_per_call']:.1f} | {r['time_per_call_s']:.2f} "
+            f"| {r['call_time_per_prompt_s']:.1f} | {r['speedup']:.2f} "
+            f"| {r['speedup_median']:.2f} ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {r['same_final_tokens']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engine", choices=("embedded", "sglang"), default="embedded")
+    ap.add_argument("--model", default="smollm2", help="embedded engine model")
+    ap.add_argument("--url", default="http://127.0.0.1:30000", help="sglang server or router URL")
+    ap.add_argument("--samplers", type=lambda t: t.split(","), default=list(SAMPLERS))
+    ap.add_argument("--rules", type=lambda t: t.split(","), default=["bfs", "predictive", "step", "step+cost"])
+    ap.add_argument("--T", type=int, default=32, help="response length (one block)")
+    ap.add_argument("--K", type=int, default=12, help="MH transitions")
+    ap.add_argument("--alpha", type=float, default=4.0)
+    ap.add_argument("--beta", type=float, default=4.0, help="EntropyCut's cut-law power")
+    ap.add_argument("--tries", type=int, default=4, help="MultiTryMH's candidates per transition")
+    ap.add_argument("--try-temperatures", type=lambda t: tuple(float(x) for x in t.split(",")), default=(0.25, 0.5, 1.0))
+    ap.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[8], help="N_pf of bfs/predictive")
+    ap.add_argument("--step-budgets", type=lambda t: [int(x) for x in t.split(",")], default=[8, 20],
+                    help="N_pf of step (the last one also for step+cost)")
+    ap.add_argument("--prompts", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=10086)
+    ap.add_argument("--rescore", action="store_true",
+                    help="embedded engine: also run the paper's sequential MultiTryMH, which rescores every draw at "
+                    "every temperature, and give PreSTO's speedup over it")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    bad = [s for s in args.samplers if s not in SAMPLERS]
+    if bad:
+        ap.error(f"--samplers: unknown {bad}; choose from {list(SAMPLERS)}")
+    if args.engine == "embedded":
+        from presto_sgl.models import embedded_engine
+
+        engine = embedded_engine(args.model)
+    else:
+        from presto_sgl.engines.sglang.http import SGLangEngine
+
+        engine = SGLangEngine(args.url)
+    print(f"engine={args.engine} T={args.T} K={args.K} alpha={args.alpha} beta={args.beta} tries={args.tries} "
+          f"try_temperatures={args.try_temperatures} N_pf={args.budgets} step N_pf={args.step_budgets} "
+          f"prompts={args.prompts} seed={args.seed}", flush=True)
+    print(machine(), flush=True)
+    t0 = time.perf_counter()
+    prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]
+    rows = []
+    for kernel in args.samplers:
+        for row in compare_rules(engine, prompts, args, methods(kernel, args.budgets, args.step_budgets, args.rules)):
+            rows.append({"kernel": kernel, **row})
+        print(f"-- {kernel} done at {time.perf_counter() - t0:.0f} s", flush=True)
+    if args.rescore and "multitry" in args.samplers and args.engine == "embedded":
+        rows += rescoring_rows(engine, prompts, args, rows)
+    print(table(rows))
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        out = {"args": {k: str(v) for k, v in vars(args).items()}, "machine": machine(), "rows": rows}
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
