@@ -38,7 +38,9 @@ def methods(kernel: str, budgets: list[int], step_budgets: list[int], rules: lis
     step = [Method("step", "step", "step", b, kernel=kernel) for b in step_budgets if "step" in rules]
     cost = [Method("step+cost", "step", "step", b, cost_aware=True, kernel=kernel) for b in step_budgets[-1:]
             if "step+cost" in rules]
-    return [Method("sequential", "path", kernel=kernel), *path, Method("sequential", "step", kernel=kernel), *step, *cost]
+    seq_path = [Method("sequential", "path", kernel=kernel)] if path else []
+    seq_step = [Method("sequential", "step", kernel=kernel)] if step or cost else []
+    return [*seq_path, *path, *seq_step, *step, *cost]
 
 
 def machine() -> str:

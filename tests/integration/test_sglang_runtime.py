@@ -23,6 +23,7 @@ import pytest
 
 from tests.support.forward import (  # the transformers fp32 forward
     TOL,
+    assert_extras_match,
     assert_matches_forward,
     assert_scores_match,
 )
@@ -119,6 +120,19 @@ class TestInProcessEngine:
         assert pre.metrics.cached_tokens > 0
         assert len(seq.state.tokens) == len(pre.state.tokens) == 8
 
+    @pytest.mark.parametrize("sampler", ["entropycut", "multitry"])
+    def test_paper_samplers(self, engine, hf_model, sampler):
+        """The plugin in the scheduler subprocess returns entropy and log q at the score
+        temperatures: both samplers run in process, their states scored like a fresh forward."""
+        from presto_sgl import make_sampler, sampling_configs
+
+        temps = (0.25, 0.5, 1.0)
+        assert engine.capabilities.scores_at(temps)
+        cfg, presto = sampling_configs("step", budget=3, alpha=4.0, max_new_tokens=8, block_size=8, steps=3, sampler=sampler)
+        st = make_sampler(engine, cfg, presto).run(engine.chat_prompt("Name a prime number."), seed=1).state
+        assert_scores_match(hf_model, st.prompt, st.tokens, st.logp)
+        assert_extras_match(hf_model, st.prompt, st.tokens, st.logq_at, temps, st.entropy)
+
 
 # -- power_gen in @sgl.function programs ------------------------------------------------------------
 @pytest.fixture(scope="module")
@@ -211,6 +225,26 @@ def test_power_gen_on_forks_runs_one_chain_each(backend):
         assert text.endswith(answer)
 
 
+def test_power_gen_runs_the_papers_samplers(backend, hf_model):
+    """``power_gen(sampler=...)``: MultiTryMH and EntropyCut in a program, recorded in the meta info."""
+    import sglang as sgl
+
+    from presto_sgl.frontend import power_gen
+
+    @sgl.function
+    def qa(s, sampler):
+        s += sgl.user("Name a prime number.")
+        s += sgl.assistant_begin()
+        power_gen(s, "answer", max_new_tokens=8, block_size=8, steps=2, seed=3, sampler=sampler, tries=3)
+
+    for sampler in ("multitry", "entropycut"):
+        meta = qa.run(sampler=sampler, backend=backend).get_meta_info("answer")
+        assert meta["sampler"]["kernel"] == sampler and meta["transitions"] == 2
+        if sampler == "multitry":
+            assert meta["sampler"]["tries"] == 3
+        assert_scores_match(hf_model, meta["prompt_ids"], meta["output_ids"], meta["output_token_logp"])
+
+
 def test_power_gen_errors_name_the_argument(backend):
     import sglang as sgl
 
@@ -225,6 +259,8 @@ def test_power_gen_errors_name_the_argument(backend):
         bad.run(rule="nope", backend=backend)
     with pytest.raises(ValueError, match="`max_new_tokens`"):
         bad.run(block_size=3, backend=backend)
+    with pytest.raises(ValueError, match=r"`tries` \(=0\)"):
+        bad.run(sampler="multitry", tries=0, backend=backend)
 
     @sgl.function
     def empty(s):
