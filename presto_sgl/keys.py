@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 DecisionId = int | str
 """A decision's identity within a stage: a path string (path keys) or a step index (step keys)."""
 
+SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
+"""Engine seeds are 63-bit non-negative integers."""
+
 
 def hash64(*parts: object) -> int:
     """A 64-bit integer hash of ``parts`` (their ``repr``s, unambiguously joined)."""
@@ -84,10 +87,10 @@ class ChainKeys:
         base = hash64("presto", self.run_seed, self.prompt_id, stage, decision)
         return DecisionDraws(
             cut_key=hash64("cut", base),
-            seed=hash64("seed", base) & 0x7FFF_FFFF_FFFF_FFFF,
+            seed=hash64("seed", base) & SEED_MASK,
             uniform=uniform01(hash64("acc", base)),
         )
 
     def extension_seed(self, stage: int) -> int:
         """Engine seed of the block extension that opens ``stage``."""
-        return hash64("presto", self.run_seed, self.prompt_id, stage, "extend") & 0x7FFF_FFFF_FFFF_FFFF
+        return hash64("presto", self.run_seed, self.prompt_id, stage, "extend") & SEED_MASK

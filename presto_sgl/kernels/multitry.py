@@ -42,13 +42,12 @@ from typing import ClassVar
 
 from ..config import check_multitry
 from ..errors import EngineError
-from ..keys import DecisionDraws, randbelow, uniform01
+from ..keys import SEED_MASK, DecisionDraws, randbelow, uniform01
 from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
-from .powermh import accepts
+from .powermh import UniformCut, accepts
 
 NEG_INF = float("-inf")
-SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
 
 
 def logsumexp(values: Sequence[float]) -> float:
@@ -108,7 +107,7 @@ def _logq_at(name: str, values: tuple[tuple[float, ...], ...] | None, n: int, k:
 
 
 @dataclass(frozen=True)
-class MultiTryKernel:
+class MultiTryKernel(UniformCut):
     """MultiTryMH as a :class:`~presto_sgl.kernels.base.Kernel` (module docstring).
 
     ``tries`` is m; ``temperatures`` the set S each draw's temperature is drawn from.
@@ -128,13 +127,6 @@ class MultiTryKernel:
     @property
     def score_temperatures(self) -> tuple[float, ...]:
         return self.temperatures
-
-    def cut(self, state: ChainState, draws: DecisionDraws) -> int:
-        return draws.cut(state.length)
-
-    def prefetch_cut(self, root: ChainState, shared: int, draws: DecisionDraws) -> int | None:
-        c = draws.cut(root.length)
-        return c if c <= shared else None
 
     def suffix_draws(self, cut: int, length: int, draws: DecisionDraws) -> tuple[SuffixDraw, ...]:
         S = self.temperatures

@@ -85,20 +85,10 @@ def mh_step(
     return new_state, Transition(cut=c, log_accept=log_a, uniform=u, accepted=accepted)
 
 
-@dataclass(frozen=True)
-class PowerMHKernel:
-    """PowerMH as a :class:`~presto_sgl.kernels.base.Kernel`: uniform cut, one suffix from
-    q_tau per decision, the acceptance of :func:`log_acceptance`.
-
-    The cut depends on T only, so a decision is prefetchable from any node whose state
-    keeps the root's first ``shared`` >= c tokens (Condition 1).
-    """
-
-    alpha: float
-    temperature: float
-    name: ClassVar[str] = "powermh"
-    needs_entropy: ClassVar[bool] = False
-    score_temperatures: ClassVar[tuple[float, ...]] = ()
+class UniformCut:
+    """The uniform cut c ~ Unif{0..T-1} (PowerMH, MultiTryMH): a function of T only, so a
+    decision is prefetchable from any node whose state keeps the root's first ``shared``
+    >= c tokens (Condition 1)."""
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
         return draws.cut(state.length)
@@ -106,6 +96,18 @@ class PowerMHKernel:
     def prefetch_cut(self, root: ChainState, shared: int, draws: DecisionDraws) -> int | None:
         c = draws.cut(root.length)
         return c if c <= shared else None
+
+
+@dataclass(frozen=True)
+class PowerMHKernel(UniformCut):
+    """PowerMH as a :class:`~presto_sgl.kernels.base.Kernel`: uniform cut, one suffix from
+    q_tau per decision, the acceptance of :func:`log_acceptance`."""
+
+    alpha: float
+    temperature: float
+    name: ClassVar[str] = "powermh"
+    needs_entropy: ClassVar[bool] = False
+    score_temperatures: ClassVar[tuple[float, ...]] = ()
 
     def suffix_draws(self, cut: int, length: int, draws: DecisionDraws) -> tuple[SuffixDraw, ...]:
         return (SuffixDraw(self.temperature, draws.seed),)
