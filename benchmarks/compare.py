@@ -9,9 +9,11 @@ whether each PreSTO chain ended with the sequential chain's tokens.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import statistics
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from presto_sgl import make_sampler, sampling_configs
@@ -132,3 +134,47 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
               f"{row['speedup_min']:4.2f}-{row['speedup_max']:4.2f}) cached={row['cached_share']:.0%} acc={row['acceptance']:.0%} "
               f"coord={row['coordinator_ms_per_call']:.1f}ms same-as-sequential={row['same_final_tokens']}{kv}", flush=True)
     return rows
+
+
+def add_engine_args(ap: argparse.ArgumentParser, T: int, K: int) -> None:
+    """The engine and chain-shape flags every comparison script takes."""
+    ap.add_argument("--engine", choices=("embedded", "sglang"), default="embedded")
+    ap.add_argument("--model", default="smollm2", help="embedded engine model")
+    ap.add_argument("--url", default="http://127.0.0.1:30000", help="sglang server or router URL")
+    ap.add_argument("--T", type=int, default=T, help="response length (one block)")
+    ap.add_argument("--K", type=int, default=K, help="MH transitions")
+    ap.add_argument("--alpha", type=float, default=4.0)
+
+
+def make_engine(args: argparse.Namespace):
+    """The engine of ``--engine`` (embedded SmolLM2 or an SGLang server at ``--url``)."""
+    if args.engine == "embedded":
+        from presto_sgl.models import embedded_engine
+
+        return embedded_engine(args.model)
+    from presto_sgl.engines.sglang.http import SGLangEngine
+
+    return SGLangEngine(args.url)
+
+
+Column = tuple[str, Callable[[dict], str]]
+
+
+def markdown_table(rows: Sequence[dict], columns: Sequence[Column]) -> str:
+    """A Markdown table of ``rows``: one (header, format) pair per column."""
+    head = "| " + " | ".join(h for h, _ in columns) + " |\n|" + "---|" * len(columns)
+    return "\n".join([head, *("| " + " | ".join(f(r) for _, f in columns) + " |" for r in rows)])
+
+
+RULE_COLUMNS: list[Column] = [
+    ("rule", lambda r: r["rule"]),
+    ("keys", lambda r: r["keys"]),
+    ("N_pf", lambda r: str(r["budget"])),
+    ("calls/prompt", lambda r: f"{r['calls_per_prompt']:.1f}"),
+    ("trans/call", lambda r: f"{r['transitions_per_call']:.2f}"),
+    ("req/call", lambda r: f"{r['requests_per_call']:.2f}"),
+    ("time/call (s)", lambda r: f"{r['time_per_call_s']:.2f}"),
+    ("call time/prompt (s)", lambda r: f"{r['call_time_per_prompt_s']:.1f}"),
+    ("speedup", lambda r: f"{r['speedup']:.2f}"),
+]
+"""The columns of a :func:`compare_rules` row that every table shows."""

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from compare import PROMPTS, Method, compare_rules  # noqa: E402
+from compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, make_engine, markdown_table  # noqa: E402
 
 SAMPLERS = ("powermh", "entropycut", "multitry")
 
@@ -84,29 +84,19 @@ def rescoring_rows(engine, prompts, args, rows: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| sampler | rule | keys | N_pf | calls/prompt | trans/call | req/call | time/call (s) | call time/prompt (s) "
-            "| speedup | per-prompt median (range) | same as sequential |\n|" + "---|" * 12)
-    lines = [head]
-    for r in rows:
-        lines.append(
-            f"| {r['kernel']} | {r['rule']} | {r['keys']} | {r['budget']} | {r['calls_per_prompt']:.1f} "
-            f"| {r['transitions_per_call']:.2f} | {r['requests_per_call']:.1f} | {r['time_per_call_s']:.2f} "
-            f"| {r['call_time_per_prompt_s']:.1f} | {r['speedup']:.2f} "
-            f"| {r['speedup_median']:.2f} ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {r['same_final_tokens']} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(rows, [
+        ("sampler", lambda r: r["kernel"]),
+        *RULE_COLUMNS,
+        ("per-prompt median (range)", lambda r: f"{r['speedup_median']:.2f} ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})"),
+        ("same as sequential", lambda r: r["same_final_tokens"]),
+    ])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine", choices=("embedded", "sglang"), default="embedded")
-    ap.add_argument("--model", default="smollm2", help="embedded engine model")
-    ap.add_argument("--url", default="http://127.0.0.1:30000", help="sglang server or router URL")
+    add_engine_args(ap, T=32, K=12)
     ap.add_argument("--samplers", type=lambda t: t.split(","), default=list(SAMPLERS))
     ap.add_argument("--rules", type=lambda t: t.split(","), default=["bfs", "predictive", "step", "step+cost"])
-    ap.add_argument("--T", type=int, default=32, help="response length (one block)")
-    ap.add_argument("--K", type=int, default=12, help="MH transitions")
-    ap.add_argument("--alpha", type=float, default=4.0)
     ap.add_argument("--beta", type=float, default=4.0, help="EntropyCut's cut-law power")
     ap.add_argument("--tries", type=int, default=4, help="MultiTryMH's candidates per transition")
     ap.add_argument("--try-temperatures", type=lambda t: tuple(float(x) for x in t.split(",")), default=(0.25, 0.5, 1.0))
@@ -123,14 +113,7 @@ def main() -> None:
     bad = [s for s in args.samplers if s not in SAMPLERS]
     if bad:
         ap.error(f"--samplers: unknown {bad}; choose from {list(SAMPLERS)}")
-    if args.engine == "embedded":
-        from presto_sgl.models import embedded_engine
-
-        engine = embedded_engine(args.model)
-    else:
-        from presto_sgl.engines.sglang.http import SGLangEngine
-
-        engine = SGLangEngine(args.url)
+    engine = make_engine(args)
     print(f"engine={args.engine} T={args.T} K={args.K} alpha={args.alpha} beta={args.beta} tries={args.tries} "
           f"try_temperatures={args.try_temperatures} N_pf={args.budgets} step N_pf={args.step_budgets} "
           f"prompts={args.prompts} seed={args.seed}", flush=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from compare import PROMPTS, Method, compare_rules  # noqa: E402
+from compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, make_engine, markdown_table  # noqa: E402
 
 
 def methods(budgets: list[int], predictor: str, online: bool) -> list[Method]:
@@ -40,26 +40,16 @@ def methods(budgets: list[int], predictor: str, online: bool) -> list[Method]:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| rule | keys | N_pf | calls/prompt | trans/call | req/call | time/call (s) | call time/prompt (s) "
-            "| speedup | coord ms/call | same as sequential |\n|" + "---|" * 11)
-    lines = [head]
-    for r in rows:
-        lines.append(
-            f"| {r['rule']} | {r['keys']} | {r['budget']} | {r['calls_per_prompt']:.1f} | {r['transitions_per_call']:.2f} "
-            f"| {r['requests_per_call']:.2f} | {r['time_per_call_s']:.2f} | {r['call_time_per_prompt_s']:.1f} "
-            f"| {r['speedup']:.2f} | {r['coordinator_ms_per_call']:.1f} | {r['same_final_tokens']} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(rows, [
+        *RULE_COLUMNS,
+        ("coord ms/call", lambda r: f"{r['coordinator_ms_per_call']:.1f}"),
+        ("same as sequential", lambda r: r["same_final_tokens"]),
+    ])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine", choices=("embedded", "sglang"), default="embedded")
-    ap.add_argument("--model", default="smollm2", help="embedded engine model")
-    ap.add_argument("--url", default="http://127.0.0.1:30000", help="sglang server or router URL")
-    ap.add_argument("--T", type=int, default=48, help="response length (one block)")
-    ap.add_argument("--K", type=int, default=20, help="MH transitions")
-    ap.add_argument("--alpha", type=float, default=4.0)
+    add_engine_args(ap, T=48, K=20)
     ap.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[8, 10, 12, 16, 20])
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--predictor", default="default", help="eps-certainty predictor: default or a saved file")
@@ -69,14 +59,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=10086)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if args.engine == "embedded":
-        from presto_sgl.models import embedded_engine
-
-        engine = embedded_engine(args.model)
-    else:
-        from presto_sgl.engines.sglang.http import SGLangEngine
-
-        engine = SGLangEngine(args.url)
+    engine = make_engine(args)
     print(f"engine={args.engine} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets} "
           f"prompts={args.prompts} predictor={args.predictor} online={args.online}", flush=True)
     t0 = time.perf_counter()
