@@ -9,8 +9,9 @@ always re-fed so the first new token's distribution comes from this pass.
 
 Per new token the engine returns log q_tau = log_softmax(logits / tau), log p0 =
 log_softmax(logits), the p0 entropy and log q at any requested score temperatures, all
-from the same float32 logits row, over the full vocabulary. Seeded requests draw their uniforms from their own torch.Generator;
-unseeded ones from the engine's generator. Tokens are inverse-CDF draws of q_tau.
+from the same float32 logits row, over the full vocabulary. Seeded requests draw their
+uniforms from their own torch.Generator; unseeded ones from the engine's generator.
+Tokens are inverse-CDF draws of q_tau.
 """
 
 from __future__ import annotations
