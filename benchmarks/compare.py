@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import platform
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from presto_sgl import make_sampler, sampling_configs
 from presto_sgl.predictor.certainty import CLASSES, certainty_class
@@ -178,3 +181,23 @@ RULE_COLUMNS: list[Column] = [
     ("speedup", lambda r: f"{r['speedup']:.2f}"),
 ]
 """The columns of a :func:`compare_rules` row that every table shows."""
+
+
+def machine() -> str:
+    """CPU model, the SIMD flags that matter for torch, and the thread count."""
+    import torch
+
+    model, flags = platform.processor() or "?", set()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            model = value.strip()
+        elif key.strip() == "flags":
+            flags = set(value.split())
+            break
+    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
+    return f"cpu={model} flags={','.join(simd) or 'none'} cores={os.cpu_count()} torch_threads={torch.get_num_threads()}"

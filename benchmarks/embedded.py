@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 import torch  # noqa: E402
-from compare import PROMPTS, compare_rules  # noqa: E402
+from compare import PROMPTS, compare_rules, machine  # noqa: E402
 
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.keys import ChainKeys  # noqa: E402
@@ -92,6 +92,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     engine = embedded_engine(args.model)
     print(f"model={args.model} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets} threads={args.threads}", flush=True)
+    print(machine(), flush=True)
     out = {"args": {k: str(v) for k, v in vars(args).items()}}
     if "A" in args.part:
         out["A"] = part_a(engine, args)

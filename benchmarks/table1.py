@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, make_engine, markdown_table  # noqa: E402
+from compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, machine, make_engine, markdown_table  # noqa: E402
 
 SAMPLERS = ("powermh", "entropycut", "multitry")
 
@@ -41,26 +39,6 @@ def methods(kernel: str, budgets: list[int], step_budgets: list[int], rules: lis
     seq_path = [Method("sequential", "path", kernel=kernel)] if path else []
     seq_step = [Method("sequential", "step", kernel=kernel)] if step or cost else []
     return [*seq_path, *path, *seq_step, *step, *cost]
-
-
-def machine() -> str:
-    """CPU model, the SIMD flags that matter for torch, and the thread count."""
-    import torch
-
-    model, flags = platform.processor() or "?", set()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            model = value.strip()
-        elif key.strip() == "flags":
-            flags = set(value.split())
-            break
-    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
-    return f"cpu={model} flags={','.join(simd) or 'none'} cores={os.cpu_count()} torch_threads={torch.get_num_threads()}"
 
 
 def rescoring_rows(engine, prompts, args, rows: list[dict]) -> list[dict]:

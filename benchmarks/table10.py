@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, make_engine, markdown_table  # noqa: E402
+from compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, machine, make_engine, markdown_table  # noqa: E402
 
 
 def methods(budgets: list[int], predictor: str, online: bool) -> list[Method]:
@@ -62,6 +62,7 @@ def main() -> None:
     engine = make_engine(args)
     print(f"engine={args.engine} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets} "
           f"prompts={args.prompts} predictor={args.predictor} online={args.online}", flush=True)
+    print(machine(), flush=True)
     t0 = time.perf_counter()
     prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]
     chosen = [m for m in methods(args.budgets, args.predictor, args.online) if args.family in ("all", m.keying)]

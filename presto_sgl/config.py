@@ -31,6 +31,12 @@ def is_finite_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def check_beta(beta: object) -> None:
+    """ValueError naming `beta` unless it is a finite number >= 0 (EntropyCut's cut-law power)."""
+    if not is_finite_number(beta) or beta < 0:  # type: ignore[operator]
+        raise ValueError(f"`beta` (={beta!r}) must be a finite number >= 0 (EntropyCut's cut-law power), e.g. beta=4.0")
+
+
 def check_multitry(tries: object, temperatures: object, name: str = "temperatures") -> None:
     """ValueError naming the argument unless m >= 1 and ``name`` (the set S) is a non-empty
     set of finite temperatures > 0."""
@@ -83,8 +89,7 @@ class PowerConfig:
             raise ValueError(f"`keying` (={self.keying!r}) must be 'path' or 'step'")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"`sampler` (={self.sampler!r}) must be one of {list(SAMPLERS)}")
-        if not is_finite_number(self.beta) or self.beta < 0:
-            raise ValueError(f"`beta` (={self.beta!r}) must be a finite number >= 0 (EntropyCut's cut-law power), e.g. beta=4.0")
+        check_beta(self.beta)
         check_multitry(self.tries, self.try_temperatures, "try_temperatures")
         object.__setattr__(self, "try_temperatures", tuple(float(t) for t in self.try_temperatures))
 

@@ -207,12 +207,15 @@ class EmbeddedEngine(TokenizerText):
     @staticmethod
     def _logq_at(z: torch.Tensor, tok: torch.Tensor, wanted: list[tuple[float, ...]]) -> list[tuple[float, ...] | None]:
         """Per live row, log_softmax(z / t)[token] at each of its score temperatures t (one
-        pass over the rows per distinct temperature)."""
-        scored: dict[float, list[float]] = {}
+        pass per distinct temperature, over the rows that ask for it)."""
+        scored: dict[tuple[int, float], float] = {}
         for t in {t for ts in wanted for t in ts}:
-            zt = z / t
-            scored[t] = (zt.gather(1, tok)[:, 0] - torch.logsumexp(zt, dim=-1)).tolist()
-        return [tuple(scored[t][j] for t in ts) if ts else None for j, ts in enumerate(wanted)]
+            rows = [j for j, ts in enumerate(wanted) if t in ts]
+            idx = torch.tensor(rows, device=z.device)
+            zt = z[idx] / t
+            values = (zt.gather(1, tok[idx])[:, 0] - torch.logsumexp(zt, dim=-1)).tolist()
+            scored.update(((j, t), v) for j, v in zip(rows, values))
+        return [tuple(scored[j, t] for t in ts) if ts else None for j, ts in enumerate(wanted)]
 
     def _load_history(self, row: int, prefix: Sequence[int], bufs, stats: CallStats) -> int:
         """Put the KV of prefix[:-1] into ``row``: cached segments, then prefill the rest."""

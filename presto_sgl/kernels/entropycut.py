@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import is_finite_number
+from ..config import check_beta
 from ..errors import EngineError
 from ..keys import DecisionDraws
 from ..state import ChainState
@@ -84,8 +84,7 @@ class EntropyCutKernel:
     score_temperatures: ClassVar[tuple[float, ...]] = ()
 
     def __post_init__(self) -> None:
-        if not is_finite_number(self.beta) or self.beta < 0:
-            raise ValueError(f"`beta` (={self.beta!r}) must be a finite number >= 0 (the cut law's power), e.g. beta=4.0")
+        check_beta(self.beta)
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
         c = race(_entropy(state), self.beta, state.length, draws)
