@@ -8,7 +8,9 @@ of the model's generation config (an int or a list there), as ``stop_token_ids``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -70,3 +72,26 @@ class TokenizerText:
             ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
             return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
         return self.encode(text)
+
+
+class ModelFolder(TokenizerText):
+    """A server engine's view of its model folder (``model_path``, as the server names it):
+    its JSON configs and its tokenizer, both read lazily on this machine."""
+
+    model_path: str | None = None
+    _tokenizer: Any = None
+
+    def _local_config(self, name: str = "config.json") -> dict[str, Any]:
+        """``name`` in the model folder, or {} when unreadable (a server on another machine)."""
+        try:
+            return json.loads((Path(self.model_path or "") / name).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        return self._tokenizer

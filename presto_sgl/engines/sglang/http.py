@@ -33,25 +33,24 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
 from ..base import Completion, EngineCapabilities, Request, validate_completion
-from ..text import TokenizerText
+from ..text import ModelFolder
+from ..server import EngineHTTPError
 from .lognorm import logq_at, parse_lognorm
-from .transport import EngineHTTPError, EngineUnreachable, ServerClient, http_json
+from .transport import ServerClient
 
 if TYPE_CHECKING:
-    from .monitor import ServerMonitor
+    from ..monitor import ServerMonitor
 
 MODES = ("auto", "one-pass", "two-pass")
 
 
-class SGLangEngine(ServerClient, TokenizerText):
+class SGLangEngine(ServerClient, ModelFolder):
     """The engine protocol against ``python -m sglang.launch_server`` (or an SGLang router).
 
     ``_call(method, path, body)`` is the single transport; subclasses may replace it
@@ -72,14 +71,8 @@ class SGLangEngine(ServerClient, TokenizerText):
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"`mode` (={mode!r}) must be one of {MODES}")
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"`max_retries` (={max_retries!r}) must be an integer >= 0")
-        if not restart_timeout_s >= 0:
-            raise ValueError(f"`restart_timeout_s` (={restart_timeout_s!r}) must be >= 0 (0: fail at once)")
-        super().__init__(url, timeout_s)
+        super().__init__(url, timeout_s, max_retries, restart_timeout_s)
         self._seeded = seeded
-        self.max_retries = max_retries
-        self.restart_timeout_s = float(restart_timeout_s)
         info = self._get_with_fallback("/model_info", "/get_model_info")
         self.model_path = info.get("model_path")
         config = self._local_config()
@@ -95,41 +88,12 @@ class SGLangEngine(ServerClient, TokenizerText):
             seeded=seeded, entropy=self._mode == "one-pass", vocab_size=int(vocab), context_length=context,
             score_temperatures=temps if self._mode == "one-pass" else (),
         )
-        self._tokenizer: Any = None
 
     @property
     def mode(self) -> str:
         return self._mode
 
-    # -- the protocol ----------------------------------------------------------------------
-    def generate(self, requests: Sequence[Request]) -> list[Completion]:
-        with self._stats_lock:
-            self.stats.calls += 1
-        out: list[Completion | None] = [None] * len(requests)
-        pending = list(range(len(requests)))
-        lost: EngineUnreachable | None = None
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                with self._stats_lock:
-                    self.stats.retries += len(pending)
-            try:
-                done = self._attempt([requests[i] for i in pending])
-            except EngineUnreachable as exc:  # everything pending is drawn afresh once the server is back
-                lost = exc
-                self._await_restart(exc)
-                continue
-            for i, comp in zip(pending, done, strict=True):
-                out[i] = comp
-            pending = [i for i in pending if out[i] is None]
-            if not pending:
-                return out  # type: ignore[return-value]
-        cause = f"; last connection failure: {lost}" if lost is not None else ""
-        raise EngineError(
-            f"SGLang server {self.url} returned incomplete results for {len(pending)} request(s) "
-            f"after {self.max_retries + 1} attempts (short, aborted or lost responses){cause}; "
-            "raise `max_retries` if the server is flaky"
-        )
-
+    # -- the protocol (ServerEngine.generate calls _attempt) -------------------------------
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
         """One try at every request: a validated completion, or None where it must be re-issued."""
         good = [(i, d) for i, d in enumerate(self._decode(requests)) if d is not None]
@@ -150,32 +114,6 @@ class SGLangEngine(ServerClient, TokenizerText):
                 continue
             out[i] = comp
         return out
-
-    def _await_restart(self, exc: EngineUnreachable) -> None:
-        """Count a reconnect and wait for ``/health``, or raise EngineError naming the URL."""
-        with self._stats_lock:
-            self.stats.reconnects += 1
-        if not self.wait_healthy(self.restart_timeout_s):
-            raise EngineError(
-                f"SGLang server {self.url} went away during a call ({exc}) and was not healthy again within "
-                f"restart_timeout_s={self.restart_timeout_s:g} s; restart it (`bash scripts/sglang_server.sh "
-                "start`) and rerun, or raise `restart_timeout_s`"
-            ) from None
-
-    def wait_healthy(self, timeout_s: float, interval_s: float = 1.0) -> bool:
-        """Poll ``GET /health`` (behind a router: of every worker too) until it answers (True)
-        or ``timeout_s`` passes (False)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                self._call("GET", "/health")
-                for url in self._router_workers():
-                    http_json("GET", url + "/health", None, self.timeout_s)
-                return True
-            except EngineError:
-                if time.monotonic() >= deadline:
-                    return False
-            time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
 
     # -- passes ----------------------------------------------------------------------------------
     def _decode(self, requests: Sequence[Request]) -> list[tuple | None]:
@@ -286,26 +224,11 @@ class SGLangEngine(ServerClient, TokenizerText):
         return list_params, "raw_logprob" in meta, lognorm[0] if lognorm else ()
 
     # -- server facts and text -------------------------------------------------------------------
-    def _local_config(self, name: str = "config.json") -> dict[str, Any]:
-        path = Path(self.model_path or "") / name
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return {}
-
     def monitor(self, interval_s: float = 0.25) -> ServerMonitor:
         """A context manager that samples :meth:`server_loads` while a run is in progress."""
-        from .monitor import ServerMonitor
+        from ..monitor import ServerMonitor
 
         return ServerMonitor(self, interval_s)
-
-    @property
-    def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        return self._tokenizer
 
 
 def _as_float(x: Any) -> float:

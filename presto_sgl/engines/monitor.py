@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from ...errors import EngineError
+from ..errors import EngineError
 
 
 class _Stats(Protocol):
@@ -27,7 +27,7 @@ class _Stats(Protocol):
 
 
 class LoadSource(Protocol):
-    """What the monitor reads from an engine (:class:`~presto_sgl.engines.sglang.http.SGLangEngine`)."""
+    """What the monitor reads from an engine (SGLang's or vLLM's server engine)."""
 
     url: str
     stats: _Stats

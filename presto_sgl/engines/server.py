@@ -1,0 +1,174 @@
+"""What every server engine shares (standard library only): the HTTP exchange, its errors,
+the client-side counts, and the call loop that never advances a chain on partial data.
+
+:meth:`ServerEngine.generate` tries every request once (``_attempt``, the engine's own
+passes); what comes back as None is re-issued as a fresh draw, at most ``max_retries``
+times per call. A lost connection (refused, reset, closed mid-answer: a server restart)
+re-issues everything pending once ``GET /health`` answers again, within
+``restart_timeout_s`` (``stats.reconnects`` counts these). Both are exact: the failure
+never depends on what was drawn.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import EngineError
+from .base import Completion, Request
+
+
+class EngineHTTPError(EngineError):
+    """The server answered with an HTTP error status (``status``)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class EngineUnreachable(EngineError):
+    """No answer: connection refused, reset, or closed before the whole response came."""
+
+
+@dataclass
+class ServerStats:
+    calls: int = 0
+    http_requests: int = 0
+    retries: int = 0
+    reconnects: int = 0  # waits for the server to come back after a lost connection
+    cached_tokens: int = 0
+    prompt_tokens: int = 0
+
+
+class ServerEngine:
+    """Base of the server engines: ``_call(method, path, body)`` is the single exchange with
+    the server (subclasses may replace it); ``_attempt(requests)`` is one try at a batch."""
+
+    KIND = "server"  # the server's name in messages, e.g. "SGLang server"
+    START_HINT = "start it or pass the right --url"
+
+    def __init__(self, url: str, timeout_s: float, max_retries: int, restart_timeout_s: float) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"`timeout_s` (={timeout_s!r}) must be > 0")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"`max_retries` (={max_retries!r}) must be an integer >= 0")
+        if not restart_timeout_s >= 0:
+            raise ValueError(f"`restart_timeout_s` (={restart_timeout_s!r}) must be >= 0 (0: fail at once)")
+        self.url = url.rstrip("/")
+        self.timeout_s = float(timeout_s)
+        self.max_retries = max_retries
+        self.restart_timeout_s = float(restart_timeout_s)
+        self.stats = ServerStats()
+        self._stats_lock = threading.Lock()
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        """One request to the server at ``self.url``: the engine's single transport."""
+        with self._stats_lock:
+            self.stats.http_requests += 1
+        return self._http(method, self.url + path, body)
+
+    def _http(self, method: str, url: str, body: Any) -> Any:
+        return http_json(method, url, body, self.timeout_s, self.KIND, self.START_HINT)
+
+    def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
+        """One try at every request: a validated completion, or None where it must be re-issued."""
+        raise NotImplementedError
+
+    def _health_urls(self) -> list[str]:
+        """Further URLs whose ``/health`` must answer before a retry (a router's workers)."""
+        return []
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        with self._stats_lock:
+            self.stats.calls += 1
+        out: list[Completion | None] = [None] * len(requests)
+        pending = list(range(len(requests)))
+        lost: EngineUnreachable | None = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                with self._stats_lock:
+                    self.stats.retries += len(pending)
+            try:
+                done = self._attempt([requests[i] for i in pending])
+            except EngineUnreachable as exc:  # everything pending is drawn afresh once the server is back
+                lost = exc
+                self._await_restart(exc)
+                continue
+            for i, comp in zip(pending, done, strict=True):
+                out[i] = comp
+            pending = [i for i in pending if out[i] is None]
+            if not pending:
+                return out  # type: ignore[return-value]
+        cause = f"; last connection failure: {lost}" if lost is not None else ""
+        raise EngineError(
+            f"{self.KIND} {self.url} returned incomplete results for {len(pending)} request(s) "
+            f"after {self.max_retries + 1} attempts (aborted or lost responses){cause}; "
+            "raise `max_retries` if the server is flaky"
+        )
+
+    def _await_restart(self, exc: EngineUnreachable) -> None:
+        """Count a reconnect and wait for ``/health``, or raise EngineError naming the URL."""
+        with self._stats_lock:
+            self.stats.reconnects += 1
+        if not self.wait_healthy(self.restart_timeout_s):
+            raise EngineError(
+                f"{self.KIND} {self.url} went away during a call ({exc}) and was not healthy again within "
+                f"restart_timeout_s={self.restart_timeout_s:g} s; {self.START_HINT} and rerun, or raise "
+                "`restart_timeout_s`"
+            ) from None
+
+    def wait_healthy(self, timeout_s: float, interval_s: float = 1.0) -> bool:
+        """Poll ``GET /health`` (and :meth:`_health_urls`) until it answers (True) or
+        ``timeout_s`` passes (False)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._call("GET", "/health")
+                for url in self._health_urls():
+                    self._http("GET", url + "/health", None)
+                return True
+            except EngineError:
+                if time.monotonic() >= deadline:
+                    return False
+            time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
+
+
+def http_json(method: str, url: str, body: Any, timeout_s: float, kind: str = "server", hint: str = "") -> Any:
+    """One HTTP exchange: the parsed JSON answer (or its text, e.g. ``/health``'s).
+
+    Raises EngineHTTPError on an error status, EngineUnreachable when the connection
+    fails, EngineError on a timeout."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            text = resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:2000]
+        if "call_upstream_request_error" in detail:  # sglang-router 0.3.2 cannot reach its worker (HTTP 500)
+            raise EngineUnreachable(f"SGLang router {_origin(url)} cannot reach its worker ({detail}); {hint}") from None
+        raise EngineHTTPError(f"{kind} {url} returned HTTP {exc.code}: {detail}", exc.code) from None
+    except (urllib.error.URLError, ConnectionError, http.client.HTTPException, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError):
+            raise EngineError(
+                f"{kind} {url} did not answer within timeout_s={timeout_s:g} s; raise `timeout_s` (--timeout) "
+                "for long calls"
+            ) from None
+        raise EngineUnreachable(f"{kind} {_origin(url)} is unreachable or not ready ({reason!r}); {hint}") from None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _origin(url: str) -> str:
+    """``http://host:port`` of a request URL."""
+    return "/".join(url.split("/", 3)[:3])

@@ -1,0 +1,274 @@
+"""The vLLM server engine: ``/v1/completions`` with token-id prompts (never text).
+
+Every request is its own HTTP request (sent concurrently; vLLM's scheduler batches them),
+because a completions body carries one ``seed``: each request gets its own, and vLLM's
+seeded sampler makes the same (seed, prefix) give the same tokens, so the engine is
+``seeded``. Sampling is full-vocabulary at the request's temperature (top_k -1, top_p 1,
+min_p 0, no penalties; explicit, so the model's generation config cannot change them),
+exactly ``max_tokens`` tokens with ``ignore_eos``.
+
+log q_tau and log p0:
+- one pass (the server loads this package's plugin ``presto_onepass``, see
+  :mod:`.plugin`): ``logprobs = layout.width(m)`` returns raw log p0 of each sampled
+  token, log q_tau, the p0 entropy and the score-temperature normalizers from the same
+  logits row;
+- two passes (a stock server started with ``--logprobs-mode processed_logprobs``): the
+  decode's logprobs are log q_tau; log p0 comes from a scoring request on prefix + tokens
+  with ``prompt_logprobs: 0`` (always raw). No entropy, no score temperatures.
+``mode="auto"`` probes the server once. A stock server in its default ``raw_logprobs``
+mode gives neither pass log q: it is refused with the fix named.
+
+Retries are decided by the finish reason only, never by what was drawn: ``length`` is
+kept (and must then be complete, else EngineError); ``abort`` is re-issued as a fresh
+draw; anything else is an error. A lost connection waits for the server to come back
+(:class:`~presto_sgl.engines.server.ServerEngine`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from ...errors import EngineError
+from ..base import Completion, EngineCapabilities, Request, validate_completion
+from ..server import ServerEngine
+from ..text import ModelFolder
+from .layout import parse_fields, signature_count, width
+
+if TYPE_CHECKING:
+    from ..monitor import ServerMonitor
+
+MODES = ("auto", "one-pass", "two-pass")
+_FIXED_PARAMS = {"top_k": -1, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
+                 "presence_penalty": 0.0, "frequency_penalty": 0.0, "ignore_eos": True,
+                 "return_tokens_as_token_ids": True}
+
+
+class VLLMEngine(ServerEngine, ModelFolder):
+    """The engine protocol against ``python -m vllm.entrypoints.openai.api_server``."""
+
+    KIND = "vLLM server"
+    START_HINT = "start it with `bash scripts/vllm_server.sh start` or pass the right --url"
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8000",
+        *,
+        mode: str = "auto",
+        timeout_s: float = 600.0,
+        max_retries: int = 2,
+        restart_timeout_s: float = 300.0,
+        seeded: bool = True,
+        max_concurrency: int = 64,
+        vocab_size: int | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"`mode` (={mode!r}) must be one of {MODES}")
+        if not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"`max_concurrency` (={max_concurrency!r}) must be an integer >= 1")
+        super().__init__(url, timeout_s, max_retries, restart_timeout_s)
+        self._seeded = seeded
+        self.max_concurrency = max_concurrency
+        models = self._call("GET", "/v1/models")
+        data = models.get("data") if isinstance(models, dict) else None
+        if not data or not isinstance(data[0], dict) or "id" not in data[0]:
+            raise EngineError(f"{self.KIND} {self.url} answered GET /v1/models with {str(models)[:200]!r}")
+        self.model = str(data[0]["id"])
+        self.model_path = str(data[0].get("root") or self.model)
+        config = self._local_config()
+        vocab = vocab_size or config.get("vocab_size")
+        if not vocab:
+            raise ValueError(f"cannot read the vocabulary size of {self.model_path!r}; pass `vocab_size`")
+        self.stop_token_ids = (self._local_config("generation_config.json") or config).get("eos_token_id")
+        self._vocab = int(vocab)
+        self._m = self._probe_plugin()
+        if mode == "auto":
+            mode = "one-pass" if self._m is not None else "two-pass"
+        if mode == "one-pass" and self._m is None:
+            raise EngineError(
+                f"{self.KIND} {self.url} does not load the presto_onepass plugin; start it with "
+                "`bash scripts/vllm_server.sh start` (VLLM_PLUGINS=presto_onepass) or use mode='two-pass'"
+            )
+        if mode == "two-pass":
+            self._check_processed()
+        self._mode = mode
+        self._temps: tuple[float, ...] = self._probe_temperatures() if mode == "one-pass" else ()
+        context = data[0].get("max_model_len") or config.get("max_position_embeddings")
+        self.capabilities = EngineCapabilities(
+            seeded=seeded, entropy=mode == "one-pass", vocab_size=self._vocab,
+            context_length=int(context) if context else None, score_temperatures=self._temps,
+        )
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    # -- the protocol (ServerEngine.generate calls _attempt) -------------------------------
+    def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
+        decoded = self._map(self._decode, requests)
+        if self._mode == "two-pass":
+            kept = [i for i, d in enumerate(decoded) if d is not None]
+            scores = self._map(self._score, [(requests[i], decoded[i][0]) for i in kept])  # type: ignore[index]
+            for i, logp in zip(kept, scores, strict=True):
+                tokens, logq, _, _, _ = decoded[i]  # type: ignore[misc]
+                decoded[i] = None if logp is None else (tokens, logq, logp, None, None)
+        out: list[Completion | None] = []
+        for r, d in zip(requests, decoded, strict=True):
+            if d is None:
+                out.append(None)
+                continue
+            tokens, logq, logp, entropy, at = d
+            comp = Completion(tokens, logq, logp, entropy if r.return_entropy else None, 0,
+                              at if r.score_temperatures else None)
+            validate_completion(r, comp, self._vocab)  # a finished response must be whole: else an error
+            out.append(comp)
+        return out
+
+    def _map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(max_workers=min(len(items), self.max_concurrency)) as pool:
+            return list(pool.map(fn, items))  # the first failure is raised after all finish
+
+    # -- passes ----------------------------------------------------------------------------------
+    def _completion(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """POST /v1/completions: its single choice, or None when the server aborted it."""
+        res = self._call("POST", "/v1/completions", {"model": self.model, **_FIXED_PARAMS, **body})
+        choices = res.get("choices") if isinstance(res, dict) else None
+        if not choices or not isinstance(choices[0], dict):
+            raise EngineError(f"{self.KIND} {self.url} answered a completion with {str(res)[:200]!r}")
+        choice = choices[0]
+        reason = choice.get("finish_reason")
+        if reason == "abort":
+            return None
+        if reason != "length":
+            raise EngineError(
+                f"{self.KIND} {self.url} finished a request with finish_reason={reason!r}; presto-sgl asks for "
+                "exactly max_tokens tokens (ignore_eos), so only 'length' (kept) and 'abort' (redrawn) are expected"
+            )
+        usage = res.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        with self._stats_lock:
+            self.stats.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            self.stats.cached_tokens += int(details.get("cached_tokens") or 0)
+        return choice
+
+    def _decode(self, r: Request) -> tuple | None:
+        body: dict[str, Any] = {"prompt": list(r.prefix), "max_tokens": r.max_new_tokens, "temperature": r.temperature,
+                                "logprobs": width(self._m or 0) if self._mode == "one-pass" else 0}
+        if self._seeded and r.seed is not None:
+            body["seed"] = int(r.seed % (1 << 63))
+        choice = self._completion(body)
+        if choice is None:
+            return None
+        lp = choice.get("logprobs") or {}
+        tokens = tuple(_token_id(t) for t in lp.get("tokens") or [])
+        values = tuple(_as_float(x) for x in lp.get("token_logprobs") or [])
+        if self._mode == "two-pass":
+            return tokens, values, None, None, None
+        tops = lp.get("top_logprobs") or []
+        fields = [parse_fields(t, v, _top(top), self._vocab) for t, v, top in zip(tokens, values, tops, strict=False)]
+        if len(fields) != len(tokens) or any(f is None for f in fields):
+            raise EngineError(
+                f"{self.KIND} {self.url} returned no presto_onepass fields for a request (a restart without the "
+                "plugin?); start it with `bash scripts/vllm_server.sh start`"
+            )
+        return (tokens, tuple(f.logq for f in fields), values, tuple(f.entropy for f in fields),  # type: ignore[union-attr]
+                tuple(f.logq_at(r.score_temperatures) for f in fields) if r.score_temperatures else None)  # type: ignore[union-attr]
+
+    def _score(self, item: tuple[Request, tuple[int, ...]]) -> tuple[float, ...] | None:
+        """log p0 of ``tokens`` after the request's prefix (raw ``prompt_logprobs``)."""
+        r, tokens = item
+        choice = self._completion({"prompt": [*r.prefix, *tokens], "max_tokens": 1, "temperature": 1.0,
+                                   "prompt_logprobs": 0})
+        if choice is None:
+            return None
+        entries = (choice.get("prompt_logprobs") or [])[len(r.prefix):]
+        if len(entries) != len(tokens):
+            raise EngineError(f"{self.KIND} {self.url} scored {len(entries)} of {len(tokens)} tokens")
+        return tuple(_as_float((e or {}).get(str(t), {}).get("logprob")) for e, t in zip(entries, tokens, strict=True))
+
+    # -- probes ------------------------------------------------------------------------------------
+    def _probe_one(self, temperature: float, logprobs: int) -> dict[str, Any]:
+        choice = self._completion({"prompt": [0], "max_tokens": 1, "temperature": temperature, "logprobs": logprobs})
+        if choice is None:
+            raise EngineError(f"{self.KIND} {self.url} aborted a probe request")
+        return choice.get("logprobs") or {}
+
+    def _probe_plugin(self) -> int | None:
+        """The plugin's number of score temperatures, or None for a stock server."""
+        lp = self._probe_one(1.0, 1)
+        return signature_count(_top(lp["top_logprobs"][0]), _token_id(lp["tokens"][0]), self._vocab)
+
+    def _probe_temperatures(self) -> tuple[float, ...]:
+        lp = self._probe_one(1.0, width(self._m or 0))
+        fields = parse_fields(_token_id(lp["tokens"][0]), 0.0, _top(lp["top_logprobs"][0]), self._vocab)
+        if fields is None:
+            raise EngineError(f"{self.KIND} {self.url} returned malformed presto_onepass fields: {str(lp)[:200]!r}")
+        return fields.temperatures
+
+    def _check_processed(self) -> None:
+        """Refuse a stock server whose logprobs are raw: two passes need log q_tau from the decode."""
+        cold, hot = (max(_top(self._probe_one(t, 1)["top_logprobs"][0]).values()) for t in (0.25, 1.0))
+        if math.isclose(cold, hot, abs_tol=1e-3):  # the top token's logprob does not depend on the temperature
+            raise EngineError(
+                f"{self.KIND} {self.url} returns raw logprobs (vLLM's default), so no pass gives log q_tau: start it "
+                "with the presto_onepass plugin (`bash scripts/vllm_server.sh start`) or with "
+                "`--logprobs-mode processed_logprobs`"
+            )
+
+    # -- server facts ------------------------------------------------------------------------------
+    def server_loads(self) -> list[dict[str, Any]]:
+        """One load snapshot from ``/metrics``, in the monitor's keys: ``num_used_tokens``
+        (kv_cache_usage_perc x the KV pool), ``max_total_num_tokens``, ``num_running_reqs``,
+        ``num_waiting_reqs``, ``cache_hit_rate`` (prefix-cache hits / queries since start)."""
+        text = self._call("GET", "/metrics")
+        if not isinstance(text, str):
+            raise EngineError(f"{self.KIND} {self.url} answered GET /metrics with {str(text)[:200]!r}")
+        values: dict[str, float] = {}
+        capacity = 0
+        for line in text.splitlines():
+            if line.startswith("vllm:cache_config_info{"):
+                for part in line[line.index("{") + 1 : line.rindex("}")].split(","):
+                    key, _, val = part.partition("=")
+                    if key == "kv_cache_size_tokens" and val.strip('"').isdigit():
+                        capacity = int(val.strip('"'))
+            elif line.startswith("vllm:") and "{" in line:
+                name = line[: line.index("{")]
+                try:
+                    values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+                except ValueError:
+                    continue
+        queries = values.get("vllm:prefix_cache_queries_total", 0.0)
+        return [{
+            "num_used_tokens": round(values.get("vllm:kv_cache_usage_perc", 0.0) * capacity),
+            "max_total_num_tokens": capacity,
+            "num_running_reqs": int(values.get("vllm:num_requests_running", 0)),
+            "num_waiting_reqs": int(values.get("vllm:num_requests_waiting", 0)),
+            "cache_hit_rate": values.get("vllm:prefix_cache_hits_total", 0.0) / queries if queries else 0.0,
+        }]
+
+    def monitor(self, interval_s: float = 0.25) -> ServerMonitor:
+        """A context manager that samples :meth:`server_loads` while a run is in progress."""
+        from ..monitor import ServerMonitor
+
+        return ServerMonitor(self, interval_s)
+
+
+def _token_id(text: Any) -> int:
+    """A token id from ``return_tokens_as_token_ids`` (``"token_id:123"``)."""
+    try:
+        return int(str(text).rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        raise EngineError(f"vLLM returned token {text!r}, not 'token_id:N' (return_tokens_as_token_ids)") from None
+
+
+def _top(entry: Any) -> dict[int, float]:
+    return {_token_id(k): _as_float(v) for k, v in (entry or {}).items()}
+
+
+def _as_float(x: Any) -> float:
+    """A log-probability from JSON; null becomes NaN (caught by validation)."""
+    return math.nan if x is None else float(x)

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Start, stop or query a local vLLM server (from .venv-vllm, see scripts/install_vllm.sh)
+# serving SmolLM2-135M-Instruct on 127.0.0.1, on the CPU.
+#
+#   bash scripts/vllm_server.sh start  [--port 8000] [--dtype bfloat16] [--model DIR] [--timeout 300]
+#                                      [--kv-cache-gib 1] [--compile] [--stock]
+#   bash scripts/vllm_server.sh stop   [--port 8000]
+#   bash scripts/vllm_server.sh status [--port 8000]
+#
+# start materializes the model folder through the main venv (.venv; honours $PRESTO_SGL_CACHE)
+# unless --model is given, launches `python -m vllm.entrypoints.openai.api_server` in its own
+# process group (log: .cache/vllm/server-PORT.log, PID file: .cache/vllm/server-PORT.pid) and
+# waits until GET /health answers 200; on timeout or early exit it prints the log tail, stops
+# the server and fails. --dtype float32 for exactness tests, bfloat16 (default) for speed.
+# Eager mode unless --compile (compiling takes a minute or two more at start). The KV cache is
+# --kv-cache-gib GiB. The server loads presto-sgl's one-pass plugin (VLLM_PLUGINS=presto_onepass);
+# --stock loads no plugin and serves temperature-scaled logprobs (--logprobs-mode
+# processed_logprobs), which the engine's two-pass mode needs. All cores run the model
+# (VLLM_CPU_OMP_THREADS_BIND=0-(n-1), none reserved). Extra arguments after `--` go to vLLM.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+say() { echo "vllm_server: $*"; }
+die() { echo "vllm_server: ERROR: $*" >&2; exit 1; }
+
+[ $# -ge 1 ] || usage
+CMD="$1"; shift
+PORT=8000
+DTYPE=bfloat16
+MODEL=""
+TIMEOUT=300
+KV_GIB=1
+COMPILE=no
+STOCK=no
+EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --port) PORT="$2"; shift 2 ;;
+    --dtype) DTYPE="$2"; shift 2 ;;
+    --model) MODEL="$2"; shift 2 ;;
+    --timeout) TIMEOUT="$2"; shift 2 ;;
+    --kv-cache-gib) KV_GIB="$2"; shift 2 ;;
+    --compile) COMPILE=yes; shift ;;
+    --stock) STOCK=yes; shift ;;
+    --) shift; EXTRA=("$@"); break ;;
+    -h|--help) usage ;;
+    *) die "unknown option: $1" ;;
+  esac
+done
+case "$PORT" in ''|*[!0-9]*) die "--port needs a number, not '$PORT'" ;; esac
+case "$KV_GIB" in ''|*[!0-9]*|0) die "--kv-cache-gib needs a whole number of GiB >= 1, not '$KV_GIB'" ;; esac
+case "$DTYPE" in bfloat16|float32|float16|auto) ;; *) die "--dtype must be bfloat16, float32, float16 or auto, not '$DTYPE'" ;; esac
+
+RUN_DIR=".cache/vllm"
+LOG="$RUN_DIR/server-$PORT.log"
+PIDFILE="$RUN_DIR/server-$PORT.pid"
+URL="http://127.0.0.1:$PORT"
+
+NAME=server
+healthy() { curl -sf -o /dev/null -m 10 "$URL/health"; }
+ready() { healthy && curl -sf -o /dev/null -m 10 "$URL/v1/models"; }
+# shellcheck source=scripts/lib/service.sh
+. scripts/lib/service.sh
+
+case "$CMD" in
+  status) service_status ;;
+  stop) stop_service; exit 0 ;;
+  start) ;;
+  *) usage ;;
+esac
+
+# ---- start ----
+start_checks
+[ -x .venv-vllm/bin/python ] || die ".venv-vllm is missing: run bash scripts/install_vllm.sh"
+if [ -z "$MODEL" ]; then
+  [ -x .venv/bin/python ] || die ".venv is missing: run bash scripts/setup.sh (or pass --model DIR)"
+  say "materializing SmolLM2-135M-Instruct via .venv"
+  MODEL=$(.venv/bin/python -c "from presto_sgl.models import materialize_smollm2; print(materialize_smollm2())" | tail -n 1)
+fi
+[ -f "$MODEL/config.json" ] || die "no model folder at '$MODEL' (config.json missing)"
+
+CORES=$(nproc)
+ARGS=(--model "$MODEL" --host 127.0.0.1 --port "$PORT" --dtype "$DTYPE" --max-model-len 2048
+      --kv-cache-memory-bytes $(( KV_GIB * 1024 * 1024 * 1024 )) --generation-config vllm
+      --enable-prompt-tokens-details --disable-uvicorn-access-log)
+[ "$COMPILE" = yes ] || ARGS+=(--enforce-eager)
+if [ "$STOCK" = yes ]; then
+  export VLLM_PLUGINS=""
+  ARGS+=(--logprobs-mode processed_logprobs)
+else
+  export VLLM_PLUGINS=presto_onepass
+fi
+export VLLM_USE_V2_MODEL_RUNNER=0 VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_OMP_THREADS_BIND="0-$(( CORES - 1 ))"
+export VLLM_CPU_KVCACHE_SPACE="$KV_GIB"
+
+say "cpu ($CORES cores), dtype $DTYPE, $( [ "$STOCK" = yes ] && echo stock || echo 'plugin presto_onepass'), $MODEL on $URL"
+launch .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${ARGS[@]}" "${EXTRA[@]}"
