@@ -58,12 +58,12 @@ class Method:
         return self.rule == "sequential"
 
     def sampler(self, engine, args):
-        """The sampler of this method on ``engine`` (``args``: T, K, alpha; one block of T tokens;
-        optionally beta, tries, try_temperatures for the kernel)."""
+        """The sampler of this method on ``engine`` (``args``: T, K, alpha; blocks of ``args.B``
+        tokens, default one block of T; optionally beta, tries, try_temperatures for the kernel)."""
         kernel = {k: getattr(args, k) for k in ("beta", "tries", "try_temperatures") if hasattr(args, k)}
         config, presto = sampling_configs(
             self.rule, keying=self.keying, budget=self.budget, predictor=self.predictor, online=self.online,
-            cost_aware=self.cost_aware, alpha=args.alpha, max_new_tokens=args.T, block_size=args.T, steps=args.K,
+            cost_aware=self.cost_aware, alpha=args.alpha, max_new_tokens=args.T, block_size=getattr(args, "B", args.T), steps=args.K,
             sampler=self.kernel, **kernel,
         )
         return make_sampler(engine, config, presto)
