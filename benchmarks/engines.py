@@ -1,6 +1,9 @@
 """Engines side by side (paper Case Study 6 / Table 11 analog): the embedded engine, an SGLang
 server and a vLLM server, with the same prompts, sampler and keys, in one run.
 
+Engines: ``embedded``, ``sglang`` (one pass, the plugin), ``vllm`` (one pass, the plugin) and
+``vllm-two-pass`` (a stock server: decode, then a scoring request per draw).
+
 Part F -- fork batching: per prompt, a root state of T tokens at tau = 1/alpha, then one
 call of N requests (N = 1, 4, 10, 20) at keyed uniform cuts of it, and the batch's longest
 request sent alone. Reported per N: median and range over the prompts of the call's time
@@ -47,11 +50,13 @@ def make(name: str, args: argparse.Namespace):
         from presto_sgl.engines.sglang.http import SGLangEngine
 
         return SGLangEngine(args.sglang_url)
-    if name == "vllm":
+    if name in ("vllm", "vllm-two-pass"):
         from presto_sgl.engines.vllm.http import VLLMEngine
 
-        return VLLMEngine(args.vllm_url)
-    raise SystemExit(f"--engines: unknown engine {name!r} (embedded, sglang, vllm)")
+        if name == "vllm":
+            return VLLMEngine(args.vllm_url)
+        return VLLMEngine(args.vllm_stock_url, mode="two-pass")
+    raise SystemExit(f"--engines: unknown engine {name!r} (embedded, sglang, vllm, vllm-two-pass)")
 
 
 def spread(xs: list[float]) -> dict[str, float]:
@@ -86,13 +91,22 @@ def part_f(name: str, engine, prompts, args) -> list[dict]:
     return rows
 
 
+RULES = ("bfs", "bfs+cost", "predictive", "predictive+cost", "step", "step+cost")
+
+
 def methods(rules: list[str], budget: int) -> list[Method]:
-    out = [Method("sequential", "path")]
-    out += [Method(r, "path", r, budget) for r in rules if r in ("bfs", "predictive")]
-    out.append(Method("sequential", "step"))
-    out += [Method("step", "step", "step", budget) for r in rules if r == "step"]
-    out += [Method("step+cost", "step", "step", budget, cost_aware=True) for r in rules if r == "step+cost"]
-    return out
+    """Sequential PowerMH per keying first, then each rule (``+cost``: the cost-aware budget)."""
+    bad = [r for r in rules if r not in RULES]
+    if bad:
+        raise SystemExit(f"--rules: unknown {bad} (choose from {','.join(RULES)})")
+
+    def method(r: str) -> Method:
+        rule = r.removesuffix("+cost")
+        return Method(r, "step" if rule == "step" else "path", rule, budget, cost_aware=r.endswith("+cost"))
+
+    path = [method(r) for r in RULES if r in rules and not r.startswith("step")]
+    step = [method(r) for r in RULES if r in rules and r.startswith("step")]
+    return ([Method("sequential", "path"), *path] if path else []) + ([Method("sequential", "step"), *step] if step else [])
 
 
 F_COLUMNS = [
@@ -115,10 +129,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engines", default="embedded,sglang,vllm")
     ap.add_argument("--sglang-url", default="http://127.0.0.1:30000")
-    ap.add_argument("--vllm-url", default="http://127.0.0.1:8000")
+    ap.add_argument("--vllm-url", default="http://127.0.0.1:8000", help="vLLM with the presto_onepass plugin")
+    ap.add_argument("--vllm-stock-url", default="http://127.0.0.1:8001",
+                    help="engine vllm-two-pass: a stock vLLM (scripts/vllm_server.sh start --stock)")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="one")
     ap.add_argument("--part", default="FB", help="F (fork batching), B (rules), or both")
-    ap.add_argument("--rules", default="bfs,predictive,step,step+cost")
+    ap.add_argument("--rules", default=",".join(RULES), help=f"PreSTO rules to compare (default: all of {','.join(RULES)})")
     ap.add_argument("--budget", type=int, default=20, help="N_pf of every PreSTO rule")
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--alpha", type=float, default=4.0)

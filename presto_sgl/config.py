@@ -111,9 +111,11 @@ class PrestoConfig:
     either keying). The PreSTO rules: ``bfs`` is the paper's breadth-first rule over the path-keyed tree; ``predictive``
     selects the path-keyed requests that maximize the predicted reaching weight (paper
     Eq. 19); ``step`` issues one shared request per depth (step keys) and carries valid
-    proposals over rounds. ``cost_aware`` (step only) picks the number of depths per call,
-    up to ``budget``, that minimizes the predicted call time to finish the stage (a
-    rollout over a fitted time-per-call model; :mod:`presto_sgl.planners.costaware`). ``predictor`` is
+    proposals over rounds. ``cost_aware`` (any PreSTO rule) picks the number of requests per
+    call, up to ``budget``, from a fitted time-per-call model: for ``step`` the number of
+    depths that minimizes the predicted call time to finish the stage (a rollout;
+    :mod:`presto_sgl.planners.costaware`), for ``bfs`` and ``predictive`` the budget of the
+    best predicted transitions per second (:mod:`presto_sgl.planners.pathcost`). ``predictor`` is
     "default" (shipped with the package) or the path of a saved predictor; ``online``
     refits it on the decisions the run has already scored.
     """
@@ -134,8 +136,8 @@ class PrestoConfig:
         for name in ("online", "cost_aware"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` (={getattr(self, name)!r}) must be True or False")
-        if self.cost_aware and self.rule != "step":
-            raise ValueError(f"`cost_aware` applies to rule 'step' only (got rule={self.rule!r}); use rule='step'")
+        if self.cost_aware and self.rule == "sequential":
+            raise ValueError("`cost_aware` applies to the PreSTO rules (bfs, predictive, step), not rule='sequential'")
 
     @property
     def keying(self) -> Keying | None:

@@ -3,6 +3,7 @@
 # scripts/install_sglang.sh) serving SmolLM2-135M-Instruct on 127.0.0.1.
 #
 #   bash scripts/sglang_server.sh start  [--port 30000] [--dtype bfloat16] [--model DIR] [--timeout 300]
+#                                        [--batched-attention] [--profile DIR]
 #   bash scripts/sglang_server.sh stop   [--port 30000]
 #   bash scripts/sglang_server.sh status [--port 30000]
 #
@@ -12,12 +13,16 @@
 # .cache/sglang/server-PORT.pid) and waits until GET /health answers 200; on timeout or
 # early exit it prints the log tail, stops the server and fails. --dtype float32 for
 # exactness tests, bfloat16 (default) for speed. Without nvidia-smi the CPU engine is
-# used (SGLANG_USE_CPU_ENGINE=1, torch_native attention, no CUDA graphs).
+# used (SGLANG_USE_CPU_ENGINE=1, torch_native attention, no CUDA graphs). --batched-attention
+# replaces torch_native's per-request attention loop with presto-sgl's batched version
+# (PRESTO_SGL_BATCHED_ATTENTION=1, installed by the plugin; presto_sgl/engines/sglang/attention.py).
+# --profile DIR times the scheduler's batch steps, model forward, sampling and attention into
+# DIR (PRESTO_SGL_PROFILE; presto_sgl/engines/sglang/profile.py, benchmarks/sglang_profile.py).
 # Extra arguments after `--` go to sglang.launch_server unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 say() { echo "sglang_server: $*"; }
 die() { echo "sglang_server: ERROR: $*" >&2; exit 1; }
 
@@ -34,6 +39,8 @@ while [ $# -gt 0 ]; do
     --dtype) DTYPE="$2"; shift 2 ;;
     --model) MODEL="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
+    --batched-attention) export PRESTO_SGL_BATCHED_ATTENTION=1; shift ;;
+    --profile) mkdir -p "$2"; PRESTO_SGL_PROFILE="$(cd "$2" && pwd)"; export PRESTO_SGL_PROFILE; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) usage ;;
     *) die "unknown option: $1" ;;
@@ -86,5 +93,7 @@ fi
 # (installed by install_sglang.sh); SGLANG_PLUGINS=none gives a stock, two-pass server.
 export SGLANG_PLUGINS="${SGLANG_PLUGINS:-presto_raw_logprob}"
 
-say "$MODE, dtype $DTYPE, $MODEL on $URL"
+[ "${PRESTO_SGL_BATCHED_ATTENTION:-}" = 1 ] && [ "$SGLANG_PLUGINS" = none ] \
+  && die "--batched-attention needs the presto_raw_logprob plugin (SGLANG_PLUGINS=none loads none)"
+say "$MODE, dtype $DTYPE, $MODEL on $URL$( [ "${PRESTO_SGL_BATCHED_ATTENTION:-}" = 1 ] && echo ', batched attention')"
 launch .venv-sglang/bin/python -m sglang.launch_server "${ARGS[@]}" "${EXTRA[@]}"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command: set up .venv if needed, run the suite with it, then run
-# tests/integration/test_sglang_runtime.py (in-process sglang.Engine, power_gen programs) with
-# .venv-sglang's python, the one where sglang imports (the .venv run skips that file).
+# the files that need sglang importable (tests/integration/test_sglang_runtime.py: in-process
+# sglang.Engine, power_gen programs; test_sglang_attention.py: the batched CPU attention) with
+# .venv-sglang's python (the .venv run skips them).
 # Extra arguments go to both runs (e.g. `bash scripts/test.sh -m exactness`); when they
-# name test files, the second run happens only for test_sglang_runtime.py among them.
+# name test files, the second run happens only for those of the sglang files among them.
 # Without .venv-sglang the second run is skipped, unless PRESTO_SGL_REQUIRE_SGLANG=1 (CI),
 # where that is a failure. pytest's exit 5 (no tests collected) counts as success.
 set -uo pipefail
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/presto-sgl ]; then
   bash scripts/setup.sh || exit 1
 fi
-RUNTIME_TESTS=tests/integration/test_sglang_runtime.py
+RUNTIME_TESTS=(tests/integration/test_sglang_runtime.py tests/integration/test_sglang_attention.py)
 
 passed() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 
@@ -23,12 +24,12 @@ passed "$rc" || echo "test.sh: pytest in .venv failed (exit $rc)" >&2
 options=() runtime_paths=() named_paths=no
 for arg in "$@"; do
   case "$arg" in
-    *test_sglang_runtime.py*) runtime_paths+=("$arg"); named_paths=yes ;;
+    *test_sglang_runtime.py*|*test_sglang_attention.py*) runtime_paths+=("$arg"); named_paths=yes ;;
     tests/*|*.py|*.py::*) named_paths=yes ;;
     *) options+=("$arg") ;;
   esac
 done
-[ "$named_paths" = no ] && runtime_paths=("$RUNTIME_TESTS")
+[ "$named_paths" = no ] && runtime_paths=("${RUNTIME_TESTS[@]}")
 
 rc2=0
 if [ "${#runtime_paths[@]}" -eq 0 ]; then
@@ -41,7 +42,7 @@ elif [ "${PRESTO_SGL_REQUIRE_SGLANG:-}" = 1 ]; then
   echo "test.sh: PRESTO_SGL_REQUIRE_SGLANG=1 but .venv-sglang is missing; run bash scripts/install_sglang.sh" >&2
   rc2=1
 else
-  echo "test.sh: skipped $RUNTIME_TESTS (no .venv-sglang; bash scripts/install_sglang.sh creates it)"
+  echo "test.sh: skipped ${RUNTIME_TESTS[*]} (no .venv-sglang; bash scripts/install_sglang.sh creates it)"
 fi
 
 passed "$rc" || exit "$rc"

@@ -124,8 +124,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     smp.add_argument(
         "--cost-aware",
         action="store_true",
-        help="--rule step only: choose the requests per call that maximize predicted transitions per second "
-        "(from the measured call times), up to --budget",
+        help="PreSTO rules: choose the requests per call, up to --budget, from the measured call times (step: "
+        "the fewest predicted seconds to finish the stage; bfs, predictive: the most predicted transitions per second)",
     )
     smp.add_argument("--seed", type=int, default=0, help="run seed (default: 0)")
     smp.add_argument("--prompt-id", type=_prompt_id, default=0, help="prompt id in the chain keys (default: 0)")

@@ -4,7 +4,9 @@
 * ``bfs`` -- the paper's breadth-first rule: :mod:`.bfs`;
 * ``predictive`` -- the paper's DP over predicted branch probabilities: :mod:`.predictive`;
 * ``step`` -- one shared request per depth with carry-over: :mod:`.step`; with
-  ``cost_aware`` the number per call by rollout: :mod:`.costaware`.
+  ``cost_aware`` the number per call by rollout: :mod:`.costaware`;
+* ``bfs`` / ``predictive`` with ``cost_aware`` -- the budget of the best predicted
+  transitions per second: :mod:`.pathcost`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from ..predictor import load_predictor
 from .base import Planner, PlannedRequest, RoundContext, RoundFeedback, SequentialPlanner
 from .bfs import BFSPlanner
 from .costaware import CostAwareStepPlanner
+from .pathcost import CostAwarePathPlanner
 from .predictive import PredictivePlanner
 from .step import StepPlanner
 
 __all__ = [
     "BFSPlanner",
+    "CostAwarePathPlanner",
     "CostAwareStepPlanner",
     "PlannedRequest",
     "Planner",
@@ -35,10 +39,12 @@ def make_planner(presto: PrestoConfig) -> Planner:
     """The planner of ``presto.rule`` (predictor-driven rules load their predictor)."""
     if presto.rule == "sequential":
         return SequentialPlanner()
+    if presto.cost_aware and presto.rule in ("bfs", "predictive"):
+        return CostAwarePathPlanner(presto.rule, load_predictor(presto.predictor, online=presto.online))
     if presto.rule == "bfs":
         return BFSPlanner()
     if presto.rule == "predictive":
         return PredictivePlanner(load_predictor(presto.predictor, online=presto.online))
-    if not presto.cost_aware:  # rule "step" (the config allows cost_aware with "step" only)
+    if not presto.cost_aware:  # rule "step"
         return StepPlanner()
     return CostAwareStepPlanner(load_predictor(presto.predictor, online=presto.online))

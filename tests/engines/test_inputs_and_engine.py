@@ -50,7 +50,7 @@ def test_remainder_message_suggests_a_fix():
 @pytest.mark.parametrize(
     "kwargs, name",
     [({"budget": 0}, "budget"), ({"budget": -3}, "budget"), ({"rule": "dfs"}, "rule"),
-     ({"rule": "bfs", "cost_aware": True}, "cost_aware"), ({"online": 1}, "online"), ({"predictor": ""}, "predictor")],
+     ({"rule": "sequential", "cost_aware": True}, "cost_aware"), ({"online": 1}, "online"), ({"predictor": ""}, "predictor")],
 )
 def test_presto_config_errors(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):

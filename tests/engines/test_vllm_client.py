@@ -274,3 +274,16 @@ def test_cli_samples_on_vllm_with_a_server_record(stand_in, tmp_path, monkeypatc
     (server,) = [r for r in records if r["type"] == "server"]
     assert server["url"] == srv.url and server["kv_capacity"] == 4096 and server["prefix_hit_rate"] > 0
     assert any(b.get("seed") is not None and b["prompt"][:3] == [1, 2, 3] for b in srv.bodies)
+
+
+def test_prompts_that_do_not_fit_the_served_model_are_refused_before_any_call(stand_in):
+    srv = stand_in()
+    eng = VLLMEngine(srv.url)
+    cfg, presto = sampling_configs("step", budget=4, max_new_tokens=16, block_size=8, steps=2)
+    sampler = make_sampler(eng, cfg, presto)
+    sent = len(srv.bodies)
+    with pytest.raises(ValueError, match="vocabulary"):
+        sampler.run([1, 2, V], seed=0)
+    with pytest.raises(ValueError, match="context"):
+        sampler.run([1] * 40, seed=0)  # 40 + 16 > max_model_len 48
+    assert len(srv.bodies) == sent

@@ -126,6 +126,8 @@ RULES = {
         RuleCase("sequential-step", "sequential", "step"),
         RuleCase("bfs", "bfs", "path"),
         RuleCase("predictive", "predictive", "path"),
+        RuleCase("bfs-cost", "bfs", "path", cost_aware=True),
+        RuleCase("predictive-cost", "predictive", "path", cost_aware=True),
         RuleCase("step", "step", "step"),
         RuleCase("step-cost", "step", "step", cost_aware=True),
     )

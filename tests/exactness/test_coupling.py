@@ -209,3 +209,17 @@ def test_coupling_runs_exercise_the_cost_aware_budget(kernel_case, reference_eng
     planner = sampler.planner
     assert len(planner.predictor.observations) == metrics.transitions
     assert planner.time_model.calls == metrics.model_calls
+
+
+@pytest.mark.parametrize("rule", ["bfs-cost", "predictive-cost"])
+@pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
+def test_coupling_runs_exercise_the_path_cost_budget(kernel_case, rule, reference_engine, lm12):
+    """Guard: the cost-aware path rules send several batch sizes below the budget (after the
+    exploration calls) and feed their predictor and clock."""
+    sampler = long_run(RULES[rule], 20, kernel_case, reference_engine(lm12))
+    metrics, records = traced_run(sampler, [1, 2, 3], 0)
+    sizes = [len({q["decision"] for q in r["requests"]}) for r in records if r["type"] == "call" and r["kind"] == "mh"]
+    assert len(set(sizes[4:])) >= 2 and max(sizes[4:]) < 20
+    planner = sampler.planner
+    assert len(planner.predictor.observations) == metrics.transitions
+    assert planner.time_model.calls == metrics.model_calls

@@ -208,3 +208,33 @@ def test_a_chain_survives_a_server_restart(server_url, hf_model):
         assert_scored_exactly(hf_model, result.state, cfg.temperature)
     finally:
         _server_script("stop", "--port", port)
+
+
+def test_batched_attention_matches_torch_native(server_url):
+    """An fp32 server of its own with --batched-attention (one masked SDPA per layer for the
+    whole batch) against the shared torch_native server: the same greedy tokens, per-token
+    log p0 within 1e-5, for a ragged batch that runs both extend and decode."""
+    from presto_sgl.engines.server import http_json
+    from presto_sgl.engines.sglang.http import SGLangEngine
+
+    shared = SGLangEngine(server_url)
+    if shared.server_info().get("dtype") != "float32":
+        pytest.skip("the shared server is not float32 (scripts/sglang_server.sh start --dtype float32)")
+    tok = shared.tokenizer
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+               for q in ("Name a prime number.", "What is 6 times 7?", "Say hi.", "Write one sentence about the sea.")]
+    ids = [tok.encode(p, add_special_tokens=False) for p in prompts]
+    ids.append(ids[0][:-5])  # a prefix of another request
+    body = {"input_ids": ids, "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
+            "return_logprob": True}
+    port = str(_free_port())
+    _server_script("start", "--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600")
+    try:
+        batched = http_json("POST", f"http://127.0.0.1:{port}/generate", body, 600)
+    finally:
+        _server_script("stop", "--port", port)
+    native = http_json("POST", server_url + "/generate", body, 600)
+    for a, b in zip(batched, native, strict=True):
+        assert a["output_ids"] == b["output_ids"]
+        pa, pb = a["meta_info"]["raw_logprob"], b["meta_info"]["raw_logprob"]
+        assert len(pa) == 16 and max(abs(x - y) for x, y in zip(pa, pb)) < 1e-5

@@ -1,4 +1,4 @@
-"""Test helpers for the cost-aware step planner: a synthetic clock, so that runs on the
+"""Test helpers for the cost-aware planners: a synthetic clock, so that runs on the
 reference engine choose their batch sizes deterministically, and the samplers of the
 exactness suites (stub predictor, synthetic clock) injected through ``planner=``."""
 
@@ -11,7 +11,7 @@ from tests.support.predictors import CutPredictor, predictive_planner
 from presto_sgl import PowerConfig, PrestoConfig, PrestoPowerMH
 from presto_sgl.engines.base import Engine
 from presto_sgl.kernels import Kernel
-from presto_sgl.planners import CostAwareStepPlanner, Planner, make_planner
+from presto_sgl.planners import CostAwarePathPlanner, CostAwareStepPlanner, Planner, make_planner
 from presto_sgl.planners.timemodel import CallTimeModel
 
 CPU_LAW = (0.02, 0.005, 0.06, 0.006)
@@ -33,6 +33,8 @@ class SyntheticClock(CallTimeModel):
 def stub_planner(presto: PrestoConfig) -> Planner:
     """The planner of ``presto``; predictor-driven rules plan with a fresh :class:`CutPredictor`
     (and, cost-aware, a :class:`SyntheticClock`) instead of the shipped predictor."""
+    if presto.cost_aware and presto.rule in ("bfs", "predictive"):
+        return CostAwarePathPlanner(presto.rule, CutPredictor(), SyntheticClock())
     if presto.rule == "predictive":
         return predictive_planner()
     if presto.cost_aware:

@@ -234,7 +234,6 @@ def test_fit_and_eval_predictor_commands(traces, tmp_path, capsys):
         (["eval-predictor", "TRACE0", "--folds", "0", "--predictor", "nope.json"], "--predictor"),
         (["fit-predictor", "TRACE0", "-o", "/nonexistent/dir/p.json", "--folds", "0"], "--output"),
         (["sample", "--engine", "reference", "--prompt", "hi", "--rule", "sequential", "--cost-aware"], "--cost-aware"),
-        (["sample", "--engine", "reference", "--prompt", "hi", "--rule", "bfs", "--cost-aware"], "--cost-aware"),
         (["sample", "--engine", "reference", "--prompt", "hi", "--rule", "predictive", "--predictor", "nope.json"],
          "--predictor"),
         (["eval-predictor", "TRACE0", "--features", "cut_fraction,log_length"], "--features"),

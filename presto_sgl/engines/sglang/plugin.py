@@ -34,10 +34,17 @@ def score_temperatures() -> tuple[float, ...]:
 
 
 def register() -> None:
-    """The entry point SGLang calls in each process."""
+    """The entry point SGLang calls in each process (also installs the batched CPU attention
+    of :mod:`.attention` when ``PRESTO_SGL_BATCHED_ATTENTION=1`` and the timers of
+    :mod:`.profile` when ``PRESTO_SGL_PROFILE`` is set, outermost)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from . import attention, profile
+
     HookRegistry.register(TARGET, around_sampler_forward, HookType.AROUND)
+    if attention.enabled():
+        attention.register()
+    profile.register()
 
 
 def around_sampler_forward(original: Any, sampler: Any, logits_output: Any, *args: Any, **kwargs: Any) -> Any:
