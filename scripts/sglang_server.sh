@@ -3,7 +3,7 @@
 # scripts/install_sglang.sh) serving SmolLM2-135M-Instruct on 127.0.0.1.
 #
 #   bash scripts/sglang_server.sh start  [--port 30000] [--dtype bfloat16] [--model DIR] [--timeout 300]
-#                                        [--batched-attention] [--profile DIR]
+#                                        [--batched-attention] [--cdf-sampling] [--profile DIR]
 #   bash scripts/sglang_server.sh stop   [--port 30000]
 #   bash scripts/sglang_server.sh status [--port 30000]
 #
@@ -16,13 +16,15 @@
 # used (SGLANG_USE_CPU_ENGINE=1, torch_native attention, no CUDA graphs). --batched-attention
 # replaces torch_native's per-request attention loop with presto-sgl's batched version
 # (PRESTO_SGL_BATCHED_ATTENTION=1, installed by the plugin; presto_sgl/engines/sglang/attention.py).
+# --cdf-sampling draws each token by one uniform and the row's cumulative distribution instead
+# of SGLang's one exponential per vocabulary entry (PRESTO_SGL_CDF_SAMPLING=1; sampling.py).
 # --profile DIR times the scheduler's batch steps, model forward, sampling and attention into
 # DIR (PRESTO_SGL_PROFILE; presto_sgl/engines/sglang/profile.py, benchmarks/sglang_profile.py).
 # Extra arguments after `--` go to sglang.launch_server unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 say() { echo "sglang_server: $*"; }
 die() { echo "sglang_server: ERROR: $*" >&2; exit 1; }
 
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --model) MODEL="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
     --batched-attention) export PRESTO_SGL_BATCHED_ATTENTION=1; shift ;;
+    --cdf-sampling) export PRESTO_SGL_CDF_SAMPLING=1; shift ;;
     --profile) mkdir -p "$2"; PRESTO_SGL_PROFILE="$(cd "$2" && pwd)"; export PRESTO_SGL_PROFILE; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) usage ;;
@@ -93,7 +96,8 @@ fi
 # (installed by install_sglang.sh); SGLANG_PLUGINS=none gives a stock, two-pass server.
 export SGLANG_PLUGINS="${SGLANG_PLUGINS:-presto_raw_logprob}"
 
-[ "${PRESTO_SGL_BATCHED_ATTENTION:-}" = 1 ] && [ "$SGLANG_PLUGINS" = none ] \
-  && die "--batched-attention needs the presto_raw_logprob plugin (SGLANG_PLUGINS=none loads none)"
-say "$MODE, dtype $DTYPE, $MODEL on $URL$( [ "${PRESTO_SGL_BATCHED_ATTENTION:-}" = 1 ] && echo ', batched attention')"
+if [ "${PRESTO_SGL_BATCHED_ATTENTION:-}${PRESTO_SGL_CDF_SAMPLING:-}${PRESTO_SGL_PROFILE:-}" != "" ] && [ "$SGLANG_PLUGINS" = none ]; then
+  die "--batched-attention, --cdf-sampling and --profile need the presto_raw_logprob plugin (SGLANG_PLUGINS=none loads none)"
+fi
+say "$MODE, dtype $DTYPE, $MODEL on $URL$( [ "${PRESTO_SGL_BATCHED_ATTENTION:-}" = 1 ] && echo ', batched attention')$( [ "${PRESTO_SGL_CDF_SAMPLING:-}" = 1 ] && echo ', inverse-CDF sampling')"
 launch .venv-sglang/bin/python -m sglang.launch_server "${ARGS[@]}" "${EXTRA[@]}"

@@ -35,15 +35,18 @@ def score_temperatures() -> tuple[float, ...]:
 
 def register() -> None:
     """The entry point SGLang calls in each process (also installs the batched CPU attention
-    of :mod:`.attention` when ``PRESTO_SGL_BATCHED_ATTENTION=1`` and the timers of
-    :mod:`.profile` when ``PRESTO_SGL_PROFILE`` is set, outermost)."""
+    of :mod:`.attention` when ``PRESTO_SGL_BATCHED_ATTENTION=1``, the inverse-CDF sampling of
+    :mod:`.sampling` when ``PRESTO_SGL_CDF_SAMPLING=1``, and the timers of :mod:`.profile`
+    when ``PRESTO_SGL_PROFILE`` is set, outermost)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from . import attention, profile
+    from . import attention, profile, sampling
 
     HookRegistry.register(TARGET, around_sampler_forward, HookType.AROUND)
     if attention.enabled():
         attention.register()
+    if sampling.enabled():
+        sampling.register()
     profile.register()
 
 
