@@ -41,6 +41,7 @@ class StandIn:
         self.finish: list[str] = []  # finish reasons to answer next (then "length")
         self.short_next = 0
         self.fail_status: int | None = None
+        self.fail_message = "no"
         self.drop_next = False
         self.bodies: list[dict] = []
         self.lock = threading.Lock()
@@ -60,8 +61,9 @@ class StandIn:
                 self.wfile.write(data)
 
             def do_GET(self):
-                if self.path == "/health":
-                    self._send(200, "", text=True)
+                if self.path == "/health":  # vLLM's /health fails while its engine process is gone
+                    dead = stand_in.fail_status == 500 and "EngineCore" in stand_in.fail_message
+                    self._send(503 if dead else 200, "", text=True)
                 elif self.path == "/v1/models":
                     self._send(200, {"data": [{"id": "m", "root": stand_in.model_path, "max_model_len": 48}]})
                 elif self.path == "/metrics":
@@ -78,7 +80,7 @@ class StandIn:
                     self.close_connection = True
                     return
                 if stand_in.fail_status:
-                    self._send(stand_in.fail_status, {"error": {"message": "no"}})
+                    self._send(stand_in.fail_status, {"error": {"message": stand_in.fail_message}})
                     return
                 self._send(200, stand_in.answer(body))
 
@@ -287,3 +289,18 @@ def test_prompts_that_do_not_fit_the_served_model_are_refused_before_any_call(st
     with pytest.raises(ValueError, match="context"):
         sampler.run([1] * 40, seed=0)  # 40 + 16 > max_model_len 48
     assert len(srv.bodies) == sent
+
+
+def test_a_dead_engine_core_counts_as_a_lost_server(stand_in):
+    """vLLM's API process answers HTTP 500 "EngineCore encountered an issue" while its engine
+    process is gone: the engine waits for /health and redraws, as for a lost connection."""
+    srv = stand_in()
+    eng = VLLMEngine(srv.url, restart_timeout_s=5)
+    reqs = [Request((1, 2), 4, 1.0, 1)]
+    want = eng.generate(reqs)
+    srv.fail_status, srv.fail_message = 500, "EngineCore encountered an issue. See stack trace (above)"
+    threading.Timer(0.3, lambda: setattr(srv, "fail_status", None)).start()
+    assert eng.generate(reqs) == want and eng.stats.reconnects >= 1
+    srv.fail_status, srv.fail_message = 500, "something else"
+    with pytest.raises(EngineHTTPError, match="HTTP 500"):
+        eng.generate(reqs)

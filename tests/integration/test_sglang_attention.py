@@ -11,9 +11,15 @@ import pytest
 pytest.importorskip("sglang")
 torch = pytest.importorskip("torch")
 
-from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend  # noqa: E402
-
 from presto_sgl.engines.sglang import attention  # noqa: E402
+
+
+def _native():
+    """SGLang's backend, imported only when a test runs: importing ``sglang.srt`` at collection
+    would fix SGLang's CPU-engine check before the in-process tests of the same run set it."""
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    return TorchNativeAttnBackend
 
 H, HKV, D = 9, 3, 64  # SmolLM2-135M: 9 query heads, 3 KV heads
 
@@ -33,9 +39,9 @@ def _pool(seq_lens, seed=0):
 def test_batched_decode_matches_torch_native(seq_lens):
     k_cache, v_cache, r2t, idx, lens, g = _pool(seq_lens)
     q = torch.randn(len(seq_lens), H, D, generator=g)
-    want = TorchNativeAttnBackend._run_sdpa_forward_decode(None, q, torch.empty_like(q), k_cache, v_cache, r2t, idx, lens,
+    want = _native()._run_sdpa_forward_decode(None, q, torch.empty_like(q), k_cache, v_cache, r2t, idx, lens,
                                                             None, 0.125, True, False, False, None)
-    got = attention.decode(TorchNativeAttnBackend._run_sdpa_forward_decode, None, q, torch.empty_like(q), k_cache,
+    got = attention.decode(_native()._run_sdpa_forward_decode, None, q, torch.empty_like(q), k_cache,
                            v_cache, r2t, idx, lens, None, 0.125, True, False, False, None)
     assert (got - want).abs().max().item() < 1e-5
 
@@ -48,8 +54,8 @@ def test_batched_extend_matches_torch_native(seq_lens, prefix_lens):
     ext = lens - prefix
     q = torch.randn(int(ext.sum()), H, D, generator=g)
     args = (k_cache, v_cache, r2t, idx, lens, prefix, ext, None, 0.125, True, True, False, None)
-    want = TorchNativeAttnBackend._run_sdpa_forward_extend(None, q, torch.empty_like(q), *args)
-    got = attention.extend(TorchNativeAttnBackend._run_sdpa_forward_extend, None, q, torch.empty_like(q), *args)
+    want = _native()._run_sdpa_forward_extend(None, q, torch.empty_like(q), *args)
+    got = attention.extend(_native()._run_sdpa_forward_extend, None, q, torch.empty_like(q), *args)
     assert (got - want).abs().max().item() < 1e-5
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
 from ..base import Completion, EngineCapabilities, Request, validate_completion
-from ..server import ServerEngine
+from ..server import EngineHTTPError, EngineUnreachable, ServerEngine
 from ..text import ModelFolder
 from .layout import parse_fields, signature_count, width
 
@@ -104,6 +104,18 @@ class VLLMEngine(ServerEngine, ModelFolder):
     @property
     def mode(self) -> str:
         return self._mode
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        """The shared transport, plus: HTTP 500 "EngineCore encountered an issue" is vLLM's API
+        process answering while its engine process is gone (a server stopping or crashing
+        mid-call): treated as a lost connection, so pending requests are redrawn once the
+        server is healthy again (the failure does not depend on what was drawn)."""
+        try:
+            return super()._call(method, path, body)
+        except EngineHTTPError as exc:
+            if exc.status == 500 and "EngineCore" in str(exc):
+                raise EngineUnreachable(f"{self.KIND} {self.url} lost its engine process ({exc})") from None
+            raise
 
     # -- the protocol (ServerEngine.generate calls _attempt) -------------------------------
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
