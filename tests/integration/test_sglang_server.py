@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import math
 import os
-import socket
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.support.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly, assert_scores_match
+from tests.support.servers import free_port, server_script
 
 pytestmark = pytest.mark.sglang
 
@@ -120,7 +118,6 @@ def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
 
 
 ROUTER_URL = os.environ.get("PRESTO_SGL_ROUTER_URL")
-ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 @pytest.fixture(scope="module")
@@ -155,14 +152,8 @@ def test_sampling_through_the_router(router_url, hf_model):
     assert summary.samples > 0 and summary.kv_tokens_peak > 0 and summary.prefix_hit_rate > 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _server_script(*args: str) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / "sglang_server.sh"), *args], check=True, timeout=900)
+    server_script("sglang_server.sh", *args)
 
 
 def test_a_chain_survives_a_server_restart(server_url, hf_model):
@@ -172,7 +163,7 @@ def test_a_chain_survives_a_server_restart(server_url, hf_model):
     from presto_sgl import PowerConfig, PowerMH
     from presto_sgl.engines.sglang.http import SGLangEngine
 
-    port = str(_free_port())
+    port = str(free_port())
     _server_script("start", "--port", port, "--dtype", "float32", "--timeout", "600")
     try:
         eng = SGLangEngine(f"http://127.0.0.1:{port}", restart_timeout_s=600)
@@ -227,7 +218,7 @@ def test_batched_attention_matches_torch_native(server_url):
     ids.append(ids[0][:-5])  # a prefix of another request
     body = {"input_ids": ids, "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
             "return_logprob": True}
-    port = str(_free_port())
+    port = str(free_port())
     _server_script("start", "--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600")
     try:
         batched = http_json("POST", f"http://127.0.0.1:{port}/generate", body, 600)

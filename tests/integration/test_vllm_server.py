@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import math
 import os
-import socket
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from tests.exactness.cases import KERNELS, PRESTO_RULES, sequential_sampler
 from tests.exactness.test_coupling import assert_same_states, run_states
 from tests.support.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
+from tests.support.servers import free_port, server_script
 
 pytestmark = pytest.mark.vllm
 
 URL = os.environ.get("PRESTO_SGL_VLLM_URL")
-ROOT = Path(__file__).resolve().parents[2]  # the repository
 TEMPS = (0.25, 0.5, 1.0)
 
 
@@ -107,14 +104,8 @@ def test_presto_visits_the_sequential_states_on_the_server(engine, kernel_case, 
     assert {acc for *_, acc in seq} == {True, False}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _server_script(*args: str) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / "vllm_server.sh"), *args], check=True, timeout=900)
+    server_script("vllm_server.sh", *args)
 
 
 def test_a_chain_survives_a_server_restart(engine, hf_model):
@@ -124,7 +115,7 @@ def test_a_chain_survives_a_server_restart(engine, hf_model):
     from presto_sgl import PowerConfig, PowerMH
     from presto_sgl.engines.vllm.http import VLLMEngine
 
-    port = str(_free_port())
+    port = str(free_port())
     _server_script("start", "--port", port, "--dtype", "float32", "--timeout", "600")
     try:
         eng = VLLMEngine(f"http://127.0.0.1:{port}", restart_timeout_s=600)
