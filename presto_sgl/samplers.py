@@ -43,6 +43,30 @@ def make_kernel(config: PowerConfig) -> Kernel:
     return PowerMHKernel(alpha=float(config.alpha), temperature=config.temperature)
 
 
+def check_prompt(engine: Engine, prompt: Sequence[int], max_new_tokens: int) -> tuple[int, ...]:
+    """The prompt as a tuple of ids, or a ValueError naming `prompt` if it cannot be sampled from.
+
+    The one place a prompt is validated (samplers, baselines, the CLI and ``power_gen``)."""
+    if isinstance(prompt, (str, bytes)):
+        raise ValueError("`prompt` must be token ids, not text; encode it with the engine's tokenizer")
+    if len(prompt) == 0:
+        raise ValueError("`prompt` (=[]) is empty; pass at least one token id (e.g. a BOS or chat-template prefix)")
+    vocab_size = engine.capabilities.vocab_size
+    bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int) or not (0 <= t < vocab_size)]
+    if bad:
+        raise ValueError(
+            f"`prompt` has token ids {bad[:5]} outside the vocabulary [0, {vocab_size}); "
+            "tokenize with the engine's tokenizer"
+        )
+    limit = engine.capabilities.context_length
+    if limit is not None and len(prompt) + max_new_tokens > limit:
+        raise ValueError(
+            f"`max_new_tokens` (={max_new_tokens}) plus the prompt ({len(prompt)} tokens) exceeds "
+            f"the model context ({limit}); use max_new_tokens <= {max(0, limit - len(prompt))} or a shorter prompt"
+        )
+    return tuple(int(t) for t in prompt)
+
+
 class Sampler:
     """Power sampling by MH suffix resampling: ``kernel`` (default from ``config``) run by
     the planner of ``presto.rule`` (default: PreSTO's step rule), or by ``planner`` when
@@ -114,27 +138,8 @@ class Sampler:
         return out if self.presto.sequential else {**out, **asdict(self.presto)}
 
     def check_prompt(self, prompt: Sequence[int]) -> tuple[int, ...]:
-        """The prompt as a tuple of ids, or a ValueError naming `prompt` if it cannot be sampled from.
-
-        The one place a prompt is validated (the CLI and ``power_gen`` call it too)."""
-        if isinstance(prompt, (str, bytes)):
-            raise ValueError("`prompt` must be token ids, not text; encode it with the engine's tokenizer")
-        if len(prompt) == 0:
-            raise ValueError("`prompt` (=[]) is empty; pass at least one token id (e.g. a BOS or chat-template prefix)")
-        vocab_size = self.engine.capabilities.vocab_size
-        bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int) or not (0 <= t < vocab_size)]
-        if bad:
-            raise ValueError(
-                f"`prompt` has token ids {bad[:5]} outside the vocabulary [0, {vocab_size}); "
-                "tokenize with the engine's tokenizer"
-            )
-        limit = self.engine.capabilities.context_length
-        if limit is not None and len(prompt) + self.config.max_new_tokens > limit:
-            raise ValueError(
-                f"`max_new_tokens` (={self.config.max_new_tokens}) plus the prompt ({len(prompt)} tokens) exceeds "
-                f"the model context ({limit}); use max_new_tokens <= {max(0, limit - len(prompt))} or a shorter prompt"
-            )
-        return tuple(int(t) for t in prompt)
+        """The prompt as a tuple of ids, or a ValueError naming `prompt` (:func:`check_prompt`)."""
+        return check_prompt(self.engine, prompt, self.config.max_new_tokens)
 
     def run(
         self,

@@ -16,9 +16,10 @@ FLAGS = {
     name: "--" + name.replace("_", "-")
     for name in (
         "alpha", "tau", "sampler", "beta", "tries", "try_temperatures", "max_new_tokens", "block_size", "steps", "keying", "rule", "budget", "seed", "vocab_size", "prompt",
-        "model", "device", "predictor", "cost_aware", "features", "folds",
+        "model", "device", "predictor", "cost_aware", "features", "folds", "particles", "select",
     )
-} | {"online": "--online-predictor", "timeout_s": "--timeout", "restart_timeout_s": "--restart-timeout"}
+} | {"online": "--online-predictor", "timeout_s": "--timeout", "restart_timeout_s": "--restart-timeout",
+    "n": "--best-of", "ramp_tokens": "--ramp-tokens"}
 """Library parameter name -> the flag that sets it."""
 
 

@@ -1,4 +1,6 @@
-"""Command line: ``presto-sgl sample`` draws one response by (PreSTO-)PowerMH;
+"""Command line: ``presto-sgl sample`` draws one response by (PreSTO-)PowerMH; ``run``
+samples and grades a dataset into a resumable run directory; ``compare``
+tests two runs for equivalence (paired TOST); ``report`` writes tables and figures of runs;
 ``fit-predictor`` and ``eval-predictor`` fit and score the eps-certainty predictor on traces.
 
 Exit codes: 0 success; 2 bad arguments or input (argparse errors included);
@@ -6,7 +8,8 @@ Exit codes: 0 success; 2 bad arguments or input (argparse errors included);
 130 interrupted (Ctrl-C). Results go to stdout; the progress line and all error
 messages go to stderr only.
 
-One module per command family: :mod:`.sample` (``sample``), :mod:`.predictor`
+One module per command family: :mod:`.sample` (``sample``), :mod:`.run` (``run``), :mod:`.compare` (``compare``),
+:mod:`.report` (``report``), :mod:`.predictor`
 (``fit-predictor``, ``eval-predictor``); engines by name in :mod:`.engines`, the
 progress line in :mod:`.progress`, the usage error and flag naming in :mod:`.common`.
 """
@@ -17,7 +20,7 @@ import argparse
 import sys
 
 from ..errors import EngineError
-from . import predictor, sample
+from . import compare, predictor, report, run, sample
 from .common import PROG, UsageError, error
 
 
@@ -25,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Exact LLM power sampling (PowerMH, PreSTO-PowerMH).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     sample.add_parser(sub)
+    run.add_parser(sub)
+    compare.add_parser(sub)
+    report.add_parser(sub)
     predictor.add_parsers(sub)
     return parser
 

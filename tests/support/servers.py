@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 
@@ -18,3 +21,43 @@ def free_port() -> int:
 def server_script(script: str, *args: str) -> None:
     """``bash scripts/<script> args...`` (e.g. ``sglang_server.sh start --port P``), failing the test on error."""
     subprocess.run(["bash", str(ROOT / "scripts" / script), *args], check=True, timeout=900)
+
+
+def run_through_a_restart(script: str, make_engine: Callable[[str], Any], run: Callable[[Any], Any]):
+    """Own server (``script``, fp32) on a spare port; ``run(engine)`` in a thread, with the
+    server stopped while the third call is in flight (the fourth waits until it is down) and
+    started again. Returns run's result; the server is stopped at the end."""
+    port = str(free_port())
+    start = ("start", "--port", port, "--dtype", "float32", "--timeout", "600")
+    server_script(script, *start)
+    try:
+        eng = make_engine(f"http://127.0.0.1:{port}")
+        in_call, stopped = threading.Event(), threading.Event()
+        calls = 0
+        real_generate = eng.generate
+
+        def generate(requests):
+            nonlocal calls
+            calls += 1
+            if calls == 3:
+                in_call.set()
+            elif calls > 3:
+                stopped.wait()
+            return real_generate(requests)
+
+        eng.generate = generate
+        out: dict = {}
+        chain = threading.Thread(target=lambda: out.update(result=run(eng)), daemon=True)
+        chain.start()
+        assert in_call.wait(600)
+        t0 = time.monotonic()
+        server_script(script, "stop", "--port", port)
+        stopped.set()
+        server_script(script, *start)
+        chain.join(600)
+        print(f"restart: down and back in {time.monotonic() - t0:.0f} s, reconnects {eng.stats.reconnects}")
+        assert not chain.is_alive() and "result" in out
+        assert eng.stats.reconnects >= 1
+        return out["result"]
+    finally:
+        server_script(script, "stop", "--port", port)

@@ -1,0 +1,113 @@
+"""Power-SMC (Azizi et al. 2026; paper Case Study 8): P particles grown in blocks from q_tau.
+
+The target after t response tokens is gamma_t(x) = p0(x_{1:t})^{a(t)}, with the exponent
+ramped from 1 to alpha over the first ``ramp_tokens`` tokens, a(t) = 1 + (alpha - 1)
+min(1, t / ramp_tokens) (a = alpha throughout when ``ramp_tokens`` = 0). Growing a
+particle by a block b from q_tau multiplies its weight by
+
+    gamma_{t+B}(x, b) / (gamma_t(x) q_tau(b | x))
+      = p0(x)^{a(t+B) - a(t)} p0(b | x)^{a(t+B)} / q_tau(b | x)       (in logs below).
+
+All P blocks of a step are one engine call. When the effective sample size
+(sum w)^2 / sum w^2 falls below ``ess_fraction`` * P, the particles are resampled
+(systematic, one keyed uniform) and their weights reset. The response is one particle
+drawn by its final weight (keyed). A finite-P approximation of p0^alpha, not exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ..engines.base import Engine, Request
+from ..executor import Recorder
+from ..keys import ChainKeys
+from ..metrics import summarize
+from ..samplers import SampleResult
+from ..state import ChainState
+from ..trace import TraceWriter
+from .base import Baseline, positive_int
+
+
+def systematic(weights: Sequence[float], u: float) -> list[int]:
+    """Systematic resampling: indices i with multiplicity ~ P w_i, from one uniform u in (0, 1]."""
+    n, total = len(weights), sum(weights)
+    out, cum, i = [], weights[0] / total, 0
+    for k in range(n):
+        point = (k + 1 - u) / n  # in [0, 1): (k + u') / n with u' = 1 - u in [0, 1)
+        while point >= cum and i < n - 1:
+            i += 1
+            cum += weights[i] / total
+        out.append(i)
+    return out
+
+
+def pick(weights: Sequence[float], u: float) -> int:
+    """One index drawn with probability proportional to ``weights``, from a uniform u in (0, 1]."""
+    target, cum = u * sum(weights), 0.0
+    for i, w in enumerate(weights):
+        cum += w
+        if target <= cum:
+            return i
+    return len(weights) - 1
+
+
+def normalized(logw: Sequence[float]) -> list[float]:
+    top = max(logw)
+    w = [math.exp(x - top) for x in logw]
+    s = sum(w)
+    return [x / s for x in w]
+
+
+class PowerSMC(Baseline):
+    name = "powersmc"
+
+    def __init__(self, engine: Engine, *, particles: int = 8, block_size: int = 128, ramp_tokens: int = 400,
+                 ess_fraction: float = 0.5, **kw) -> None:
+        super().__init__(engine, **kw)
+        self.particles = positive_int("particles", particles)
+        self.block_size = positive_int("block_size", block_size)
+        if self.max_new_tokens % self.block_size:
+            raise ValueError(f"`max_new_tokens` (={self.max_new_tokens}) must be a multiple of `block_size` "
+                             f"(={self.block_size})")
+        if isinstance(ramp_tokens, bool) or not isinstance(ramp_tokens, int) or ramp_tokens < 0:
+            raise ValueError(f"`ramp_tokens` (={ramp_tokens!r}) must be an integer >= 0")
+        if not 0 < ess_fraction <= 1:
+            raise ValueError(f"`ess_fraction` (={ess_fraction!r}) must be in (0, 1]")
+        self.ramp_tokens, self.ess_fraction = ramp_tokens, float(ess_fraction)
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "particles": self.particles, "block_size": self.block_size,
+                "ramp_tokens": self.ramp_tokens, "ess_fraction": self.ess_fraction}
+
+    def exponent(self, t: int) -> float:
+        return self.alpha if self.ramp_tokens == 0 else 1 + (self.alpha - 1) * min(1.0, t / self.ramp_tokens)
+
+    def run(self, prompt: Sequence[int], *, seed: int, prompt_id: int | str = 0,
+            trace: TraceWriter | None = None, on_transition=None) -> SampleResult:
+        ids = self.check_prompt(prompt)
+        keys = ChainKeys(seed, prompt_id)
+        rec = Recorder(self.engine, trace)
+        P, B = self.particles, self.block_size
+        states = [ChainState(ids)] * P
+        logw = [0.0] * P
+        steps = self.max_new_tokens // B
+        for step in range(1, steps + 1):
+            t = (step - 1) * B
+            reqs = [Request(s.context(t), B, self.temperature, keys.decision(step, f"smc:{j}").seed)
+                    for j, s in enumerate(states)]
+            comps = self._generate(rec, step, t, reqs)
+            a0, a1 = self.exponent(t), self.exponent(t + B)
+            for j, c in enumerate(comps):
+                logw[j] += (a1 - a0) * sum(states[j].logp) + a1 * sum(c.logp) - sum(c.logq)
+                states[j] = states[j].replace_suffix(t, c.tokens, c.logq, c.logp)
+            w = normalized(logw)
+            ess = 1.0 / sum(x * x for x in w)
+            resampled = step < steps and ess < self.ess_fraction * P
+            if resampled:
+                picks = systematic(w, keys.decision(step, "smc:resample").uniform)
+                states, logw = [states[i] for i in picks], [0.0] * P
+            if trace:
+                trace.write("smc_step", {"step": step, "ess": ess, "resampled": resampled})
+        kept = pick(normalized(logw), keys.decision(steps, "smc:select").uniform)
+        return SampleResult(states[kept], summarize(rec.calls, rec.nodes))

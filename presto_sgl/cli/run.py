@@ -1,0 +1,153 @@
+"""``presto-sgl run``: sample every prompt of a dataset, grade it, one JSON record per prompt.
+
+``--out DIR`` gets ``manifest.json`` and ``records.jsonl`` (:mod:`presto_sgl.evaluation.rundir`);
+a rerun with the same options skips the prompts already there and appends the rest, and
+one with other options is refused with the difference named. Each prompt's chain keys are
+(``--seed``, the problem's id), so a prompt samples the same way whatever else runs.
+``--workers`` chains are in flight at once (a server batches across them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import Any
+
+from ..errors import EngineError
+from ..evaluation.records import make_record
+from ..evaluation.rundir import RunDir
+from ..tasks.base import Problem
+from ..trace import TraceWriter
+from ..tasks.registry import NAMES, load_task
+from .common import PROG, UsageError, cli_names
+from .options import add_engine_options, add_sampler_options, build
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="sample and grade a dataset, resumably",
+                       description="Sample every prompt of a dataset from pi_alpha ∝ p0^alpha and grade it.")
+    data = p.add_argument_group("dataset")
+    data.add_argument("--dataset", required=True, metavar="NAME|FILE", help=f"one of {', '.join(NAMES)}")
+    data.add_argument("--limit", type=int, default=None, help="the first N problems (default: all; 100 for procedural tasks)")
+    data.add_argument("--out", required=True, metavar="DIR", help="run directory (created, or resumed)")
+    add_engine_options(p)
+    add_sampler_options(p)
+    p.add_argument("--seed", type=int, default=0, help="run seed: chain keys and procedural problems (default: 0)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="chains in flight (default: 8 on a server engine, 1 in process)")
+    p.add_argument("--rescore", action=argparse.BooleanOptionalAction, default=True,
+                   help="rescore each response with a float32 forward of the model for log-likelihood and confidence "
+                   "(default: on where the model folder is on this machine)")
+    p.add_argument("--traces", action="store_true",
+                   help="also write each prompt's JSONL trace of calls and transitions to DIR/traces/")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only when stderr is a terminal)")
+    p.set_defaults(func=run)
+
+
+def _setup(args: argparse.Namespace):
+    try:
+        if args.workers is not None and args.workers < 1:
+            raise ValueError(f"`--workers` (={args.workers}) must be >= 1")
+        task, problems = load_task(args.dataset, limit=args.limit, seed=args.seed)
+        engine, sampler = build(args)
+        model = getattr(engine.inner, "model_path", None) or (args.model if args.engine == "embedded" else args.engine)
+        config = {"dataset": args.dataset, "seed": args.seed, "engine": args.engine, "model": str(model),
+                  "chat": args.chat, **sampler.describe()}
+        info = {"task": {"name": task.name, "grader": task.grader, "problems": len(problems)},
+                "engine": {"name": args.engine, "url": args.url, "mode": getattr(engine.inner, "mode", None),
+                           "seeded": engine.capabilities.seeded}}
+        prompts = {p.id: _encode(engine.inner, sampler, p, args) for p in problems}
+        rundir = RunDir(args.out, config, info)
+    except (ValueError, TypeError, ImportError) as exc:
+        raise UsageError(cli_names(str(exc))) from exc
+    except EngineError as exc:
+        raise UsageError(str(exc)) from exc
+    return task, problems, engine, sampler, rundir, prompts, str(model)
+
+
+def _encode(engine: Any, sampler: Any, problem: Problem, args: argparse.Namespace) -> list[int]:
+    chat = getattr(engine, "chat_prompt", None) if (problem.chat and args.chat) else None
+    encode = chat or getattr(engine, "encode", None)
+    if encode is None:
+        raise ValueError(f"--dataset: engine {args.engine!r} has no tokenizer for text prompts")
+    try:
+        return list(sampler.check_prompt(encode(problem.prompt)))
+    except ValueError as exc:
+        raise ValueError(f"problem {problem.id!r}: {exc}") from None
+
+
+def _rescorer(args: argparse.Namespace, model: str):
+    if not args.rescore or args.engine == "reference":
+        return None
+    from ..evaluation.rescore import Rescorer
+
+    try:
+        return Rescorer(model)
+    except (OSError, ValueError) as exc:  # a server's model folder that is not on this machine
+        print(f"{PROG}: warning: no rescoring ({exc}); statistics from the chain's own log p0", file=sys.stderr)
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    task, problems, engine, sampler, rundir, prompts, model = _setup(args)
+    for w in rundir.warnings + getattr(task, "errors", []):
+        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    done = rundir.done_ids()
+    todo = [p for p in problems if p.id not in done]
+    print(f"{PROG}: {task.name}: {len(problems)} problems, {len(problems) - len(todo)} already in {rundir.path}, "
+          f"{len(todo)} to run", file=sys.stderr)
+    rescorer = _rescorer(args, model) if todo else None
+    workers = args.workers or (8 if args.engine in ("sglang", "vllm") else 1)
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    bar = _bar(len(problems), len(problems) - len(todo), task.name, show)
+
+    traces = rundir.path / "traces"
+    if args.traces:
+        traces.mkdir(exist_ok=True)
+
+    def one(problem: Problem) -> None:
+        t0 = time.perf_counter()
+        if args.traces:
+            name = "".join(c if c.isalnum() or c in "-_." else "_" for c in problem.id)
+            with open(traces / f"{name}.jsonl", "w", encoding="utf-8") as f:
+                result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=problem.id, trace=TraceWriter(f))
+        else:
+            result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=problem.id)
+        rundir.append(make_record(problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer,
+                                  seconds=time.perf_counter() - t0))
+        if bar is not None:
+            graded = [r["grade"]["correct"] for r in rundir.records if r["grade"]["correct"] is not None]
+            bar.set_postfix_str(f"accuracy {sum(graded) / len(graded):.1%}" if graded else "", refresh=False)
+            bar.update(1)
+
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        finished, _ = wait([pool.submit(one, p) for p in todo], return_when=FIRST_EXCEPTION)
+        pool.shutdown(wait=True, cancel_futures=True)  # after a failure: the chains in flight finish
+        failed = [f.exception() for f in finished if f.exception() is not None]
+        if failed:
+            raise failed[0]  # type: ignore[misc]
+    except KeyboardInterrupt:  # records are on disk as they finish: stop now, resume later
+        pool.shutdown(wait=False, cancel_futures=True)
+        print(f"\n{PROG}: interrupted; {len(rundir.records)} records kept in {rundir.path}, rerun the same "
+              "command to resume", file=sys.stderr)
+        os._exit(130)
+    finally:
+        if bar is not None:
+            bar.close()
+    graded = [r["grade"]["correct"] for r in rundir.records if r["grade"]["correct"] is not None]
+    acc = f", accuracy {sum(graded)}/{len(graded)} = {sum(graded) / len(graded):.1%}" if graded else ""
+    print(f"{rundir.path}: {len(rundir.records)} records{acc}")
+    return 0
+
+
+def _bar(total: int, initial: int, name: str, show: bool):
+    if not show:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=name, unit="prompt", file=sys.stderr, dynamic_ncols=True)

