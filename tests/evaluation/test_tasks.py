@@ -49,10 +49,26 @@ def test_sandbox_has_no_network_and_no_environment(monkeypatch):
         assert run_python("import _socket\ns = _socket.socket()\ns.settimeout(2)\ns.connect(('1.1.1.1', 53))").status == "failed"
 
 
+def test_hostile_completions_fail_cleanly(tmp_path):
+    victim = tmp_path / "keep.txt"
+    victim.write_text("important")
+    deleted = run_python(f"import os\nos.remove({str(victim)!r})")
+    assert deleted.status == "failed" and "PermissionError" in deleted.detail and victim.exists()
+    assert "PermissionError" in run_python("import subprocess\nsubprocess.run(['ls'])").detail
+    assert "PermissionError" in run_python("import shutil\nshutil.rmtree('/tmp')").detail
+    flood = run_python("import sys\nfor _ in range(10**6):\n    sys.stderr.write('x' * 1000)\n"
+                       "    print('y' * 1000)", timeout_s=20)
+    assert flood.status in ("failed", "timeout") and len(flood.detail) <= 300  # killed at the 16 MiB file limit
+    assert run_python("print('z' * 10**7)").passed  # stdout is discarded, not limited
+    for early in ("import sys\nsys.exit(0)", "import os\nos._exit(0)"):  # skipping the tests is no pass
+        out = run_python(early + "\nassert False")
+        assert out.status == "failed" and "before the end" in out.detail
+
+
 def test_sandbox_kills_forked_children(tmp_path):
     flag = tmp_path / "child-alive"
-    program = (f"import os, time\nif os.fork() == 0:\n    time.sleep(3)\n    open({str(flag)!r}, 'w').write('x')\n"
-               "    os._exit(0)\ntime.sleep(30)\n")
+    program = (f"import os, posix, time\nif posix.fork() == 0:  # past the guard on os.fork\n    time.sleep(3)\n"
+               f"    open({str(flag)!r}, 'w').write('x')\n    os._exit(0)\ntime.sleep(30)\n")
     assert run_python(program, timeout_s=1).status == "timeout"
     import time
 
