@@ -94,7 +94,8 @@ def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024) 
         path = os.path.join(tmp, "program.py")
         nonce = os.urandom(8).hex()  # written by the program's last line: an early exit(0) is no pass
         with open(path, "w", encoding="utf-8") as f:
-            f.write(f"{_PRELUDE}{program}\n\nwith open('done', 'w') as _f:\n    _f.write({nonce!r})\n")
+            done = os.path.join(tmp, "done")
+            f.write(f"{_PRELUDE}{program}\n\nwith open({done!r}, 'w') as _f:\n    _f.write({nonce!r})\n")
         cmd = [*_unshare(), sys.executable, "-I", "-B", path]
         t0 = time.monotonic()
         with open(os.path.join(tmp, "stderr"), "w+b") as err:
@@ -110,8 +111,7 @@ def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024) 
             dt = time.monotonic() - t0
             err.seek(max(0, err.seek(0, os.SEEK_END) - 4096))
             tail = err.read().decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-            done = Path(tmp, "done")
-            finished = done.exists() and done.read_text() == nonce
+            finished = Path(done).exists() and Path(done).read_text() == nonce
     if proc.returncode == 0:
         return Outcome("passed", "", dt) if finished else Outcome("failed", "exited before the end of the program", dt)
     if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and dt >= timeout_s * 0.9:
