@@ -4,6 +4,7 @@ two runs on the same prompts (A is the baseline; :mod:`presto_sgl.evaluation.equ
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from .common import UsageError
 
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{t.statistic:16s} {t.n:4d} {t.mean_a:9.4f} {t.mean_b:9.4f} {t.diff:+9.4f} {ci:>21s} "
               f"{t.margin:8.4f} {t.p_eq:7.4f} {t.p_holm:7.4f}  {'equivalent' if t.equivalent else 'not shown equivalent'}")
     if args.plot:
-        forest_plot([(f"{args.run_b} vs {args.run_a}", t) for t in tests], args.plot)
+        label = f"{Path(args.run_b).name} vs {Path(args.run_a).name}"
+        forest_plot([(label, t) for t in tests], args.plot)
         print(f"forest plot: {args.plot}")
     return 0

@@ -101,7 +101,7 @@ def forest_plot(rows: Sequence[tuple[str, Tost]], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 0.45 * len(rows) + 1.2))
+    fig, ax = plt.subplots(figsize=(8.0, 0.45 * len(rows) + 1.6))
     for y, (label, t) in enumerate(rows):
         lo, hi = (c / t.margin for c in t.ci90)
         color = "tab:green" if t.equivalent else "tab:red"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_jsonl_task_reports_bad_lines_and_goes_on(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     task, problems = load_task(str(path))
     assert [p.id for p in problems] == ["a", "6"]
-    assert [e.split(":")[-2] for e in task.errors] == ["2", "3", "5", "7"]
+    assert [re.search(r"prompts\.jsonl:(\d+):", e).group(1) for e in task.errors] == ["2", "3", "5", "7"]
     assert "'prompt' must be a non-empty string" in task.errors[1] and "duplicate id 'a'" in task.errors[3]
     assert task.grade(problems[0], "it is <answer>4</answer>").correct is True
     assert task.grade(problems[0], "5").correct is False
