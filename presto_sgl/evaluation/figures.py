@@ -126,6 +126,7 @@ def prefetch_tree(trace: Path, path: Path) -> Path | None:
         ax.plot(*zip(*path_pts), color="tab:red", marker="o", zorder=3,
                 label=f"realized ({len(walked)} transitions; accepted {sum(n['accepted'] for n in walked)})")
     ax.set_xticks([])
+    ax.set_yticks(range(0, min(ys) - 1, -1))
     ax.set_ylabel("depth below the round's root")
     ax.set_title(f"Call {call['index']} (stage {call['stage']}): right = accept, left = reject")
     ax.legend(fontsize=8, loc="lower left")
