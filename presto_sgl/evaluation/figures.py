@@ -27,6 +27,12 @@ def accuracy_vs_time(runs: list[Any], path: Path) -> Path | None:
     for label, t, (p, lo, hi, n) in points:
         ax.errorbar([t], [p], yerr=[[p - lo], [hi - p]], fmt="o", capsize=3, label=f"{label} (n={n})")
     ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_xlabel("generation time per prompt, median (s, log scale)")
     ax.set_ylabel("accuracy (95% Wilson CI)")
     ax.set_title("Accuracy against time")
