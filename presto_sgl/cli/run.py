@@ -120,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
         rundir.append(make_record(problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer,
                                   seconds=time.perf_counter() - t0))
         if bar is not None:
-            graded = [r["grade"]["correct"] for r in rundir.records if r["grade"]["correct"] is not None]
-            bar.set_postfix_str(f"accuracy {sum(graded) / len(graded):.1%}" if graded else "", refresh=False)
+            right, n = _accuracy(rundir.records)
+            bar.set_postfix_str(f"accuracy {right / n:.1%}" if n else "", refresh=False)
             bar.update(1)
 
     pool = ThreadPoolExecutor(max_workers=workers)
@@ -139,10 +139,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    graded = [r["grade"]["correct"] for r in rundir.records if r["grade"]["correct"] is not None]
-    acc = f", accuracy {sum(graded)}/{len(graded)} = {sum(graded) / len(graded):.1%}" if graded else ""
+    right, n = _accuracy(rundir.records)
+    acc = f", accuracy {right}/{n} = {right / n:.1%}" if n else ""
     print(f"{rundir.path}: {len(rundir.records)} records{acc}")
     return 0
+
+
+def _accuracy(records: list[dict[str, Any]]) -> tuple[int, int]:
+    """(correct, graded) over the records that have a grade."""
+    graded = [r["grade"]["correct"] for r in records if r["grade"]["correct"] is not None]
+    return sum(graded), len(graded)
 
 
 def _bar(total: int, initial: int, name: str, show: bool):

@@ -19,7 +19,7 @@ def _plt():
 
 def accuracy_vs_time(runs: list[Any], path: Path) -> Path | None:
     """Paper Fig. 20 analog: accuracy (Wilson 95% CI) against median generation time per prompt."""
-    points = [(r.label, statistics.median(r.gen_time()), r.accuracy()) for r in runs if r.accuracy() is not None]
+    points = [(r.label, statistics.median(r.gen_time()), acc) for r in runs if (acc := r.accuracy()) is not None]
     if not points:
         return None
     plt = _plt()
