@@ -3,7 +3,7 @@
 # serving SmolLM2-135M-Instruct on 127.0.0.1, on the CPU.
 #
 #   bash scripts/vllm_server.sh start  [--port 8000] [--dtype bfloat16] [--model DIR] [--timeout 300]
-#                                      [--kv-cache-gib 1] [--compile] [--stock]
+#                                      [--kv-cache-gib 1] [--block-size 32] [--compile] [--stock]
 #   bash scripts/vllm_server.sh stop   [--port 8000]
 #   bash scripts/vllm_server.sh status [--port 8000]
 #
@@ -13,14 +13,17 @@
 # waits until GET /health answers 200; on timeout or early exit it prints the log tail, stops
 # the server and fails. --dtype float32 for exactness tests, bfloat16 (default) for speed.
 # Eager mode unless --compile (compiling takes a minute or two more at start). The KV cache is
-# --kv-cache-gib GiB. The server loads presto-sgl's one-pass plugin (VLLM_PLUGINS=presto_onepass);
+# --kv-cache-gib GiB in blocks of --block-size tokens (default 32, the CPU attention's smallest):
+# vLLM's prefix cache reuses whole blocks only, so at vLLM's CPU default of 128 a 100-token prefix
+# reuses nothing and a 300-token one 256 tokens; at 32, 96 and 288. The server loads presto-sgl's
+# one-pass plugin (VLLM_PLUGINS=presto_onepass);
 # --stock loads no plugin and serves temperature-scaled logprobs (--logprobs-mode
 # processed_logprobs), which the engine's two-pass mode needs. All cores run the model
 # (VLLM_CPU_OMP_THREADS_BIND=0-(n-1), none reserved). Extra arguments after `--` go to vLLM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 say() { echo "vllm_server: $*"; }
 die() { echo "vllm_server: ERROR: $*" >&2; exit 1; }
 
@@ -31,6 +34,7 @@ DTYPE=bfloat16
 MODEL=""
 TIMEOUT=300
 KV_GIB=1
+BLOCK=32
 COMPILE=no
 STOCK=no
 EXTRA=()
@@ -41,6 +45,7 @@ while [ $# -gt 0 ]; do
     --model) MODEL="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
     --kv-cache-gib) KV_GIB="$2"; shift 2 ;;
+    --block-size) BLOCK="$2"; shift 2 ;;
     --compile) COMPILE=yes; shift ;;
     --stock) STOCK=yes; shift ;;
     --) shift; EXTRA=("$@"); break ;;
@@ -50,6 +55,8 @@ while [ $# -gt 0 ]; do
 done
 case "$PORT" in ''|*[!0-9]*) die "--port needs a number, not '$PORT'" ;; esac
 case "$KV_GIB" in ''|*[!0-9]*|0) die "--kv-cache-gib needs a whole number of GiB >= 1, not '$KV_GIB'" ;; esac
+case "$BLOCK" in ''|*[!0-9]*) die "--block-size needs a multiple of 32 (vLLM's CPU attention), not '$BLOCK'" ;; esac
+[ $(( BLOCK % 32 )) -eq 0 ] && [ "$BLOCK" -gt 0 ] || die "--block-size needs a multiple of 32 (vLLM's CPU attention), not '$BLOCK'"
 case "$DTYPE" in bfloat16|float32|float16|auto) ;; *) die "--dtype must be bfloat16, float32, float16 or auto, not '$DTYPE'" ;; esac
 
 RUN_DIR=".cache/vllm"
@@ -82,7 +89,7 @@ fi
 
 CORES=$(nproc)
 ARGS=(--model "$MODEL" --host 127.0.0.1 --port "$PORT" --dtype "$DTYPE" --max-model-len 2048
-      --kv-cache-memory-bytes $(( KV_GIB * 1024 * 1024 * 1024 )) --generation-config vllm
+      --kv-cache-memory-bytes $(( KV_GIB * 1024 * 1024 * 1024 )) --block-size "$BLOCK" --generation-config vllm
       --enable-prompt-tokens-details --disable-uvicorn-access-log)
 [ "$COMPILE" = yes ] || ARGS+=(--enforce-eager)
 if [ "$STOCK" = yes ]; then

@@ -186,6 +186,7 @@ def test_both_modes_give_exact_scores(stand_in, kind):
         scores = [b["prompt"] for b in srv.bodies if b.get("prompt_logprobs") == 0]
         assert [1, 2, 3, *comps[0].tokens] in scores and [1, 2, 3, 4, 5, 6, *comps[1].tokens] in scores
     assert eng.stats.cached_tokens > 0
+    assert [c.cached_tokens for c in comps] == [2, 2]  # each completion carries its own prefix-cache hits
 
 
 def test_a_stock_raw_server_is_refused_and_one_pass_needs_the_plugin(stand_in):

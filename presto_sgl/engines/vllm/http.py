@@ -124,15 +124,15 @@ class VLLMEngine(ServerEngine, ModelFolder):
             kept = [i for i, d in enumerate(decoded) if d is not None]
             scores = self._map(self._score, [(requests[i], decoded[i][0]) for i in kept])  # type: ignore[index]
             for i, logp in zip(kept, scores, strict=True):
-                tokens, logq, _, _, _ = decoded[i]  # type: ignore[misc]
-                decoded[i] = None if logp is None else (tokens, logq, logp, None, None)
+                tokens, logq, _, _, _, cached = decoded[i]  # type: ignore[misc]
+                decoded[i] = None if logp is None else (tokens, logq, logp, None, None, cached)
         out: list[Completion | None] = []
         for r, d in zip(requests, decoded, strict=True):
             if d is None:
                 out.append(None)
                 continue
-            tokens, logq, logp, entropy, at = d
-            comp = Completion(tokens, logq, logp, entropy if r.return_entropy else None, 0,
+            tokens, logq, logp, entropy, at, cached = d
+            comp = Completion(tokens, logq, logp, entropy if r.return_entropy else None, cached,
                               at if r.score_temperatures else None)
             validate_completion(r, comp, self._vocab)  # a finished response must be whole: else an error
             out.append(comp)
@@ -145,8 +145,9 @@ class VLLMEngine(ServerEngine, ModelFolder):
             return list(pool.map(fn, items))  # the first failure is raised after all finish
 
     # -- passes ----------------------------------------------------------------------------------
-    def _completion(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        """POST /v1/completions: its single choice, or None when the server aborted it."""
+    def _completion(self, body: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
+        """POST /v1/completions: its single choice and the prompt tokens vLLM's prefix cache
+        served, or None when the server aborted it."""
         res = self._call("POST", "/v1/completions", {"model": self.model, **_FIXED_PARAMS, **body})
         choices = res.get("choices") if isinstance(res, dict) else None
         if not choices or not isinstance(choices[0], dict):
@@ -162,24 +163,26 @@ class VLLMEngine(ServerEngine, ModelFolder):
             )
         usage = res.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
+        cached = int(details.get("cached_tokens") or 0)
         with self._stats_lock:
             self.stats.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-            self.stats.cached_tokens += int(details.get("cached_tokens") or 0)
-        return choice
+            self.stats.cached_tokens += cached
+        return choice, cached
 
     def _decode(self, r: Request) -> tuple | None:
         body: dict[str, Any] = {"prompt": list(r.prefix), "max_tokens": r.max_new_tokens, "temperature": r.temperature,
                                 "logprobs": width(self._m or 0) if self._mode == "one-pass" else 0}
         if self._seeded and r.seed is not None:
             body["seed"] = int(r.seed % (1 << 63))
-        choice = self._completion(body)
-        if choice is None:
+        answer = self._completion(body)
+        if answer is None:
             return None
+        choice, cached = answer
         lp = choice.get("logprobs") or {}
         tokens = tuple(_token_id(t) for t in lp.get("tokens") or [])
         values = tuple(_as_float(x) for x in lp.get("token_logprobs") or [])
         if self._mode == "two-pass":
-            return tokens, values, None, None, None
+            return tokens, values, None, None, None, cached
         tops = lp.get("top_logprobs") or []
         fields = [parse_fields(t, v, _top(top), self._vocab) for t, v, top in zip(tokens, values, tops, strict=False)]
         if len(fields) != len(tokens) or any(f is None for f in fields):
@@ -188,15 +191,17 @@ class VLLMEngine(ServerEngine, ModelFolder):
                 "plugin?); start it with `bash scripts/vllm_server.sh start`"
             )
         return (tokens, tuple(f.logq for f in fields), values, tuple(f.entropy for f in fields),  # type: ignore[union-attr]
-                tuple(f.logq_at(r.score_temperatures) for f in fields) if r.score_temperatures else None)  # type: ignore[union-attr]
+                tuple(f.logq_at(r.score_temperatures) for f in fields) if r.score_temperatures else None,  # type: ignore[union-attr]
+                cached)
 
     def _score(self, item: tuple[Request, tuple[int, ...]]) -> tuple[float, ...] | None:
         """log p0 of ``tokens`` after the request's prefix (raw ``prompt_logprobs``)."""
         r, tokens = item
-        choice = self._completion({"prompt": [*r.prefix, *tokens], "max_tokens": 1, "temperature": 1.0,
+        answer = self._completion({"prompt": [*r.prefix, *tokens], "max_tokens": 1, "temperature": 1.0,
                                    "prompt_logprobs": 0})
-        if choice is None:
+        if answer is None:
             return None
+        choice = answer[0]
         entries = (choice.get("prompt_logprobs") or [])[len(r.prefix):]
         if len(entries) != len(tokens):
             raise EngineError(f"{self.KIND} {self.url} scored {len(entries)} of {len(tokens)} tokens")
@@ -204,10 +209,10 @@ class VLLMEngine(ServerEngine, ModelFolder):
 
     # -- probes ------------------------------------------------------------------------------------
     def _probe_one(self, temperature: float, logprobs: int) -> dict[str, Any]:
-        choice = self._completion({"prompt": [0], "max_tokens": 1, "temperature": temperature, "logprobs": logprobs})
-        if choice is None:
+        answer = self._completion({"prompt": [0], "max_tokens": 1, "temperature": temperature, "logprobs": logprobs})
+        if answer is None:
             raise EngineError(f"{self.KIND} {self.url} aborted a probe request")
-        return choice.get("logprobs") or {}
+        return answer[0].get("logprobs") or {}
 
     def _probe_plugin(self) -> int | None:
         """The plugin's number of score temperatures, or None for a stock server."""
