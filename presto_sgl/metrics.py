@@ -2,7 +2,9 @@
 
 Definitions follow the paper (App. D.2): ``model_calls`` counts MH calls (one per
 sequential step, one per PreSTO round); block extensions are counted apart in
-``extend_calls``. transitions per call = transitions / model_calls.
+``extend_calls``. transitions per call = transitions / model_calls. ``kv_tokens_peak``: the
+most KV tokens one call (MH or extension) asks for, sum over its requests of prefix + new
+tokens; an upper bound on the engine's KV use, which shares cached prefixes.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class PromptMetrics:
     prefill_tokens: int
     cached_tokens: int
     cache_hit_rate: float
+    kv_tokens_peak: int
     call_time_s: float  # cumulative MH call time
     time_per_call_s: float
     extend_time_s: float
@@ -105,6 +108,7 @@ def summarize(calls: Iterable[CallRecord], nodes: Iterable[NodeRecord]) -> Promp
         prefill_tokens=prefill,
         cached_tokens=cached,
         cache_hit_rate=_ratio(cached, prefill),
+        kv_tokens_peak=max((sum(r.prefix_len + r.new_tokens for r in c.requests) for c in calls), default=0),
         call_time_s=call_time,
         time_per_call_s=_ratio(call_time, len(mh)),
         extend_time_s=sum(c.time_s for c in ext),

@@ -36,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_engine_options(p)
     add_sampler_options(p)
     p.add_argument("--seed", type=int, default=0, help="run seed: chain keys and procedural problems (default: 0)")
+    p.add_argument("--label", default=None,
+                   help="the run's name in `report` and `compare` tables (default: its method, e.g. "
+                   "'powermh PreSTO step N_pf=20'); part of the run's config")
     p.add_argument("--workers", type=int, default=None,
                    help="chains in flight (default: 8 on a server engine, 1 in process)")
     p.add_argument("--rescore", action=argparse.BooleanOptionalAction, default=True,
@@ -57,6 +60,10 @@ def _setup(args: argparse.Namespace):
         model = getattr(engine.inner, "model_path", None) or (args.model if args.engine == "embedded" else args.engine)
         config = {"dataset": args.dataset, "seed": args.seed, "engine": args.engine, "model": str(model),
                   "chat": args.chat, **sampler.describe()}
+        if args.label is not None:
+            if not args.label.strip():
+                raise ValueError("`--label` must not be empty: give a name, or leave the option out")
+            config["label"] = args.label
         info = {"task": {"name": task.name, "grader": task.grader, "problems": len(problems)},
                 "engine": {"name": args.engine, "url": args.url, "mode": getattr(engine.inner, "mode", None),
                            "seeded": engine.capabilities.seeded}}

@@ -1,7 +1,7 @@
 """``presto-sgl report RUN_DIR... --out DIR``: a Markdown report with tables and PNG figures.
 
-Runs are grouped by setting (dataset, model, engine, kernel, alpha, T, B, K); in each group
-the sequential run is the reference of every PreSTO run. Figures (paper analogs):
+Runs are grouped by setting (dataset, seed, model, engine, chat, kernel, alpha, tau, T, B, K,
+keys); in each group the sequential run is the reference of every PreSTO run. Figures (paper analogs):
 accuracy vs time per prompt for every method (Fig. 20), speedup vs prefetch budget
 (Fig. 5 / Table 2), calls reduction vs time-per-call ratio (Fig. 1), the eps-certainty
 histogram of acceptance decisions (Fig. 15, from ``--traces``) and one prefetched tree
@@ -20,7 +20,8 @@ from typing import Any
 
 from .equivalence import load_records
 
-SETTING = ("dataset", "model", "engine", "kernel", "alpha", "max_new_tokens", "block_size", "steps")
+SETTING = ("dataset", "seed", "model", "engine", "chat", "kernel", "alpha", "tau", "max_new_tokens", "block_size",
+           "steps", "keying")
 
 
 @dataclass
@@ -32,9 +33,11 @@ class Run:
     @property
     def label(self) -> str:
         c = self.config
+        if c.get("label"):
+            return c["label"]
         if c["sampler"] in ("sequential", "presto"):
             if c["sampler"] == "sequential":
-                return f"{c['kernel']} sequential"
+                return f"{c['kernel']} sequential ({c['keying']} keys)"
             return f"{c['kernel']} PreSTO {c['rule']}{' +cost' if c.get('cost_aware') else ''} N_pf={c['budget']}"
         extra = {"bestofn": f" N={c.get('n')}", "powersmc": f" P={c.get('particles')}"}.get(c["sampler"], "")
         return c["sampler"] + extra
@@ -136,13 +139,16 @@ def write_report(paths: list[str | Path], out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# presto-sgl report", "", f"Runs: {len(runs)}.", "", "## Methods", "",
-             "| run | method | prompts | accuracy (95% CI) | generation time per prompt, median (range) s | model calls per prompt |",
-             "|---|---|---|---|---|---|"]
+             "| run | method | prompts | accuracy (95% CI) | generation time per prompt, median (range) s | model calls per prompt "
+             "| KV tokens of a call, peak (median over prompts) |",
+             "|---|---|---|---|---|---|---|"]
     for r in runs:
         acc = r.accuracy()
         acc_s = f"{acc[0]:.1%} ({acc[1]:.1%}-{acc[2]:.1%}), n={acc[3]}" if acc else "-"
         calls = statistics.mean(x["metrics"]["model_calls"] + x["metrics"]["extend_calls"] for x in r.records)
-        lines.append(f"| {r.path.name} | {r.label} | {len(r.records)} | {acc_s} | {_med(r.gen_time())} | {calls:.1f} |")
+        kv = [x["metrics"]["kv_tokens_peak"] for x in r.records if "kv_tokens_peak" in x["metrics"]]
+        kv_s = f"{statistics.median(kv):.0f}" if kv else "-"
+        lines.append(f"| {r.path.name} | {r.label} | {len(r.records)} | {acc_s} | {_med(r.gen_time())} | {calls:.1f} | {kv_s} |")
     figs = [figures.accuracy_vs_time(runs, out / "accuracy_vs_time.png")]
     rows = speedups(runs)
     if rows:

@@ -2,25 +2,34 @@
 ``score_answer``.
 
 ``reasoning-gym:TASK`` makes ``limit`` problems of TASK from the run seed (the same seed gives
-the same problems). Prompt: the question and an instruction to put the final answer in
-``<answer>`` tags. Extraction: :func:`~presto_sgl.tasks.extract.final_answer` (tags, then
-``\\boxed{}``, then an ``Answer:`` line). Correct = score 1; the score (partial credit some
-tasks give) is kept too.
+the same problems); ``reasoning-gym:TASK:KEY=VALUE,...`` sets fields of the task's config
+(e.g. ``basic_arithmetic:max_terms=2,max_digits=1``; values as Python literals, else strings).
+Prompt: the question and an instruction to put the final answer in ``<answer>`` tags.
+Extraction: :func:`~presto_sgl.tasks.extract.final_answer` (tags, then ``\\boxed{}``, then an
+``Answer:`` line); for a task whose reference answers are numbers, a response that states none
+of these is read by its last number. Correct = score 1; the score (partial credit some tasks
+give) is kept too.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+from typing import Any
+
 from .base import Grade, Problem
-from .extract import final_answer
+from .extract import final_answer, last_number
 
 SUGGESTED = ("basic_arithmetic", "chain_sum", "gsm_symbolic", "leg_counting", "products")
 INSTRUCTION = "{question}\n\nThink briefly, then give only the final answer inside <answer></answer> tags."
 
 
 class ReasoningGym:
-    grader = "reasoning-gym's score_answer on the extracted answer (<answer> tags, \\boxed{}, Answer: line)"
+    grader = ("reasoning-gym's score_answer on the extracted answer (<answer> tags, \\boxed{}, Answer: line; "
+              "numeric tasks: else the last number)")
 
-    def __init__(self, task: str, size: int, seed: int) -> None:
+    def __init__(self, spec: str, size: int, seed: int) -> None:
+        task, _, options = spec.partition(":")
         try:
             import reasoning_gym
         except ImportError:
@@ -29,8 +38,12 @@ class ReasoningGym:
             known = ", ".join(SUGGESTED)
             raise ValueError(f"--dataset reasoning-gym:{task}: unknown reasoning-gym task (try one of {known}; "
                              f"all: {len(reasoning_gym.factory.DATASETS)} in reasoning_gym.factory.DATASETS)")
-        self.name = f"reasoning-gym:{task}"
-        self._data = reasoning_gym.create_dataset(task, size=size, seed=seed)
+        self.name = f"reasoning-gym:{spec}"
+        try:
+            self._data = reasoning_gym.create_dataset(task, size=size, seed=seed, **_options(task, options))
+        except (AssertionError, TypeError) as exc:  # reasoning-gym validates its configs with asserts
+            raise ValueError(f"--dataset reasoning-gym:{spec}: the task's config refused it ({exc or 'invalid value'})") from None
+        self._numeric = all(last_number(str(e["answer"])) == str(e["answer"]).strip() for e in self._data)
 
     def problems(self) -> list[Problem]:
         return [Problem(id=str(i), prompt=INSTRUCTION.format(question=e["question"]), chat=True, reference=e["answer"],
@@ -38,5 +51,45 @@ class ReasoningGym:
 
     def grade(self, problem: Problem, response: str) -> Grade:
         answer = final_answer(response)
+        if answer is None and self._numeric:
+            answer = last_number(response)
         score = float(self._data.score_answer(answer=answer, entry=self._data[problem.meta["entry"]]))
         return Grade(correct=score >= 1.0, answer=answer, score=score)
+
+
+def _options(task: str, text: str) -> dict[str, Any]:
+    """``KEY=VALUE,...`` as keyword arguments of the task's config; ValueError naming a bad one."""
+    if not text:
+        return {}
+    from reasoning_gym.factory import DATASETS
+
+    fields = {f.name for f in dataclasses.fields(DATASETS[task][1])} - {"seed", "size"}
+    out: dict[str, Any] = {}
+    for item in _split(text):
+        key, eq, value = (x.strip() for x in item.partition("="))
+        if not eq or key not in fields:
+            raise ValueError(f"--dataset reasoning-gym:{task}:{text}: {item!r} is not KEY=VALUE with KEY one of "
+                             f"{', '.join(sorted(fields))}")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+def _split(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and quotes (``ops=('+','-'),n=2``: two items)."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    return [*items, text[start:]]

@@ -45,6 +45,8 @@ def test_run_grades_records_and_resumes(capsys, tmp_path):
     rc = cli.main([*TINY, "--dataset", "addition", "--limit", "6", "--out", str(out), "--alpha", "2"])
     _, err = capsys.readouterr()
     assert rc == 2 and "alpha: 4.0 in the directory, 2.0 now" in err and len(records(out)) == 6
+    rc = cli.main([*TINY, "--dataset", "addition", "--out", str(tmp_path / "other"), "--label", " "])
+    assert rc == 2 and "--label" in capsys.readouterr().err
 
 
 def test_presto_and_sequential_runs_sample_the_same_chains(capsys, tmp_path):
@@ -74,7 +76,8 @@ def test_bad_lines_of_a_prompt_file_are_reported_and_the_rest_run(capsys, tmp_pa
 
 
 def test_baselines_and_the_report(capsys, tmp_path):
-    runs = {"sequential": ["--rule", "sequential"], "bfs": ["--rule", "bfs", "--budget", "6"],
+    runs = {"sequential": ["--rule", "sequential", "--keying", "path"], "bfs": ["--rule", "bfs", "--budget", "6"],
+            "step": ["--rule", "step", "--label", "my step run"],
             "lowtemp": ["--sampler", "lowtemp"], "bestofn": ["--sampler", "bestofn", "--best-of", "4"],
             "powersmc": ["--sampler", "powersmc", "--particles", "4"]}
     for name, extra in runs.items():
@@ -83,13 +86,17 @@ def test_baselines_and_the_report(capsys, tmp_path):
     capsys.readouterr()
     bon = records(tmp_path / "bestofn")
     assert all(r["metrics"]["extend_calls"] == 1 and r["metrics"]["tokens_decoded"] == 4 * 36 for r in bon)
+    assert all(r["metrics"]["kv_tokens_peak"] == 4 * (len(r["prompt_ids"]) + 36) for r in bon)  # 4 rows at once
     smc = records(tmp_path / "powersmc")
     assert all(r["metrics"]["extend_calls"] == 3 and r["metrics"]["model_calls"] == 0 for r in smc)
     assert json.loads((tmp_path / "powersmc" / "manifest.json").read_text())["config"]["ramp_tokens"] == 14
     out = tmp_path / "report"
     assert cli.main(["report", *(str(tmp_path / n) for n in runs), "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
-    assert "| bestofn | bestofn N=4 | 4 |" in text and "PreSTO vs sequential" in text and "paired TOST" in text
+    assert "| bestofn | bestofn N=4 | 4 |" in text and "KV tokens of a call, peak" in text and "PreSTO vs sequential" in text and "paired TOST" in text
+    assert "| step | my step run | 4 |" in text  # --label names the run
+    paired = text.split("PreSTO vs sequential")[1]
+    assert "PreSTO bfs" in paired and "my step run" not in paired  # step keys: no sequential run with its keys
     for png in ("accuracy_vs_time", "speedup_vs_budget", "calls_vs_time_per_call", "certainty", "prefetch_tree",
                 "tost_forest"):
         assert (out / f"{png}.png").stat().st_size > 5000 and f"({png}.png)" in text

@@ -1,0 +1,140 @@
+"""Evaluation results (issue 12; paper Case Studies 1-3 and 8): accuracy and time of the
+baselines, sequential PowerMH and PreSTO on one task, the TOST table, every figure.
+
+    python benchmarks/evaluation.py --suite smollm2 [--dataset reasoning-gym:TASK] [--limit 30]
+    python benchmarks/evaluation.py --suite tiny [--limit 30]
+    python benchmarks/evaluation.py --suite tiny --report-only     # tables and figures from the runs
+
+Each method is one `presto-sgl run` (in this process, one after another, so no two time
+at once) into ``OUT/runs/NAME``; a rerun resumes each run (the problems done are skipped)
+and ``--report-only`` only regenerates ``OUT/report.md`` and its PNGs with `presto-sgl
+report` over the runs. OUT defaults to ``benchmarks/results/evaluation/SUITE``.
+
+Suites (embedded engine, fp32 and seeded, so PreSTO's chains are the sequential ones):
+- ``smollm2``: SmolLM2-135M-Instruct on a reasoning-gym task (default: one-digit sums and
+  differences of two terms, which low-temperature sampling solves about a fifth of), T = 64 in two blocks of 32,
+  K = 10 per block, alpha = 4, tau = 1/4: low temperature, best-of-8, Power-SMC (8 particles),
+  sequential PowerMH, PreSTO step (the fastest rule on this engine), and the biased chain.
+- ``tiny``: the project's tiny adder on ``addition`` with noisy proposals (tau = 2, where
+  plain sampling solves about half): the same baselines, sequential PowerMH with each
+  keying, PreSTO bfs, predictive and step, and the biased chain.
+
+The biased chain is PreSTO step with PowerMH's proposal term flipped in the acceptance
+(log A = alpha (log p0(y) - log p0(x)) + log q(y) - log q(x)), the sabotage the
+exactness suites must reject: its TOST against sequential must not pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare import machine  # noqa: E402
+from presto_sgl import cli  # noqa: E402
+from presto_sgl.kernels import powermh  # noqa: E402
+
+BIASED = "PreSTO step, proposal term flipped (biased on purpose)"
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    args: tuple[str, ...]
+    biased: bool = False
+
+
+@dataclass(frozen=True)
+class Suite:
+    dataset: str
+    common: tuple[str, ...]
+    methods: tuple[Method, ...]
+
+
+BASELINES = (  # Power-SMC grows its particles in blocks of the suite's --block-size
+    Method("lowtemp", ("--sampler", "lowtemp")),
+    Method("bestof8", ("--sampler", "bestofn", "--best-of", "8")),
+    Method("powersmc", ("--sampler", "powersmc", "--particles", "8")),
+)
+
+
+SUITES = {
+    "smollm2": Suite(
+        "reasoning-gym:basic_arithmetic:max_terms=2,max_digits=1,operators=('+','-')",
+        ("--engine", "embedded", "--model", "smollm2", "--max-new-tokens", "64", "--block-size", "32", "--steps", "10"),
+        (*BASELINES,
+         Method("sequential", ("--rule", "sequential")),
+         Method("presto-step", ("--rule", "step", "--budget", "20", "--traces")),
+         Method("biased", ("--rule", "step", "--budget", "20", "--label", BIASED), biased=True)),
+    ),
+    "tiny": Suite(
+        "addition",
+        ("--engine", "embedded", "--model", "tiny-adder", "--no-chat", "--tau", "2", "--max-new-tokens", "36",
+         "--block-size", "12", "--steps", "8"),
+        (*BASELINES,
+         Method("sequential-path", ("--rule", "sequential", "--keying", "path")),
+         Method("sequential-step", ("--rule", "sequential", "--keying", "step")),
+         Method("presto-bfs", ("--rule", "bfs", "--budget", "8", "--traces")),
+         Method("presto-predictive", ("--rule", "predictive", "--budget", "8", "--traces")),
+         Method("presto-step", ("--rule", "step", "--budget", "8", "--traces")),
+         Method("biased", ("--rule", "step", "--budget", "8", "--label", BIASED), biased=True)),
+    ),
+}
+
+
+@contextlib.contextmanager
+def flipped_proposal_term() -> Iterator[None]:
+    """PowerMH's acceptance with the q terms swapped, as tests/exactness/cases.py sabotages it."""
+    orig = powermh.log_acceptance
+
+    def flipped(lq_x: float, lq_y: float, lp_x: float, lp_y: float, alpha: float, extra: float = 0.0) -> float:
+        return orig(lq_y, lq_x, lp_x, lp_y, alpha, extra)
+
+    powermh.log_acceptance = flipped
+    try:
+        yield
+    finally:
+        powermh.log_acceptance = orig
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--suite", choices=sorted(SUITES), required=True)
+    ap.add_argument("--dataset", default=None, help="the suite's dataset (smollm2: a reasoning-gym task)")
+    ap.add_argument("--limit", type=int, default=30, help="problems per run (default: 30)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/evaluation/SUITE")
+    ap.add_argument("--only", default=None, help="comma-separated method names to run (default: all)")
+    ap.add_argument("--report-only", action="store_true", help="no sampling: the report from the runs there")
+    args = ap.parse_args()
+    suite = SUITES[args.suite]
+    out = args.out or Path(__file__).resolve().parent / "results" / "evaluation" / args.suite
+    dataset = args.dataset or suite.dataset
+    methods = [m for m in suite.methods if args.only is None or m.name in args.only.split(",")]
+    if args.only is not None and len(methods) != len(args.only.split(",")):
+        ap.error(f"--only: methods are {', '.join(m.name for m in suite.methods)}, not {args.only!r}")
+    print(machine(), flush=True)
+    if not args.report_only:
+        for m in methods:
+            argv = ["run", "--dataset", dataset, "--limit", str(args.limit), "--seed", str(args.seed),
+                    "--out", str(out / "runs" / m.name), *suite.common, *m.args]
+            print(f"== {m.name}: presto-sgl {' '.join(argv)}", flush=True)
+            with flipped_proposal_term() if m.biased else contextlib.nullcontext():
+                rc = cli.main(argv)
+            if rc != 0:
+                return rc
+    runs = [str(p) for m in suite.methods if ((p := out / "runs" / m.name) / "manifest.json").is_file()]
+    if not runs:
+        print(f"no runs under {out / 'runs'}: run without --report-only first", file=sys.stderr)
+        return 1
+    return cli.main(["report", *runs, "--out", str(out)])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
