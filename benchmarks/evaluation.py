@@ -14,14 +14,15 @@ Suites (embedded engine, fp32 and seeded, so PreSTO's chains are the sequential 
 - ``smollm2``: SmolLM2-135M-Instruct on a reasoning-gym task (default: one-digit sums and
   differences of two terms, which low-temperature sampling solves about a fifth of), T = 64 in two blocks of 32,
   K = 10 per block, alpha = 4, tau = 1/4: low temperature, best-of-8, Power-SMC (8 particles),
-  sequential PowerMH, PreSTO step (the fastest rule on this engine), and the biased chain.
+  sequential PowerMH, PreSTO step (the fastest rule on this engine), and the two biased chains.
 - ``tiny``: the project's tiny adder on ``addition`` with noisy proposals (tau = 2, where
   plain sampling solves about half): the same baselines, sequential PowerMH with each
-  keying, PreSTO bfs, predictive and step, and the biased chain.
+  keying, PreSTO bfs, predictive and step, and the two biased chains.
 
-The biased chain is PreSTO step with PowerMH's proposal term flipped in the acceptance
-(log A = alpha (log p0(y) - log p0(x)) + log q(y) - log q(x)), the sabotage the
-exactness suites must reject: its TOST against sequential must not pass.
+Two biased chains, PreSTO step with a wrong PowerMH acceptance, test the TOST's power:
+``biased`` flips the proposal term (log A = alpha (log p0(y) - log p0(x)) + log q(y) - log
+q(x)), the sabotage the exactness suites must reject; ``accept-all`` skips the test (log A
+= 0), so the chain keeps its last proposal.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,14 +41,28 @@ from compare import machine  # noqa: E402
 from presto_sgl import cli  # noqa: E402
 from presto_sgl.kernels import powermh  # noqa: E402
 
-BIASED = "PreSTO step, proposal term flipped (biased on purpose)"
+FLIPPED = "PreSTO step, proposal term flipped (biased on purpose)"
+ACCEPT_ALL = "PreSTO step, every proposal accepted (biased on purpose)"
+
+
+def _flipped(orig: Callable[..., float]) -> Callable[..., float]:
+    """log A = alpha (log p0(y) - log p0(x)) + log q(y) - log q(x): the q terms swapped, the
+    sabotage of tests/exactness/cases.py."""
+    def log_acceptance(lq_x: float, lq_y: float, lp_x: float, lp_y: float, alpha: float, extra: float = 0.0) -> float:
+        return orig(lq_y, lq_x, lp_x, lp_y, alpha, extra)
+    return log_acceptance
+
+
+def _accept_all(orig: Callable[..., float]) -> Callable[..., float]:
+    """log A = 0: the acceptance test skipped, so the chain keeps its last proposal."""
+    return lambda *args, **kwargs: 0.0
 
 
 @dataclass(frozen=True)
 class Method:
     name: str
     args: tuple[str, ...]
-    biased: bool = False
+    sabotage: Callable[[Callable[..., float]], Callable[..., float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +86,8 @@ SUITES = {
         (*BASELINES,
          Method("sequential", ("--rule", "sequential")),
          Method("presto-step", ("--rule", "step", "--budget", "20", "--traces")),
-         Method("biased", ("--rule", "step", "--budget", "20", "--label", BIASED), biased=True)),
+         Method("biased", ("--rule", "step", "--budget", "20", "--label", FLIPPED), _flipped),
+         Method("accept-all", ("--rule", "step", "--budget", "20", "--label", ACCEPT_ALL), _accept_all)),
     ),
     "tiny": Suite(
         "addition",
@@ -83,20 +99,17 @@ SUITES = {
          Method("presto-bfs", ("--rule", "bfs", "--budget", "8", "--traces")),
          Method("presto-predictive", ("--rule", "predictive", "--budget", "8", "--traces")),
          Method("presto-step", ("--rule", "step", "--budget", "8", "--traces")),
-         Method("biased", ("--rule", "step", "--budget", "8", "--label", BIASED), biased=True)),
+         Method("biased", ("--rule", "step", "--budget", "8", "--label", FLIPPED), _flipped),
+         Method("accept-all", ("--rule", "step", "--budget", "8", "--label", ACCEPT_ALL), _accept_all)),
     ),
 }
 
 
 @contextlib.contextmanager
-def flipped_proposal_term() -> Iterator[None]:
-    """PowerMH's acceptance with the q terms swapped, as tests/exactness/cases.py sabotages it."""
+def sabotaged(sabotage: Callable[[Callable[..., float]], Callable[..., float]]) -> Iterator[None]:
+    """PowerMH's acceptance replaced by ``sabotage(the real one)`` for the block."""
     orig = powermh.log_acceptance
-
-    def flipped(lq_x: float, lq_y: float, lp_x: float, lp_y: float, alpha: float, extra: float = 0.0) -> float:
-        return orig(lq_y, lq_x, lp_x, lp_y, alpha, extra)
-
-    powermh.log_acceptance = flipped
+    powermh.log_acceptance = sabotage(orig)
     try:
         yield
     finally:
@@ -125,7 +138,7 @@ def main() -> int:
             argv = ["run", "--dataset", dataset, "--limit", str(args.limit), "--seed", str(args.seed),
                     "--out", str(out / "runs" / m.name), *suite.common, *m.args]
             print(f"== {m.name}: presto-sgl {' '.join(argv)}", flush=True)
-            with flipped_proposal_term() if m.biased else contextlib.nullcontext():
+            with sabotaged(m.sabotage) if m.sabotage is not None else contextlib.nullcontext():
                 rc = cli.main(argv)
             if rc != 0:
                 return rc

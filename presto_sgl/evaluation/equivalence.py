@@ -101,20 +101,25 @@ def forest_plot(rows: Sequence[tuple[str, Tost]], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    edge = 3.0  # the axis spans +-3 margins; a difference beyond is drawn at the edge, its value written
     fig, ax = plt.subplots(figsize=(8.0, 0.45 * len(rows) + 1.6))
     for y, (label, t) in enumerate(rows):
-        lo, hi = (c / t.margin for c in t.ci90)
+        lo, hi, mid = (min(edge, max(-edge, c / t.margin)) for c in (*t.ci90, t.diff))
         color = "tab:green" if t.equivalent else "tab:red"
         ax.plot([lo, hi], [y, y], color=color, lw=2)
-        ax.plot([t.diff / t.margin], [y], "o", color=color)
+        ax.plot([mid], [y], ">" if mid == edge else "<" if mid == -edge else "o", color=color)
+        if abs(t.diff / t.margin) > edge:
+            ax.annotate(f"{t.diff / t.margin:+.0f}", (mid, y), textcoords="offset points", xytext=(0, 6),
+                        ha="center", fontsize=7, color=color)
+    ax.set_xlim(-edge - 0.3, edge + 0.3)
     ax.axvline(-1, ls="--", color="grey")
     ax.axvline(1, ls="--", color="grey")
     ax.axvline(0, color="black", lw=0.5)
     ax.set_yticks(range(len(rows)), [f"{label} ({t.statistic})" for label, t in rows])
     ax.invert_yaxis()
     ax.set_xlabel("difference B - A, 90% CI, in units of the margin (0.2 SD of A)")
-    ax.set_title("Paired TOST: green = equivalent (Holm-adjusted p < 0.05)")
+    ax.set_title("Paired TOST: green = equivalent (Holm-adjusted p < 0.05)", loc="left")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return Path(path)

@@ -23,20 +23,21 @@ def accuracy_vs_time(runs: list[Any], path: Path) -> Path | None:
     if not points:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4 + 0.17 * len(points)))
     for label, t, (p, lo, hi, n) in points:
         ax.errorbar([t], [p], yerr=[[p - lo], [hi - p]], fmt="o", capsize=3, label=f"{label} (n={n})")
     ax.set_xscale("log")
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))  # label the 2s and 5s between the decades
     ax.xaxis.set_minor_formatter(plain)
     ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_xlabel("generation time per prompt, median (s, log scale)")
     ax.set_ylabel("accuracy (95% Wilson CI)")
     ax.set_title("Accuracy against time")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: points stay visible
     return _save(fig, plt, path)
 
 
@@ -100,16 +101,25 @@ def certainty_histogram(counts: dict[str, dict[str, int]], path: Path) -> Path:
     return _save(fig, plt, path)
 
 
-def prefetch_tree(trace: Path, path: Path) -> Path | None:
-    """Paper Fig. 21 analog: the largest prefetching call of a path-keyed trace, its requested
-    decisions as a binary tree (1 = accept, 0 = reject) and the path MH took through it."""
-    records = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines() if line.strip()]
-    calls = [r for r in records if r["type"] == "call" and r["kind"] == "mh"]
-    if not calls or not isinstance(calls[0]["requests"][0]["decision"], str):
+def prefetch_tree(traces: list[Path], path: Path) -> Path | None:
+    """Paper Fig. 21 analog: of the path-keyed traces' prefetching calls, the one whose walk
+    went deepest (ties: the most requests), its requested decisions as a binary tree
+    (1 = accept, 0 = reject) and the path MH took through it."""
+    best: tuple | None = None
+    for trace in traces:
+        records = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines() if line.strip()]
+        calls = [r for r in records if r["type"] == "call" and r["kind"] == "mh"]
+        if not calls or not isinstance(calls[0]["requests"][0]["decision"], str):
+            continue  # step keys: no tree
+        for call in calls:
+            walked = [n for n in records if n["type"] == "node" and n["call"] == call["index"]]
+            score = (len(walked), len(call["requests"]))
+            if best is None or score > best[0]:
+                best = (score, call, walked)
+    if best is None:
         return None
-    call = max(calls, key=lambda c: len(c["requests"]))
+    _, call, walked = best
     asked = {r["decision"] for r in call["requests"]}
-    walked = [n for n in records if n["type"] == "node" and n["call"] == call["index"]]
     root = min(asked, key=len)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
@@ -121,10 +131,10 @@ def prefetch_tree(trace: Path, path: Path) -> Path | None:
             x += width / 2 if bit == "1" else -width / 2
         return x, -len(rel)
 
-    for p in asked:
-        if p != root and p[:-1] in asked:
-            (x0, y0), (x1, y1) = xy(p[:-1]), xy(p)
-            ax.plot([x0, x1], [y0, y1], color="lightgrey", zorder=1)
+    for p in asked - {root}:
+        up = next(p[:i] for i in range(len(p) - 1, -1, -1) if p[:i] in asked or i <= len(root))
+        (x0, y0), (x1, y1) = xy(up), xy(p)  # dashed: a decision whose parent was not requested (certain)
+        ax.plot([x0, x1], [y0, y1], color="lightgrey", ls="-" if len(up) == len(p) - 1 else "--", zorder=1)
     xs, ys = zip(*(xy(p) for p in asked))
     ax.scatter(xs, ys, s=30, color="grey", zorder=2, label=f"prefetched ({len(asked)})")
     path_pts = [xy(n["decision"]) for n in walked]
@@ -135,12 +145,12 @@ def prefetch_tree(trace: Path, path: Path) -> Path | None:
     ax.set_yticks(range(0, min(ys) - 1, -1))
     ax.set_ylabel("depth below the round's root")
     ax.set_title(f"Call {call['index']} (stage {call['stage']}): right = accept, left = reject")
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.04), ncol=2)
     return _save(fig, plt, path)
 
 
 def _save(fig: Any, plt: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -162,10 +162,10 @@ def write_report(paths: list[str | Path], out: str | Path) -> Path:
     counts = {r.label: c for r in runs if (c := certainty_counts(r))}
     if counts:
         figs.append(figures.certainty_histogram(counts, out / "certainty.png"))
-    tree = next((f for r in runs if r.config["sampler"] == "presto" for f in sorted((r.path / "traces").glob("*.jsonl"))),
-                None)
-    if tree is not None:
-        figs.append(figures.prefetch_tree(tree, out / "prefetch_tree.png"))
+    traces = [f for r in runs if r.config["sampler"] == "presto" and r.config.get("keying") == "path"
+              for f in sorted((r.path / "traces").glob("*.jsonl"))]
+    if traces:
+        figs.append(figures.prefetch_tree(traces, out / "prefetch_tree.png"))
     lines += ["", "## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figs if f is not None]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
