@@ -12,12 +12,14 @@ report` over the runs. OUT defaults to ``benchmarks/results/evaluation/SUITE``.
 
 Suites (embedded engine, fp32 and seeded, so PreSTO's chains are the sequential ones):
 - ``smollm2``: SmolLM2-135M-Instruct on a reasoning-gym task (default: one-digit sums and
-  differences of two terms, which low-temperature sampling solves about a fifth of), T = 64 in two blocks of 32,
-  K = 10 per block, alpha = 4, tau = 1/4: low temperature, best-of-8, Power-SMC (8 particles),
-  sequential PowerMH, PreSTO step (the fastest rule on this engine), and the two biased chains.
+  differences of two terms, which low-temperature sampling solves about a fifth of), T = 64
+  in two blocks of 32, K = 10 per block, alpha = 4, tau = 1/4: low temperature,
+  best-of-4/8/16, Power-SMC (8 particles), sequential PowerMH, PreSTO step (the fastest
+  rule on this engine), and the two biased chains.
 - ``tiny``: the project's tiny adder on ``addition`` with noisy proposals (tau = 2, where
   plain sampling solves about half): the same baselines, sequential PowerMH with each
-  keying, PreSTO bfs, predictive and step, and the two biased chains.
+  keying, PreSTO bfs, predictive and step at N_pf = 8 (bfs and step also at 2, 4 and 16),
+  and the two biased chains.
 
 Two biased chains, PreSTO step with a wrong PowerMH acceptance, test the TOST's power:
 ``biased`` flips the proposal term (log A = alpha (log p0(y) - log p0(x)) + log q(y) - log
@@ -74,7 +76,7 @@ class Suite:
 
 BASELINES = (  # Power-SMC grows its particles in blocks of the suite's --block-size
     Method("lowtemp", ("--sampler", "lowtemp")),
-    Method("bestof8", ("--sampler", "bestofn", "--best-of", "8")),
+    *(Method(f"bestof{n}", ("--sampler", "bestofn", "--best-of", str(n))) for n in (4, 8, 16)),
     Method("powersmc", ("--sampler", "powersmc", "--particles", "8")),
 )
 
@@ -99,6 +101,8 @@ SUITES = {
          Method("presto-bfs", ("--rule", "bfs", "--budget", "8", "--traces")),
          Method("presto-predictive", ("--rule", "predictive", "--budget", "8", "--traces")),
          Method("presto-step", ("--rule", "step", "--budget", "8", "--traces")),
+         *(Method(f"presto-{rule}-{b}", ("--rule", rule, "--budget", str(b)))  # speedup vs budget (Fig. 5)
+           for rule in ("bfs", "step") for b in (2, 4, 16)),
          Method("biased", ("--rule", "step", "--budget", "8", "--label", FLIPPED), _flipped),
          Method("accept-all", ("--rule", "step", "--budget", "8", "--label", ACCEPT_ALL), _accept_all)),
     ),
