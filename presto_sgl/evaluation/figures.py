@@ -48,7 +48,8 @@ def speedup_vs_budget(rows: list[dict[str, Any]], path: Path) -> Path:
     by_rule: dict[str, list[tuple[int, list[float]]]] = {}
     for x in rows:
         c = x["run"].config
-        by_rule.setdefault(f"{c['rule']}{' +cost' if c.get('cost_aware') else ''}", []).append((c["budget"], x["speedup"]))
+        name = c.get("label") or f"{c['rule']}{' +cost' if c.get('cost_aware') else ''}"  # a labelled run apart
+        by_rule.setdefault(name, []).append((c["budget"], x["speedup"]))
     for rule, pts in sorted(by_rule.items()):
         pts.sort()
         b = [p[0] for p in pts]
@@ -60,7 +61,12 @@ def speedup_vs_budget(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_xlabel("prefetch budget N_pf (requests per call)")
     ax.set_ylabel("speedup over sequential (per prompt: median, range)")
     ax.set_title("Speedup against budget")
-    ax.legend()
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(sorted({b for pts in by_rule.values() for b, _ in pts})))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     return _save(fig, plt, path)
 
 
