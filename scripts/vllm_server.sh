@@ -55,8 +55,9 @@ while [ $# -gt 0 ]; do
 done
 case "$PORT" in ''|*[!0-9]*) die "--port needs a number, not '$PORT'" ;; esac
 case "$KV_GIB" in ''|*[!0-9]*|0) die "--kv-cache-gib needs a whole number of GiB >= 1, not '$KV_GIB'" ;; esac
-case "$BLOCK" in ''|*[!0-9]*) die "--block-size needs a multiple of 32 (vLLM's CPU attention), not '$BLOCK'" ;; esac
-[ $(( BLOCK % 32 )) -eq 0 ] && [ "$BLOCK" -gt 0 ] || die "--block-size needs a multiple of 32 (vLLM's CPU attention), not '$BLOCK'"
+BAD_BLOCK="--block-size needs a multiple of 32 (vLLM's CPU attention), not '$BLOCK'"
+case "$BLOCK" in ''|0*|*[!0-9]*) die "$BAD_BLOCK" ;; esac
+[ $(( BLOCK % 32 )) -eq 0 ] || die "$BAD_BLOCK"
 case "$DTYPE" in bfloat16|float32|float16|auto) ;; *) die "--dtype must be bfloat16, float32, float16 or auto, not '$DTYPE'" ;; esac
 
 RUN_DIR=".cache/vllm"

@@ -117,8 +117,12 @@ def prefetch_tree(traces: list[Path], path: Path) -> Path | None:
         calls = [r for r in records if r["type"] == "call" and r["kind"] == "mh"]
         if not calls or not isinstance(calls[0]["requests"][0]["decision"], str):
             continue  # step keys: no tree
+        nodes: dict[int, list[dict]] = {}
+        for n in records:
+            if n["type"] == "node":
+                nodes.setdefault(n["call"], []).append(n)
         for call in calls:
-            walked = [n for n in records if n["type"] == "node" and n["call"] == call["index"]]
+            walked = nodes.get(call["index"], [])
             score = (len(walked), len(call["requests"]))
             if best is None or score > best[0]:
                 best = (score, call, walked)
@@ -138,7 +142,7 @@ def prefetch_tree(traces: list[Path], path: Path) -> Path | None:
         return x, -len(rel)
 
     for p in asked - {root}:
-        up = next(p[:i] for i in range(len(p) - 1, -1, -1) if p[:i] in asked or i <= len(root))
+        up = next(p[:i] for i in range(len(p) - 1, len(root) - 1, -1) if p[:i] in asked)  # root ends it
         (x0, y0), (x1, y1) = xy(up), xy(p)  # dashed: a decision whose parent was not requested (certain)
         ax.plot([x0, x1], [y0, y1], color="lightgrey", ls="-" if len(up) == len(p) - 1 else "--", zorder=1)
     xs, ys = zip(*(xy(p) for p in asked))

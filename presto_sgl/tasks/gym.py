@@ -58,38 +58,25 @@ class ReasoningGym:
 
 
 def _options(task: str, text: str) -> dict[str, Any]:
-    """``KEY=VALUE,...`` as keyword arguments of the task's config; ValueError naming a bad one."""
+    """``KEY=VALUE,...`` (parsed as a call's keyword arguments) for the task's config; a value
+    that is not a Python literal is taken as a string. ValueError naming a bad item."""
     if not text:
         return {}
     from reasoning_gym.factory import DATASETS
 
     fields = {f.name for f in dataclasses.fields(DATASETS[task][1])} - {"seed", "size"}
+    bad = ValueError(f"--dataset reasoning-gym:{task}:{text}: expected comma-separated KEY=VALUE with KEY one of "
+                     f"{', '.join(sorted(fields))}")
+    try:
+        call = ast.parse(f"f({text})", mode="eval").body
+    except SyntaxError:
+        raise bad from None
+    if not isinstance(call, ast.Call) or call.args or any(k.arg not in fields for k in call.keywords):
+        raise bad
     out: dict[str, Any] = {}
-    for item in _split(text):
-        key, eq, value = (x.strip() for x in item.partition("="))
-        if not eq or key not in fields:
-            raise ValueError(f"--dataset reasoning-gym:{task}:{text}: {item!r} is not KEY=VALUE with KEY one of "
-                             f"{', '.join(sorted(fields))}")
+    for k in call.keywords:
         try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
+            out[k.arg] = ast.literal_eval(k.value)  # type: ignore[index]
+        except ValueError:
+            out[k.arg] = ast.get_source_segment(f"f({text})", k.value)  # type: ignore[index]
     return out
-
-
-def _split(text: str) -> list[str]:
-    """``text`` split at the commas outside brackets and quotes (``ops=('+','-'),n=2``: two items)."""
-    items, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    return [*items, text[start:]]
