@@ -3,6 +3,7 @@ baselines, sequential PowerMH and PreSTO on one task, the TOST table, every figu
 
     python benchmarks/evaluation.py --suite smollm2 [--dataset reasoning-gym:TASK] [--limit 30]
     python benchmarks/evaluation.py --suite tiny [--limit 30]
+    python benchmarks/evaluation.py --suite humaneval|champ [--limit 30]
     python benchmarks/evaluation.py --suite tiny --report-only     # tables and figures from the runs
 
 Each method is one `presto-sgl run` (in this process, one after another, so no two time
@@ -16,6 +17,12 @@ Suites (embedded engine, fp32 and seeded, so PreSTO's chains are the sequential 
   in two blocks of 32, K = 10 per block, alpha = 4, tau = 1/4: low temperature,
   best-of-4/8/16, Power-SMC (8 particles), sequential PowerMH, PreSTO step (the fastest
   rule on this engine), and the two biased chains.
+- ``humaneval`` and ``champ``: SmolLM2-135M-Instruct on HumanEval (chat, graded by its
+  tests in the sandbox) and on CHAMP (competition math, answer matching), T = 128 in two
+  blocks of 64, K = 5 per block: the baselines (CHAMP: best-of-8 only), sequential
+  PowerMH and PreSTO step. At
+  135M parameters and 128 tokens the model solves almost none of either: these runs
+  measure time, speedup and equivalence on real prompts of other lengths and kinds.
 - ``tiny``: the project's tiny adder on ``addition`` with noisy proposals (tau = 2, where
   plain sampling solves about half): the same baselines, sequential PowerMH with each
   keying, PreSTO bfs, predictive and step at N_pf = 8 (bfs and step also at 2, 4 and 16),
@@ -91,6 +98,13 @@ SUITES = {
          Method("biased", ("--rule", "step", "--budget", "20", "--label", FLIPPED), _flipped),
          Method("accept-all", ("--rule", "step", "--budget", "20", "--label", ACCEPT_ALL), _accept_all)),
     ),
+    **{name: Suite(  # code and competition math at T = 128: the model solves (almost) none
+        name,
+        ("--engine", "embedded", "--model", "smollm2", "--max-new-tokens", "128", "--block-size", "64", "--steps", "5"),
+        (*baselines,
+         Method("sequential", ("--rule", "sequential")),
+         Method("presto-step", ("--rule", "step", "--budget", "20", "--traces"))),
+    ) for name, baselines in (("humaneval", BASELINES), ("champ", [m for m in BASELINES if m.name in ("lowtemp", "bestof8", "powersmc")]))},
     "tiny": Suite(
         "addition",
         ("--engine", "embedded", "--model", "tiny-adder", "--no-chat", "--tau", "2", "--max-new-tokens", "36",

@@ -2,8 +2,8 @@
 the client-side counts, and the call loop that never advances a chain on partial data.
 
 :meth:`ServerEngine.generate` tries every request once (``_attempt``, the engine's own
-passes); what comes back as None is re-issued as a fresh draw, at most ``max_retries``
-times per call. A lost connection (refused, reset, closed mid-answer: a server restart)
+passes); what comes back as None (a response the server reported aborted, never one
+judged by its content) is re-issued as a fresh draw, at most ``max_retries`` times per call. A lost connection (refused, reset, closed mid-answer: a server restart)
 re-issues everything pending once ``GET /health`` answers again, within
 ``restart_timeout_s`` (``stats.reconnects`` counts these). Both are exact: the failure
 never depends on what was drawn.
@@ -78,7 +78,7 @@ class ServerEngine:
         return http_json(method, url, body, self.timeout_s, self.KIND, self.START_HINT)
 
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
-        """One try at every request: a validated completion, or None where it must be re-issued."""
+        """One try at every request: a validated completion, or None where the server reported an abort."""
         raise NotImplementedError
 
     def _health_urls(self) -> list[str]:

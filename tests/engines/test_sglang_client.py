@@ -3,7 +3,7 @@
 The stand-in speaks SGLang's native /generate shapes over a reference LM (decode with
 output_token_logprobs = log q_tau; scoring with max_new_tokens 0 and input_token_logprobs
 whose first entry is null; optional one-pass raw_logprob; /v1/loads). It checks request
-building, two-pass and one-pass parsing, retries of short responses, error messages, a
+building, two-pass and one-pass parsing, redraws of aborted responses only, error messages, a
 restart mid-call (the connection closes, the port is dead for a second), the load monitor,
 and router-style bodies. The real server is tested in test_sglang_server.py (``sglang``).
 """
@@ -32,7 +32,10 @@ class StandIn:
     def __init__(self, tmp_path, *, one_pass=False, fail_status=None, delay_s=0.0, worker=None):
         self.lm = ReferenceLM(16, seed=5)
         self.rng = np.random.default_rng(0)
-        self.one_pass, self.short_left, self.fail_status, self.delay_s = one_pass, 0, fail_status, delay_s
+        self.one_pass, self.fail_status, self.delay_s = one_pass, fail_status, delay_s
+        self.finish: list[str] = []  # scripted outcomes of the next decodes (see answer), then 'length'
+        self.score_finish: list[str] = []  # of the next scoring answers: 'abort' or 'length'
+
         self.worker = worker
         self.drop_next: float | None = None  # go away on the next POST, back after this many s (inf: never)
         self.in_flight = 0
@@ -133,7 +136,10 @@ class StandIn:
                 entries = [[None, prefix[s], None]]
                 for t in range(s + 1, len(prefix)):
                     entries.append([float(self.lm.distribution(prefix[:t])[0][prefix[t]]), prefix[t], None])
-                out.append({"output_ids": [], "meta_info": {"input_token_logprobs": entries, "cached_tokens": s}})
+                kind = self.score_finish.pop(0) if self.score_finish else "length"
+                meta = {"input_token_logprobs": entries if kind == "length" else [], "cached_tokens": s,
+                        "finish_reason": {"type": kind, **({"length": 0} if kind == "length" else {"message": "x"})}}
+                out.append({"output_ids": [], "meta_info": meta})
                 continue
             ctx, toks, lq, lp, ent = list(prefix), [], [], [], []
             for _ in range(p["max_new_tokens"]):
@@ -142,11 +148,18 @@ class StandIn:
                 toks.append(t), lq.append(float(logq[t])), lp.append(float(logp[t]))
                 ent.append(float(-(np.exp(logp) * logp).sum()))
                 ctx.append(t)
-            if self.short_left:
-                self.short_left -= 1
-                toks, lq = toks[:-1], lq[:-1]  # an aborted, short response
-            meta = {"output_token_logprobs": [[q, t, None] for q, t in zip(lq, toks)], "cached_tokens": len(prefix) - 1}
-            if self.one_pass:
+            # 'abort' / 'stop': cut short with that reason; 'short': 'length' but a token short;
+            # 'nan': a null log-prob; 'noraw': no one-pass fields (a restart without the plugin)
+            kind = self.finish.pop(0) if self.finish else "length"
+            if kind in ("abort", "stop", "short"):
+                toks, lq, lp, ent = toks[:-1], lq[:-1], lp[:-1], ent[:-1]
+            if kind == "nan":
+                lq[0] = None
+            reason = {"type": kind if kind in ("abort", "stop") else "length"}
+            reason.update({"abort": {"message": "aborted"}, "stop": {"matched": toks[-1]}}.get(kind, {"length": len(toks)}))
+            meta = {"output_token_logprobs": [[q, t, None] for q, t in zip(lq, toks)], "cached_tokens": len(prefix) - 1,
+                    "finish_reason": reason}
+            if self.one_pass and kind != "noraw":
                 meta.update(raw_logprob=lp, raw_entropy=ent)
             out.append({"output_ids": toks, "meta_info": meta})
         return out[0] if single else out
@@ -199,15 +212,33 @@ def test_stop_tokens_come_from_the_servers_generation_config(stand_in, tmp_path,
     assert SGLangEngine(srv.url).stop_token_ids == (2, 9)
 
 
-def test_short_responses_are_reissued_then_fail_clearly(stand_in):
+def test_only_a_reported_abort_is_redrawn(stand_in):
+    """finish_reason decides: 'abort' is drawn again (a bounded number of times); a stop, a short
+    'length' answer, a null log-prob or missing one-pass fields are errors, never silent redraws."""
     srv = stand_in()
     eng = SGLangEngine(srv.url, max_retries=2)
-    srv.short_left = 1
+    srv.finish = ["abort"]
     (c,) = eng.generate([Request((1, 2), 4, 1.0)])
-    assert len(c.tokens) == 4 and eng.stats.retries == 1
-    srv.short_left = 10
+    assert len(c.tokens) == 4 and eng.stats.retries == 1 and not srv.finish
+    srv.score_finish = ["abort"]  # the scoring pass aborted: the pair is drawn again
+    (c,) = eng.generate([Request((1, 2), 4, 1.0)])
+    assert len(c.tokens) == 4 and eng.stats.retries == 2 and not srv.score_finish
+    srv.finish = ["abort"] * 10
     with pytest.raises(EngineError, match="incomplete results"):
         eng.generate([Request((1, 2), 4, 1.0)])
+    for kind, match in (("stop", "finish_reason="), ("short", "a length-finished response must be whole"),
+                        ("nan", "must be <= 0 and not NaN")):
+        srv.finish = [kind]
+        retries = eng.stats.retries
+        with pytest.raises(EngineError, match=match):
+            eng.generate([Request((1, 2), 4, 1.0)])
+        assert eng.stats.retries == retries, kind
+    one = stand_in(one_pass=True)
+    eng = SGLangEngine(one.url)
+    one.finish = ["noraw"]
+    with pytest.raises(EngineError, match="raw log-probs"):
+        eng.generate([Request((1, 2), 4, 1.0)])
+    assert eng.stats.retries == 0
 
 
 def test_http_errors_and_unreachable_servers_name_the_url(stand_in):

@@ -40,6 +40,7 @@ class StandIn:
         self.kind = kind
         self.finish: list[str] = []  # finish reasons to answer next (then "length")
         self.short_next = 0
+        self.nan_next = 0  # answers whose first log-prob is null
         self.fail_status: int | None = None
         self.fail_message = "no"
         self.drop_next = False
@@ -93,6 +94,7 @@ class StandIn:
         with self.lock:
             reason = self.finish.pop(0) if self.finish else "length"
             short, self.short_next = self.short_next > 0, max(0, self.short_next - 1)
+            nan, self.nan_next = self.nan_next > 0, max(0, self.nan_next - 1)
         choice: dict = {"finish_reason": reason}
         if body.get("prompt_logprobs") is not None:
             choice["prompt_logprobs"] = [None] + [
@@ -117,6 +119,8 @@ class StandIn:
                 top[f"token_id:{best}"] = float(dist[best])
             tops.append(top)
         values = logq if self.kind == "processed" else logp
+        if nan:
+            values = [None, *values[1:]]
         choice["logprobs"] = {"tokens": [f"token_id:{t}" for t in tokens], "token_logprobs": values, "top_logprobs": tops}
         return {"choices": [choice], "usage": {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": 2}}}
 
@@ -212,9 +216,14 @@ def test_retries_follow_the_finish_reason(stand_in):
     srv.finish = ["stop"]
     with pytest.raises(EngineError, match="finish_reason='stop'"):
         eng.generate(reqs[:1])
+    retries = eng.stats.retries
     srv.finish, srv.short_next = [], 1  # "length" but short: an error, never a silent redraw
     with pytest.raises(EngineError, match="wrong lengths"):
         eng.generate(reqs[:1])
+    srv.nan_next = 1  # a null log-prob: an error too
+    with pytest.raises(EngineError, match="not NaN"):
+        eng.generate(reqs[:1])
+    assert eng.stats.retries == retries
 
 
 def test_http_errors_and_an_unreachable_server(stand_in):

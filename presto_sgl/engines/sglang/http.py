@@ -12,10 +12,13 @@ the same logits row before temperature) or from a second, prefill-only scoring c
 whose ``input_token_logprobs`` (always raw) after the first, null entry score the new
 tokens; the cached prefix is reused. ``mode="auto"`` detects the plugin once.
 
-Failures never advance the chain on partial data; whatever is pending is re-issued as
-fresh draws (exact: the engine is unseeded and the failure does not depend on what was
-drawn), at most ``max_retries`` times per call:
-- a short, aborted or inconsistent response is re-issued at once;
+Failures never advance the chain on partial data. Whether a response is redrawn is
+decided by what the server reports, never by what was drawn (a redraw that depended on the
+tokens would bias the chain): ``meta_info.finish_reason`` ``length`` is kept and must then
+be whole (every token, its log q and log p0, finite), else EngineError; ``abort`` is
+re-issued as a fresh draw; any other reason (a stop) is an EngineError. Re-issues happen at
+most ``max_retries`` times per call:
+- an aborted response is re-issued at once;
 - a lost connection (refused, reset, closed mid-answer: a server restart; behind a
   router, its HTTP 500 ``call_upstream_request_error``) first waits until ``GET /health``
   answers again (of the router's workers too), up to ``restart_timeout_s``
@@ -95,7 +98,7 @@ class SGLangEngine(ServerClient, ModelFolder):
 
     # -- the protocol (ServerEngine.generate calls _attempt) -------------------------------
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
-        """One try at every request: a validated completion, or None where it must be re-issued."""
+        """One try at every request: a validated completion, or None where the server aborted it."""
         good = [(i, d) for i, d in enumerate(self._decode(requests)) if d is not None]
         if self._mode == "two-pass" and good:
             raws = self._score([requests[i] for i, _ in good], [d[0] for _, d in good])
@@ -103,15 +106,12 @@ class SGLangEngine(ServerClient, ModelFolder):
             raws = [d[2] for _, d in good]
         out: list[Completion | None] = [None] * len(requests)
         for (i, (tokens, logq, _, entropy, cached, lognorm)), logp in zip(good, raws, strict=True):
-            if logp is None:
+            if logp is None:  # the scoring pass was aborted
                 continue
             # log q at the score temperatures from the decode pass's row: one-pass only (never mix passes)
             at = logq_at(logp, lognorm, requests[i].score_temperatures) if self._mode == "one-pass" else None
             comp = Completion(tokens, logq, logp, entropy if requests[i].return_entropy else None, cached, at)
-            try:
-                validate_completion(requests[i], comp, self.capabilities.vocab_size)
-            except EngineError:
-                continue
+            validate_completion(requests[i], comp, self.capabilities.vocab_size)  # finished: whole, else an error
             out[i] = comp
         return out
 
@@ -126,15 +126,25 @@ class SGLangEngine(ServerClient, ModelFolder):
             items.append((list(r.prefix), p, None))
         out: list[tuple | None] = []
         for r, res in zip(requests, self._generate(items), strict=True):
+            if self._finished(res) == "abort":
+                out.append(None)  # re-issued as a fresh draw
+                continue
             meta = res.get("meta_info", {})
             ids = res.get("output_ids") or []
             lps = meta.get("output_token_logprobs") or []
             if len(ids) != r.max_new_tokens or len(lps) != len(ids) or any(e[1] != t for e, t in zip(lps, ids, strict=True)):
-                out.append(None)  # short or aborted: re-issued as a fresh draw
-                continue
+                raise EngineError(
+                    f"SGLang server {self.url} finished a request of {r.max_new_tokens} tokens with {len(ids)} tokens "
+                    f"and {len(lps)} log-probs (or log-probs of other tokens); a length-finished response must be whole"
+                )
             logq = tuple(_as_float(e[0]) for e in lps)
             raw = meta.get("raw_logprob")
             ent = meta.get("raw_entropy")
+            if self._mode == "one-pass" and (raw is None or len(raw) != len(ids)):
+                raise EngineError(
+                    f"SGLang server {self.url} returned {'no' if raw is None else len(raw)} raw log-probs for "
+                    f"{len(ids)} tokens (a restart without the plugin?); start it with `bash scripts/sglang_server.sh start`"
+                )
             raw_t = tuple(_as_float(x) for x in raw) if raw is not None and len(raw) == len(ids) else None
             ent_t = tuple(float(x) for x in ent) if ent is not None and len(ent) == len(ids) else None
             lognorm = parse_lognorm(meta, len(ids))
@@ -145,18 +155,31 @@ class SGLangEngine(ServerClient, ModelFolder):
         return out
 
     def _score(self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]) -> list[tuple[float, ...] | None]:
-        """log p0 of each output after its prefix: a prefill-only call, cached prefix reused."""
+        """log p0 of each output after its prefix (None where aborted): a prefill-only call, cached prefix reused."""
         params = {"max_new_tokens": 0, "temperature": 1.0}
         items = [(list(r.prefix) + list(o), params, len(r.prefix) - 1) for r, o in zip(requests, outputs, strict=True)]
         scores: list[tuple[float, ...] | None] = []
         for o, res in zip(outputs, self._generate(items), strict=True):
+            if self._finished(res) == "abort":
+                scores.append(None)
+                continue
             entries = res.get("meta_info", {}).get("input_token_logprobs") or []
             tail = entries[1:]  # entry 0 scores the last prefix token: null
             if len(tail) != len(o) or any(e[1] != t for e, t in zip(tail, o, strict=True)):
-                scores.append(None)
-                continue
+                raise EngineError(f"SGLang server {self.url} scored {len(tail)} tokens of {len(o)} (or other tokens)")
             scores.append(tuple(_as_float(e[0]) for e in tail))
         return scores
+
+    def _finished(self, res: dict[str, Any]) -> str:
+        """``length`` or ``abort``: how the server says it finished one answer; else EngineError."""
+        reason = res.get("meta_info", {}).get("finish_reason")
+        kind = reason.get("type") if isinstance(reason, dict) else reason
+        if kind in ("length", "abort"):
+            return kind
+        raise EngineError(
+            f"SGLang server {self.url} finished a request with finish_reason={reason!r}; presto-sgl asks for exactly "
+            "max_new_tokens tokens (ignore_eos), so only 'length' (kept) and 'abort' (redrawn) are expected"
+        )
 
     def _generate(self, items: Sequence[tuple[list[int], dict[str, Any], int | None]]) -> list[dict[str, Any]]:
         """``/generate`` for (input_ids, sampling_params, logprob_start_len) items, answers in order.

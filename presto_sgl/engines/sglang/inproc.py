@@ -4,7 +4,7 @@ Everything :class:`~presto_sgl.engines.sglang.http.SGLangEngine` does is inherit
 native ``/generate`` bodies with ``input_ids`` (never text), log q_tau from
 ``output_token_logprobs``, log p0 from the same pass (the ``presto_raw_logprob`` plugin)
 or a prefill-only scoring pass, one-pass detection (``mode="auto"``), validation and
-bounded re-issue of short or aborted responses. Only the transport differs:
+bounded re-issue of aborted responses. Only the transport differs:
 ``_call(method, path, body)`` hands the body to ``sglang.Engine`` in this process
 instead of an HTTP server, and answers like one (other routes: HTTP 404; SGLang's
 ValueError for a bad request: 400; its RuntimeError: 500; all :class:`EngineHTTPError`).

@@ -34,7 +34,7 @@ def parse_lognorm(meta: dict[str, Any], n: int) -> Lognorm | None:
 
 def logq_at(logp: tuple[float, ...], lognorm: Lognorm | None, wanted: tuple[float, ...]) -> tuple[tuple[float, ...], ...] | None:
     """log q_t(token) = log p0(token) / t - log sum_u p0(u)^(1/t) at each wanted t (None when
-    the server did not return them: the completion then fails validation and is re-issued)."""
+    the server did not return them: the completion then fails validation, an EngineError)."""
     if not wanted or lognorm is None:
         return None
     temps, rows = lognorm
