@@ -59,6 +59,11 @@ class Recorder:
         if self.trace:
             self.trace.node(record)
 
+    def record_state(self, stage: int, k: int, path: str, state: ChainState) -> None:
+        """A boundary the chain reached (after an extension or a round): where resume starts."""
+        if self.trace:
+            self.trace.state(stage, k, path, state)
+
 
 class StageExecutor:
     """The K transitions of one stage: rounds of plan -> one engine call -> walk."""
@@ -84,11 +89,11 @@ class StageExecutor:
             self._draws[decision] = self.keys.decision(self.stage, decision)
         return self._draws[decision]
 
-    def run(self, state: ChainState) -> ChainState:
-        steps = self.config.steps
-        path, k = "", 0
-        while k < steps:
+    def run(self, state: ChainState, path: str = "", k: int = 0) -> ChainState:
+        """The stage's transitions from ``k`` done (walk path ``path``) to K."""
+        while k < self.config.steps:
             state, path, k = self.round(state, path, k)
+            self.rec.record_state(self.stage, k, path, state)
         return state
 
     def round(self, state: ChainState, path: str, k: int) -> tuple[ChainState, str, int]:

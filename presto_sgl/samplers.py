@@ -10,7 +10,7 @@ visits exactly the same states (paper Prop. 1; docs/design.md §4).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from .config import PowerConfig, PrestoConfig
@@ -24,6 +24,7 @@ from .kernels.powermh import PowerMHKernel
 from .keys import ChainKeys
 from .metrics import CallRecord, PromptMetrics, RequestRecord, summarize
 from .planners import Planner, make_planner
+from .resume import Checkpoint, check_same_run
 from .state import ChainState
 from .trace import TraceWriter
 
@@ -141,6 +142,11 @@ class Sampler:
         """The prompt as a tuple of ids, or a ValueError naming `prompt` (:func:`check_prompt`)."""
         return check_prompt(self.engine, prompt, self.config.max_new_tokens)
 
+    def run_record(self, prompt: Sequence[int], seed: int, prompt_id: int | str, info: Mapping[str, object] | None = None) -> dict[str, object]:
+        """The trace's ``run`` record: what identifies the chain (compared on resume)."""
+        return {**self.describe(), "seed": seed, "prompt_id": prompt_id, "prompt_len": len(prompt), "prompt": list(prompt),
+                "vocab_size": self.engine.capabilities.vocab_size, **(info or {})}
+
     def run(
         self,
         prompt: Sequence[int],
@@ -149,29 +155,46 @@ class Sampler:
         prompt_id: int | str = 0,
         trace: TraceWriter | None = None,
         on_transition: OnTransition | None = None,
+        resume: Checkpoint | None = None,
+        info: Mapping[str, object] | None = None,
     ) -> SampleResult:
-        """Sample one response of ``max_new_tokens`` tokens (approximately) from pi_alpha."""
+        """Sample one response of ``max_new_tokens`` tokens (approximately) from pi_alpha.
+
+        ``resume``: go on from a trace's checkpoint (:mod:`presto_sgl.resume`); ``trace`` then
+        continues that trace (no new run record). ``info``: further fields of the run record
+        (the CLI's engine and model)."""
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"`seed` (={seed!r}) must be an integer")
         prompt_ids = self.check_prompt(prompt)
         keys = ChainKeys(seed, prompt_id)
         rec = Recorder(self.engine, trace)
-        if trace:
-            trace.write("run", {**self.describe(), "seed": seed, "prompt_id": prompt_id, "prompt_len": len(prompt_ids)})
         cfg = self.config
         planner = self.planner.for_run()
         entropy, temps = self.kernel.needs_entropy, self.kernel.score_temperatures
         state = ChainState(prompt_ids, entropy=() if entropy else None, logq_at=() if temps else None)
-        for stage in range(1, cfg.num_stages + 1):
-            L = state.length
-            req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy, temps)
-            (comp,), elapsed = rec.call([req])
-            request = RequestRecord(None, L, len(req.prefix), cfg.block_size, comp.cached_tokens, True, req.temperature, req.seed)
-            rec.record_call(CallRecord(len(rec.calls), stage, "extend", 0, (request,), elapsed))
-            state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)
+        start, path, k = 0, "", 0
+        if resume is not None:
+            check_same_run(resume.name, resume.run, self.run_record(prompt_ids, seed, prompt_id, info))
+            rec.calls, rec.nodes = list(resume.calls), list(resume.nodes)
+            start, path, k = resume.stage, resume.path, resume.k
+            state = resume.state if resume.state is not None else state
+            if trace:
+                trace.write("resume", {"stage": start, "k": k, "calls": len(rec.calls)})
+        elif trace:
+            trace.write("run", self.run_record(prompt_ids, seed, prompt_id, info))
+        for stage in range(max(start, 1), cfg.num_stages + 1):
+            if stage > start:
+                L = state.length
+                req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy, temps)
+                (comp,), elapsed = rec.call([req])
+                request = RequestRecord(None, L, len(req.prefix), cfg.block_size, comp.cached_tokens, True, req.temperature, req.seed)
+                rec.record_call(CallRecord(len(rec.calls), stage, "extend", 0, (request,), elapsed))
+                state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)
+                path, k = "", 0
+                rec.record_state(stage, k, path, state)
             state = StageExecutor(
                 self.kernel, cfg, self.presto.budget, planner, stage, keys, rec, on_transition
-            ).run(state)
+            ).run(state, path, k)
         metrics = summarize(rec.calls, rec.nodes)
         if trace:
             trace.write("summary", {"metrics": metrics.__dict__, "tokens": list(state.tokens)})

@@ -1,5 +1,6 @@
-"""JSONL traces: one record per line (run, call, node, summary, server), written as a run
-goes and read back to recompute its metrics (docs/design.md §7)."""
+"""JSONL traces: one record per line (run, call, node, state, summary, server), written as a
+run goes and read back to recompute its metrics (docs/design.md §7) or to resume the chain
+(:mod:`presto_sgl.resume`: ``state`` records hold the chain at its boundaries)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import asdict, fields
 from typing import IO, Any
 
 from .metrics import CallRecord, NodeRecord, PromptMetrics, RequestRecord, summarize
+from .state import ChainState
 
 
 class TraceWriter:
@@ -27,9 +29,31 @@ class TraceWriter:
     def node(self, record: NodeRecord) -> None:
         self.write("node", asdict(record))
 
+    def state(self, stage: int, k: int, path: str, state: ChainState) -> None:
+        """The chain after ``k`` transitions of ``stage`` (walk path ``path``): what resume needs.
+        JSON floats round-trip exactly, so a resumed chain carries the very same values."""
+        self.write("state", {"stage": stage, "k": k, "path": path, "tokens": list(state.tokens),
+                             "logq": list(state.logq), "logp": list(state.logp),
+                             "entropy": None if state.entropy is None else list(state.entropy),
+                             "logq_at": None if state.logq_at is None else [list(r) for r in state.logq_at]})
+
 
 def read_trace(lines: Iterable[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
+
+
+def call_record(rec: dict[str, Any]) -> CallRecord:
+    """A trace's call record."""
+    body = {f.name: rec[f.name] for f in fields(CallRecord)}
+    body["requests"] = tuple(RequestRecord(**r) for r in body["requests"])
+    return CallRecord(**body)
+
+
+def state_record(rec: dict[str, Any], prompt: tuple[int, ...]) -> ChainState:
+    """The chain state of a trace's ``state`` record, after ``prompt``."""
+    entropy, at = rec["entropy"], rec["logq_at"]
+    return ChainState(prompt, tuple(rec["tokens"]), tuple(rec["logq"]), tuple(rec["logp"]),
+                      None if entropy is None else tuple(entropy), None if at is None else tuple(map(tuple, at)))
 
 
 def node_record(rec: dict[str, Any], block_size: int) -> NodeRecord:
@@ -53,9 +77,7 @@ def metrics_from_trace(records: Iterable[dict[str, Any]]) -> list[PromptMetrics]
             runs.append(([], []))
             block_size = rec["block_size"]
         elif kind == "call":
-            body = {f.name: rec[f.name] for f in fields(CallRecord)}
-            body["requests"] = tuple(RequestRecord(**r) for r in body["requests"])
-            runs[-1][0].append(CallRecord(**body))
+            runs[-1][0].append(call_record(rec))
         elif kind == "node":
             runs[-1][1].append(node_record(rec, block_size))
     return [summarize(c, n) for c, n in runs]

@@ -51,9 +51,18 @@ def main(argv: list[str] | None = None) -> int:
         error(f"engine: {exc}")
         return 3
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; trace holds the finished calls", file=sys.stderr)
+        print(f"{PROG}: interrupted; {_resume_hint(args)}", file=sys.stderr)
         return 130
 
+
+def _resume_hint(args: argparse.Namespace) -> str:
+    """How to go on after Ctrl-C."""
+    trace = getattr(args, "resume", None) or getattr(args, "trace", None)
+    if args.command == "sample" and trace:
+        return f"trace holds the finished calls; go on with `{PROG} sample --resume {trace}` and the same options"
+    if args.command == "run":
+        return "rerun the same command to go on (finished prompts are kept; with --traces, chains resume)"
+    return "nothing was kept"
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -102,6 +102,12 @@ def add_sampler_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def model_name(engine: Any, args: argparse.Namespace) -> str:
+    """The model a run samples from, for its manifest or trace: the server's model folder,
+    else the embedded ``--model``, else the engine's name."""
+    return str(getattr(engine, "model_path", None) or (args.model if args.engine == "embedded" else args.engine))
+
+
 def build(args: argparse.Namespace) -> tuple[CountingEngine, Any]:
     """The engine and sampler (or baseline) the options name; ValueError / TypeError /
     EngineError on bad input."""

@@ -1,8 +1,9 @@
 """``presto-sgl run``: sample every prompt of a dataset, grade it, one JSON record per prompt.
 
 ``--out DIR`` gets ``manifest.json`` and ``records.jsonl`` (:mod:`presto_sgl.evaluation.rundir`);
-a rerun with the same options skips the prompts already there and appends the rest, and
-one with other options is refused with the difference named. Each prompt's chain keys are
+a rerun with the same options skips the prompts already there and appends the rest (with
+``--traces``, a prompt whose chain was interrupted goes on from its trace's last boundary,
+:mod:`presto_sgl.resume`), and one with other options is refused with the difference named. Each prompt's chain keys are
 (``--seed``, the problem's id), so a prompt samples the same way whatever else runs.
 ``--workers`` chains are in flight at once (a server batches across them).
 """
@@ -14,16 +15,19 @@ import os
 import sys
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
 from ..evaluation.records import make_record
 from ..evaluation.rundir import RunDir
+from ..resume import Checkpoint, read_checkpoint, truncate
+from ..samplers import Sampler
 from ..tasks.base import Problem
-from ..trace import TraceWriter
 from ..tasks.registry import NAMES, load_task
+from ..trace import TraceWriter
 from .common import PROG, UsageError, cli_names
-from .options import add_engine_options, add_sampler_options, build
+from .options import add_engine_options, add_sampler_options, build, model_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +61,7 @@ def _setup(args: argparse.Namespace):
             raise ValueError(f"`--workers` (={args.workers}) must be >= 1")
         task, problems = load_task(args.dataset, limit=args.limit, seed=args.seed)
         engine, sampler = build(args)
-        model = getattr(engine.inner, "model_path", None) or (args.model if args.engine == "embedded" else args.engine)
+        model = model_name(engine.inner, args)
         config = {"dataset": args.dataset, "seed": args.seed, "engine": args.engine, "model": str(model),
                   "chat": args.chat, **sampler.describe()}
         if args.label is not None:
@@ -85,6 +89,21 @@ def _encode(engine: Any, sampler: Any, problem: Problem, args: argparse.Namespac
         return list(sampler.check_prompt(encode(problem.prompt)))
     except ValueError as exc:
         raise ValueError(f"problem {problem.id!r}: {exc}") from None
+
+
+def _interrupted(path: Path, sampler: Any) -> Checkpoint | None:
+    """The checkpoint of the chain an interrupted run left in its trace at ``path``, cut to
+    its last boundary, to resume; None to start afresh (no trace, a baseline, or a trace
+    that cannot be resumed: it is overwritten, with a warning)."""
+    if not path.is_file() or not isinstance(sampler, Sampler):
+        return None
+    try:
+        checkpoint = read_checkpoint(path)
+    except ValueError as exc:
+        print(f"{PROG}: warning: {exc}; sampling this prompt afresh", file=sys.stderr)
+        return None
+    truncate(path, checkpoint.offset)
+    return checkpoint
 
 
 def _rescorer(args: argparse.Namespace, model: str):
@@ -120,8 +139,11 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         if args.traces:
             name = "".join(c if c.isalnum() or c in "-_." else "_" for c in problem.id)
-            with open(traces / f"{name}.jsonl", "w", encoding="utf-8") as f:
-                result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=problem.id, trace=TraceWriter(f))
+            path = traces / f"{name}.jsonl"
+            checkpoint = _interrupted(path, sampler)
+            with open(path, "a" if checkpoint is not None else "w", encoding="utf-8") as f:
+                extra = {"resume": checkpoint} if checkpoint is not None else {}
+                result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=problem.id, trace=TraceWriter(f), **extra)
         else:
             result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=problem.id)
         rundir.append(make_record(problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer,

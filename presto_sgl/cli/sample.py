@@ -2,6 +2,11 @@
 
 The chain runs with no EOS stop (exactly ``--max-new-tokens`` tokens); the printed
 answer ends at the first of the model's stop tokens (:func:`cut_at_stop`).
+
+``--resume TRACE`` goes on with the interrupted run whose ``--trace`` is TRACE, from the
+last boundary it recorded (:mod:`presto_sgl.resume`), appending to TRACE. The prompt, seed
+and prompt id come from the trace; the other options must be the ones it was written with
+(a difference is refused, named).
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from ..engines.text import cut_at_stop
 from ..errors import EngineError
 from ..metrics import PromptMetrics
 from ..samplers import SampleResult, Sampler
+from ..resume import Checkpoint, check_same_run, read_checkpoint, truncate
 from ..trace import TraceWriter
 from .common import UsageError, cli_names
 from .engines import CountingEngine
-from .options import add_engine_options, add_sampler_options, build
+from .options import add_engine_options, add_sampler_options, build, model_name
 from .progress import Progress
 
 
@@ -49,17 +55,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     add_engine_options(p)
 
-    prm = p.add_argument_group("prompt").add_mutually_exclusive_group(required=True)
+    prm = p.add_argument_group("prompt (or --resume)").add_mutually_exclusive_group()
     prm.add_argument("--prompt", metavar="TEXT", help="prompt text, encoded by the engine's tokenizer")
     prm.add_argument("--prompt-ids", metavar="IDS", type=_prompt_ids, help="prompt token ids, e.g. 1,2,3")
 
     add_sampler_options(p)
     keys = p.add_argument_group("chain keys")
-    keys.add_argument("--seed", type=int, default=0, help="run seed (default: 0)")
-    keys.add_argument("--prompt-id", type=_prompt_id, default=0, help="prompt id in the chain keys (default: 0)")
+    keys.add_argument("--seed", type=int, default=None, help="run seed (default: 0, or the resumed trace's)")
+    keys.add_argument("--prompt-id", type=_prompt_id, default=None,
+                      help="prompt id in the chain keys (default: 0, or the resumed trace's)")
 
     out = p.add_argument_group("output")
     out.add_argument("--trace", metavar="FILE", help="write a JSONL trace of every call and transition to FILE")
+    out.add_argument("--resume", metavar="TRACE",
+                     help="go on with the interrupted run that wrote TRACE (its --trace), appending to it")
     out.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     out.add_argument(
         "--progress",
@@ -91,40 +100,78 @@ def _check_prompt(sampler: Sampler, ids: list[int], args: argparse.Namespace) ->
         raise ValueError(str(exc).replace("`prompt`", f"`{flag}`")) from None
 
 
-def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Sampler, list[int], Any]:
-    """(engine, sampler, prompt ids, open trace stream or None), or a UsageError.
+def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Sampler, list[int], Any, Checkpoint | None]:
+    """(engine, sampler, prompt ids, open trace stream or None, checkpoint or None), or a UsageError.
 
     Everything that can be rejected is checked before the trace file is opened, and
     only this setup maps ValueError/TypeError to exit code 2: the same exceptions
     from inside a run would be bugs and keep their traceback."""
     try:
+        checkpoint = _checkpoint(args)
         engine, sampler = build(args)
-        prompt = _check_prompt(sampler, _encode(engine.inner, args), args)
+        if checkpoint is not None and not isinstance(sampler, Sampler):
+            raise ValueError(f"`--resume`: the {args.sampler} baseline makes no MH transitions to resume; rerun it")
+        ids = list(checkpoint.run["prompt"]) if checkpoint is not None and not _has_prompt(args) else _encode(engine.inner, args)
+        prompt = _check_prompt(sampler, ids, args)
+        if checkpoint is not None:  # refused here, before the trace is touched, when the run differs
+            check_same_run(checkpoint.name, checkpoint.run, sampler.run_record(prompt, args.seed, args.prompt_id, _info(engine, args)))
         stream = None
-        if args.trace:
+        path = args.resume or args.trace
+        if path:
             try:
-                stream = open(args.trace, "w", encoding="utf-8")
+                if checkpoint is not None:
+                    truncate(path, checkpoint.offset)  # what follows the last boundary is redone
+                stream = open(path, "a" if checkpoint is not None else "w", encoding="utf-8")
             except OSError as exc:
-                raise ValueError(f"`--trace` cannot open {args.trace!r}: {exc.strerror or exc}") from None
+                flag = "--resume" if checkpoint is not None else "--trace"
+                raise ValueError(f"`{flag}` cannot open {path!r}: {exc.strerror or exc}") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(cli_names(str(exc))) from exc
     except EngineError as exc:  # e.g. the SGLang server is unreachable
         raise UsageError(str(exc)) from exc
-    return engine, sampler, prompt, stream
+    return engine, sampler, prompt, stream, checkpoint
+
+
+def _has_prompt(args: argparse.Namespace) -> bool:
+    return args.prompt is not None or args.prompt_ids is not None
+
+
+def _checkpoint(args: argparse.Namespace) -> Checkpoint | None:
+    """The resumed trace's checkpoint (seed and prompt id defaulted from it), or None."""
+    if args.resume is None:
+        if not _has_prompt(args):
+            raise ValueError("one of `--prompt`, `--prompt-ids` or `--resume` is required")
+        args.seed = 0 if args.seed is None else args.seed
+        args.prompt_id = 0 if args.prompt_id is None else args.prompt_id
+        return None
+    if args.trace is not None:
+        raise ValueError("`--resume` appends to the trace it resumes; drop `--trace`")
+    checkpoint = read_checkpoint(args.resume)
+    args.seed = checkpoint.run.get("seed", 0) if args.seed is None else args.seed
+    args.prompt_id = checkpoint.run.get("prompt_id", 0) if args.prompt_id is None else args.prompt_id
+    return checkpoint
+
+
+def _info(engine: CountingEngine, args: argparse.Namespace) -> dict[str, object]:
+    """The run record's engine and model (compared on resume)."""
+    return {"engine": args.engine, "model": model_name(engine.inner, args)}
 
 
 # -- run ----------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    engine, sampler, prompt, stream = _setup(args)
+    engine, sampler, prompt, stream, checkpoint = _setup(args)
     config = getattr(sampler, "config", None)  # None: a baseline, which makes no MH transitions
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     progress = Progress(sys.stderr, engine, config.steps * config.num_stages) if show and config else None
+    if progress is not None and checkpoint is not None:
+        progress.done = len(checkpoint.nodes)
     try:
         trace = TraceWriter(stream) if stream is not None else None
         # Engines with server-side metrics (sglang) add a `server` record: KV-pool peak, prefix hits.
         monitor = getattr(engine.inner, "monitor", None) if trace is not None else None
+        extra = {"resume": checkpoint, "info": _info(engine, args)} if config else {}
         with monitor() if monitor is not None else contextlib.nullcontext() as server:
-            result = sampler.run(prompt, seed=args.seed, prompt_id=args.prompt_id, trace=trace, on_transition=progress)
+            result = sampler.run(prompt, seed=args.seed, prompt_id=args.prompt_id, trace=trace, on_transition=progress, **extra)
         if trace is not None and server is not None:
             trace.write("server", server.summary().as_record())
     finally:

@@ -31,9 +31,9 @@ class KernelCase:
     """(lm, prompt, T, kernel) -> the kernel's exact transition matrix over exact.sequences(V, T)."""
     sabotage: Callable[[pytest.MonkeyPatch], None]
     """Break the kernel's acceptance (the enumerated tests must then reject it)."""
-    sabotaged_matrix: Callable[[ReferenceLM, tuple[int, ...], int, Kernel], np.ndarray] | None = None
-    """The sabotaged kernel's exact matrix, for a kernel whose ``matrix`` is written from its
-    definition (so does not see the library's sabotaged code)."""
+    sabotaged_matrix: Callable[[ReferenceLM, tuple[int, ...], int, Kernel], np.ndarray]
+    """The sabotaged kernel's exact matrix (``matrix`` is written from the kernel's definition,
+    so it does not see the library's sabotaged code)."""
     state_cut: bool = False
     """The cut law depends on the state's values (EntropyCut): on an engine whose batched and
     single-row log-probs differ in the last bits, an argmin of the race can flip, so bit-wise
@@ -75,12 +75,14 @@ KERNELS = [
         lambda cfg: PowerMHKernel(cfg.alpha, cfg.temperature),
         exact.powermh_matrix,  # type: ignore[arg-type]
         _flip_powermh_q_term,
+        lambda lm, prompt, T, kernel: exact.powermh_matrix(lm, prompt, T, kernel, flipped=True),  # type: ignore[arg-type]
     ),
     KernelCase(
         "entropycut",
         lambda cfg: EntropyCutKernel(cfg.alpha, cfg.temperature, cfg.beta),
         exact.entropycut_matrix,
         _flip_entropycut_cut_term,
+        lambda lm, prompt, T, kernel: exact.entropycut_matrix(lm, prompt, T, kernel, inverted=True),
         state_cut=True,
     ),
     KernelCase(
@@ -88,7 +90,7 @@ KERNELS = [
         lambda cfg: MultiTryKernel(cfg.alpha, cfg.try_temperatures, cfg.tries),
         exact.multitry_matrix,
         _wrong_multitry_weight,
-        sabotaged_matrix=lambda lm, prompt, T, kernel: exact.multitry_matrix(lm, prompt, T, kernel, wrong_weight=True),
+        lambda lm, prompt, T, kernel: exact.multitry_matrix(lm, prompt, T, kernel, wrong_weight=True),
     ),
 ]
 

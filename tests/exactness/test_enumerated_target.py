@@ -130,7 +130,7 @@ def test_wrong_acceptance_breaks_invariance(monkeypatch, kernel_case):
     kernel_case.sabotage(monkeypatch)
     model = lm()
     cfg = PowerConfig(alpha=4.0, max_new_tokens=3, block_size=3, tries=TRIES[3])
-    P = (kernel_case.sabotaged_matrix or kernel_case.matrix)(model, PROMPT, 3, kernel_case.make(cfg))
+    P = kernel_case.sabotaged_matrix(model, PROMPT, 3, kernel_case.make(cfg))
     pi = exact.target(model, PROMPT, 3, 4.0)
     assert np.abs(pi @ P - pi).max() > 1e-3
 

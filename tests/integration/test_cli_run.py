@@ -104,21 +104,22 @@ def test_baselines_and_the_report(capsys, tmp_path):
 
 
 def test_a_run_killed_midway_resumes_to_the_same_records(capsys, tmp_path):
-    """kill -9 after two records, rerun: the records equal an uninterrupted run's (seeded engine)."""
+    """kill -9 after two records, with the third chain under way; rerun: the third chain goes on
+    from its trace, and the records equal an uninterrupted run's (seeded engine)."""
     import os
     import signal
     import subprocess
     import sys
     import time
 
-    argv = [*TINY, "--dataset", "addition", "--limit", "6", "--no-rescore"]
+    argv = [*TINY, "--dataset", "addition", "--limit", "6", "--no-rescore", "--traces"]
     killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "presto_sgl", *argv, "--out", str(killed)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        path = killed / "records.jsonl"
-        if path.exists() and len(path.read_text().splitlines()) >= 2:
+        path, third = killed / "records.jsonl", killed / "traces" / "2.jsonl"
+        if path.exists() and len(path.read_text().splitlines()) >= 2 and third.exists() and third.read_text().count("\n") >= 4:
             break
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
@@ -126,6 +127,8 @@ def test_a_run_killed_midway_resumes_to_the_same_records(capsys, tmp_path):
     partial = records(killed)
     assert 2 <= len(partial) < 6
     assert cli.main([*argv, "--out", str(killed)]) == 0
+    resumed = [t for t in (killed / "traces").iterdir() if '"type": "resume"' in t.read_text()]
+    assert [t.name for t in resumed] == ["2.jsonl"]
     assert cli.main([*argv, "--out", str(tmp_path / "whole")]) == 0
     capsys.readouterr()
     got = {r["id"]: r for r in records(killed)}

@@ -1,10 +1,12 @@
 """Exact laws of suffix-resampling MH kernels on an enumerable reference LM (test helper).
 
-States are all V^T responses. PowerMH's kernel (cut c ~ Unif{0..T-1}, suffix from
-q_tau) is built from the kernel object's own ``decide`` (so from the library's
-``log_acceptance``), one scored proposal at a time:
+States are all V^T responses. Every matrix is written here from its kernel's definition,
+with the LM's own probabilities, never from the library's acceptance code (a wrong
+acceptance that still looks like an MH rule would otherwise pass every law test).
+PowerMH (cut c ~ Unif{0..T-1}, suffix from q_tau):
 
     P[x, y] = (1/T) sum_c [y_{0:c} = x_{0:c}] q_tau(y_{c+1:T} | x_{0:c}) A_c(x, y),
+    A_c(x, y) = min(1, pi_alpha(y) q_tau(x_{c+1:T} | x_{0:c}) / (pi_alpha(x) q_tau(y_{c+1:T} | y_{0:c}))),
     P[x, x] += 1 - sum_y P[x, y].
 
 The chain law after the block schedule is the extension law q_tau(block | x) pushed
@@ -20,11 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from presto_sgl.engines.reference import ReferenceLM
-from presto_sgl.kernels import PowerMHKernel, Proposal
-from presto_sgl.keys import DecisionDraws
-from presto_sgl.state import ChainState
-
-_DRAWS = DecisionDraws(cut_key=0, seed=0, uniform=1.0)  # decide's log A does not depend on them
+from presto_sgl.kernels import PowerMHKernel
 
 
 def sequences(vocab: int, length: int) -> list[tuple[int, ...]]:
@@ -49,36 +47,33 @@ def per_token(lm: ReferenceLM, context: tuple[int, ...], tokens: tuple[int, ...]
     return tuple(lq), tuple(lp)
 
 
-def powermh_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel: PowerMHKernel) -> np.ndarray:
-    """PowerMH's transition matrix over responses of ``length`` tokens, log A from ``kernel.decide``."""
-    tau = kernel.temperature
+def powermh_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel: PowerMHKernel,
+                   flipped: bool = False) -> np.ndarray:
+    """PowerMH's transition matrix over responses of ``length`` tokens at the kernel's alpha
+    and tau, from the definition above. ``flipped``: the proposal terms swapped (the law of
+    the sabotage in ``tests/exactness/cases.py``)."""
+    alpha, tau = kernel.alpha, kernel.temperature
     seqs = sequences(lm.vocab_size, length)
     index = {s: i for i, s in enumerate(seqs)}
-    scored: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    log_pi = {x: alpha * math.fsum(per_token(lm, prompt, x, tau)[1]) for x in seqs}  # unnormalized
 
-    def score(prefix: tuple[int, ...], suffix: tuple[int, ...]):
-        key = (prefix, suffix)
-        if key not in scored:
-            scored[key] = per_token(lm, prompt + prefix, suffix, tau)
-        return scored[key]
+    def log_q(x: tuple[int, ...], c: int) -> float:
+        """log q_tau(x_{c+1:T} | x_{0:c})."""
+        return math.fsum(per_token(lm, prompt + x[:c], x[c:], tau)[0])
 
     P = np.zeros((len(seqs), len(seqs)))
     for x in seqs:
         i = index[x]
-        lq_x, lp_x = score((), x)
-        state = ChainState(prompt, x, lq_x, lp_x)
         for c in range(length):
             for suf in itertools.product(range(lm.vocab_size), repeat=length - c):
-                lq_y, lp_y = score(x[:c], suf)
-                _, tr = kernel.decide(state, [Proposal(c, suf, lq_y, lp_y)], _DRAWS)
-                P[i, index[x[:c] + suf]] += math.exp(math.fsum(lq_y)) * math.exp(tr.log_accept) / length
+                y = x[:c] + suf
+                q_fwd, q_rev = log_q(y, c), log_q(x, c)
+                if flipped:
+                    q_fwd, q_rev = q_rev, q_fwd
+                log_a = min(0.0, log_pi[y] - log_pi[x] + q_rev - q_fwd)
+                P[i, index[y]] += math.exp(log_q(y, c)) * math.exp(log_a) / length
         P[i, i] += 1.0 - P[i].sum()
     return P
-
-
-def mh_kernel(lm: ReferenceLM, prompt: tuple[int, ...], length: int, alpha: float, tau: float) -> np.ndarray:
-    """PowerMH's transition matrix at (alpha, tau)."""
-    return powermh_matrix(lm, prompt, length, PowerMHKernel(alpha, tau))
 
 
 def chain_law(
@@ -107,14 +102,17 @@ def chain_law(
 
 
 
-def entropycut_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel) -> np.ndarray:
-    """EntropyCut's transition matrix: cuts from the cut law written from its definition
-    here (lambda(c; x) ∝ max(0, h_c - h_{c-1})^beta + FLOOR, Delta_0 = 0, h from the LM's
-    p0), log A from the kernel's own ``decide`` (which must add the reverse-over-forward
-    cut-law term for the matrix to leave pi_alpha invariant)."""
+def entropycut_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel, inverted: bool = False) -> np.ndarray:
+    """EntropyCut's transition matrix from its definition: cut c ~ lambda(c; x) ∝
+    max(0, h_c - h_{c-1})^beta + FLOOR (Delta_0 = 0, h the p0 entropies along x), suffix from
+    q_tau, and
+
+        A_c(x, y) = min(1, pi_alpha(y) lambda(c; y) q_tau(x_{c+1:T} | .) / (pi_alpha(x) lambda(c; x) q_tau(y_{c+1:T} | .))).
+
+    ``inverted``: the cut-law ratio turned over (the law of the sabotage in cases.py)."""
     from presto_sgl.kernels.entropycut import FLOOR
 
-    tau, beta = kernel.temperature, kernel.beta
+    alpha, tau, beta = kernel.alpha, kernel.temperature, kernel.beta
     seqs = sequences(lm.vocab_size, length)
     index = {s: i for i, s in enumerate(seqs)}
 
@@ -132,17 +130,20 @@ def entropycut_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, ker
         w = np.array([(max(0.0, h[j] - h[j - 1]) if j else 0.0) ** beta + FLOOR for j in range(length)])
         return w / w.sum()
 
+    full = {x: scored((), x) for x in seqs}
     P = np.zeros((len(seqs), len(seqs)))
     for x in seqs:
         i = index[x]
-        lq_x, lp_x, h_x = scored((), x)
-        state = ChainState(prompt, x, lq_x, lp_x, h_x)
+        lq_x, lp_x, h_x = full[x]
         lam = cut_law(h_x)
         for c in range(length):
             for suf in itertools.product(range(lm.vocab_size), repeat=length - c):
-                lq_y, lp_y, h_y = scored(x[:c], suf)
-                _, tr = kernel.decide(state, [Proposal(c, suf, lq_y, lp_y, h_y)], _DRAWS)
-                P[i, index[x[:c] + suf]] += lam[c] * math.exp(math.fsum(lq_y)) * math.exp(tr.log_accept)
+                y = x[:c] + suf
+                lq_y, lp_y, h_y = full[y]
+                cut_term = math.log(cut_law(h_y)[c]) - math.log(lam[c])
+                log_a = min(0.0, alpha * (math.fsum(lp_y) - math.fsum(lp_x)) + math.fsum(lq_x[c:]) - math.fsum(lq_y[c:])
+                            + (-cut_term if inverted else cut_term))
+                P[i, index[y]] += lam[c] * math.exp(math.fsum(lq_y[c:])) * math.exp(log_a)
         P[i, i] += 1.0 - P[i].sum()
     return P
 

@@ -11,6 +11,8 @@ from presto_sgl import ChainState, EngineError, accepts, log_acceptance, mh_step
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.kernels import Proposal
 
+pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
+
 INF = math.inf
 
 

@@ -16,6 +16,8 @@ from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.keys import hash64
 from presto_sgl.kernels import SuffixDraw
 
+pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
+
 RULES = ("sequential", "bfs", "predictive", "step")
 
 

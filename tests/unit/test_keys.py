@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from presto_sgl.keys import ChainKeys, randbelow, uniform01
+
+pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
 
 
 def test_same_identity_same_draws_and_distinct_otherwise():

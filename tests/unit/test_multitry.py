@@ -17,6 +17,8 @@ from presto_sgl.kernels.multitry import log_acceptance, log_weight, select
 from presto_sgl.keys import ChainKeys, DecisionDraws
 from presto_sgl.state import ChainState
 
+pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
+
 
 @pytest.mark.parametrize("tries", [0, -1, 1.5, "4", True, None])
 def test_tries_is_validated(tries):

@@ -11,6 +11,8 @@ from presto_sgl.proposals import ProposalStore, StoredProposal
 from presto_sgl.walker import walk
 from tests.unit.planning_helpers import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 
+pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
+
 
 def test_bfs_order_condition1_deferral_and_quirk():
     # Depth 0-2: ""(5<=10 ok) "1"(3<=5 ok) "0"(7<=10 ok) "11"(4>3 DEFER) "10"(2<=5 ok)

@@ -21,6 +21,8 @@ from presto_sgl.walker import walk
 from tests.support.predictors import CutPredictor
 from tests.unit.planning_helpers import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 
+pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
+
 
 @dataclass(frozen=True)
 class HashPredictor:

@@ -1,0 +1,114 @@
+"""Resuming an interrupted chain from its trace (``presto-sgl sample --resume TRACE``).
+
+The sampler writes a ``state`` record at every boundary the chain reaches: after each block
+extension (k = 0) and after each round's walk (k transitions of the stage done), with the
+state's tokens, their per-token values and the walk's path. A trace cut anywhere (Ctrl-C,
+``kill -9`` mid-call or mid-line, a server gone for good) is a prefix of the finished trace:
+resume keeps it up to its last ``state`` record, drops the rest, and runs on from that
+(stage, k, path, state). The keys are functions of a decision's identity only, so with a
+seeded engine the resumed chain ends in exactly the tokens of an uninterrupted one; with an
+unseeded engine it is the same Markov chain continued from that state (exact in law).
+Planner and proposal-store contents are not restored: they change which calls are made,
+never which states are visited (Prop. 1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .metrics import CallRecord, NodeRecord
+from .state import ChainState
+from .trace import call_record, node_record, state_record
+
+IDENTITY_FREE = ("type", "prompt_len")
+"""Run-record fields that follow from the others (not compared on resume)."""
+
+
+class EmptyTrace(ValueError):
+    """The trace holds no complete record: the run stopped before it began; start it afresh."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a trace's chain stands: ``stage`` 0 when no block was drawn yet."""
+
+    name: str  # the trace's path, for messages
+    run: dict[str, Any]  # the trace's run record
+    stage: int
+    k: int
+    path: str
+    state: ChainState | None  # None at stage 0
+    calls: tuple[CallRecord, ...]
+    nodes: tuple[NodeRecord, ...]
+    offset: int  # bytes of the trace that are kept: through the last state record (or the run record)
+    finished: bool  # the trace had a summary: the chain was complete
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """The last boundary recorded in the trace at ``path``; ValueError naming the line for a
+    trace that is not one chain's (a corrupt line, a second run, no run record)."""
+    name = str(path)
+    records: list[tuple[dict[str, Any], int]] = []  # (record, offset after its line)
+    offset = 0
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read trace {name}: {exc.strerror or exc}") from None
+    *lines, _partial = data.split(b"\n")  # after the last newline: a write that was cut off
+    for i, raw in enumerate(lines, start=1):
+        offset += len(raw) + 1
+        try:
+            rec = json.loads(raw)
+            if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+                raise ValueError("not a trace record")
+        except ValueError as exc:
+            raise ValueError(f"trace {name} line {i} is corrupt ({exc}): not a presto-sgl trace, or edited") from None
+        records.append((rec, offset))
+    if not records:
+        raise EmptyTrace(f"trace {name} has no complete record: the run stopped before it began; start it again")
+    runs = [r for r, _ in records if r["type"] == "run"]
+    if len(runs) != 1 or records[0][0]["type"] != "run":
+        got = "no 'run' record first" if not runs or records[0][0]["type"] != "run" else f"{len(runs)} runs"
+        raise ValueError(f"trace {name} has {got}: resume takes the trace of one `sample` run")
+    run = runs[0]
+    if "prompt" not in run:
+        raise ValueError(f"trace {name} was written by an older presto-sgl (no prompt ids in its run record): rerun it")
+    last = max((j for j, (r, _) in enumerate(records) if r["type"] == "state"), default=0)
+    calls: list[CallRecord] = []
+    nodes: list[NodeRecord] = []
+    state, stage, k, path = None, 0, 0, ""
+    for j, (r, _) in enumerate(records[: last + 1]):
+        try:
+            if r["type"] == "call":
+                calls.append(call_record(r))
+            elif r["type"] == "node":
+                nodes.append(node_record(r, run["block_size"]))
+            elif j == last and r["type"] == "state":
+                state = state_record(r, tuple(run["prompt"]))
+                stage, k, path = int(r["stage"]), int(r["k"]), str(r["path"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"trace {name} line {j + 1}: malformed {r['type']!r} record ({exc!r})") from None
+    finished = any(r["type"] == "summary" for r, _ in records[last:])
+    return Checkpoint(name, run, stage, k, path, state, tuple(calls), tuple(nodes), records[last][1], finished)
+
+
+def check_same_run(name: str, recorded: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """ValueError naming every field where this run's record differs from the trace's."""
+    keys = sorted((set(recorded) | set(current)) - set(IDENTITY_FREE))
+    diff = [f"`{k}` (trace {recorded.get(k, '(none)')!r}, now {current.get(k, '(none)')!r})"
+            for k in keys if recorded.get(k) != current.get(k)]
+    if diff:
+        raise ValueError(
+            f"trace {name} is from another run ({'; '.join(diff)}): resume with the options, prompt, model and "
+            "engine it was written with"
+        )
+
+
+def truncate(path: str | Path, offset: int) -> None:
+    """Cut the trace at ``path`` to its first ``offset`` bytes (what resume keeps)."""
+    with open(path, "r+b") as f:
+        f.truncate(offset)

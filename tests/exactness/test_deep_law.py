@@ -1,0 +1,91 @@
+"""Unseeded law tests deep and wide enough for the machinery that makes PreSTO fast to act.
+
+On an unseeded engine every request is a fresh draw, so any rule that chose which draws to
+use by their content would bias the chain; only there can the law test see such a bug.
+The shallow law tests (test_enumerated_target.py: K = 2, budget 3) never carry a proposal
+over to a later round and rarely defer one. Here K = 6 transitions per block (two blocks
+of 2 tokens, vocab 3: 81 final states) with budget 3, so that the walk outruns every
+call: each test counts, from the chains' traces, the transitions served by a proposal from
+an earlier call (carry-over, step keys), the rounds that stopped at a decision with no
+valid draw (deferral), and the BFS requests below a deferred node (the quirk), and asserts
+that each occurred.
+
+Power: :func:`detectable_tv` is the total-variation shift the chi-square test (significance
+0.001) detects with probability 0.9 when the shift moves mass between the two likeliest
+final states (the hardest direction for the test). With the chains here that is about
+0.01 for the step rule and 0.02-0.03 for the others; each failure message names it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy import stats
+from tests.exactness.cases import KERNELS, RULES
+from tests.exactness.test_enumerated_target import PROMPT, SIGNIFICANCE, chi_square_pvalue, exact_law, lm
+from tests.support import exact
+
+from presto_sgl import TraceWriter
+
+pytestmark = pytest.mark.exactness
+
+SCHEDULE = dict(max_new_tokens=4, block_size=2, steps=6)
+BUDGET = 3
+CHAINS = {"step": 80_000, "step-cost": 12_000, "bfs": 12_000, "predictive": 12_000}
+"""More chains where the rule is cheap and where carry-over (the issue's example bug) acts."""
+
+
+def detectable_tv(law: np.ndarray, chains: int, power: float = 0.9) -> float:
+    """The TV shift between the two likeliest cells that the chi-square test detects with
+    probability ``power`` at :data:`SIGNIFICANCE` with ``chains`` samples."""
+    df = int((law * chains >= 5).sum())  # cells after pooling, minus one, roughly
+    crit = stats.chi2.isf(SIGNIFICANCE, df)
+    lam = next(x for x in np.arange(1.0, 500.0, 0.5) if stats.ncx2.sf(crit, df, x) >= power)
+    p1, p2 = np.sort(law)[-2:]
+    return math.sqrt(lam / (chains * (1 / p1 + 1 / p2)))
+
+
+def events(trace_text: str) -> Counter:
+    """Carry-overs, deferrals and unreachable (quirk) requests in one chain's trace. A round
+    deferred a decision when its walk stopped before the stage's K transitions (no valid draw)."""
+    out: Counter = Counter()
+    calls, walked = {}, Counter()
+    for r in map(json.loads, trace_text.splitlines()):
+        if r["type"] == "call" and r["kind"] == "mh":
+            calls[r["index"]] = r
+            out["unreachable"] += sum(not q["reachable"] for q in r["requests"])
+        elif r["type"] == "node":
+            out["carry-over"] += r["request"][0] != r["call"]
+            walked[r["call"]] += 1
+    out["deferral"] = sum(c["k0"] + walked[i] < SCHEDULE["steps"] for i, c in calls.items())
+    return out
+
+
+@pytest.mark.parametrize("rule_name", sorted(CHAINS))
+def test_deep_unseeded_chains_follow_the_exact_law(reference_engine, rule_name):
+    model, kernel_case, rule = lm(), KERNELS[0], RULES[rule_name]
+    cfg, presto = rule.configs(BUDGET, alpha=4.0, **SCHEDULE)
+    engine = reference_engine(model, seeded=False)
+    sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
+    chains = CHAINS[rule_name]
+    counts: Counter = Counter()
+    seen: Counter = Counter()
+    for i in range(chains):
+        stream = io.StringIO()
+        counts[sampler.run(PROMPT, seed=10_000 + i, trace=TraceWriter(stream)).state.tokens] += 1
+        seen += events(stream.getvalue())
+    law = exact_law(kernel_case, cfg)
+    tv_min = detectable_tv(law, chains)
+    want = {"step": ("carry-over", "deferral"), "step-cost": ("carry-over", "deferral"),
+            "bfs": ("deferral", "unreachable"), "predictive": ("deferral",)}[rule_name]
+    for event in want:
+        assert seen[event] > chains // 20, f"{event} occurred only {seen[event]} times in {chains} chains: {dict(seen)}"
+    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), chains)
+    assert p > SIGNIFICANCE, (f"chi-square p={p:.2e} (TV={tv:.4f}; this test detects TV >= {tv_min:.4f}) rejects "
+                              f"the exact law; events {dict(seen)}")
+    assert tv_min < (0.011 if rule_name == "step" else 0.03)
