@@ -3,11 +3,22 @@ committed tiny model on the embedded engine (loaded once, on first use)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
 
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``PRESTO_SGL_MUTANT=NAME``: run the session against a deliberately wrong sampler
+    (tests/support/mutants.py; benchmarks/mutations.py shows which tests catch each)."""
+    name = os.environ.get("PRESTO_SGL_MUTANT")
+    if name:
+        from tests.support.mutants import apply
+
+        print(f"mutant {name}: {apply(name)}")
+
 
 UNSEEDED_RNG = 12345
 """The generator seed of unseeded reference engines: their tests stay deterministic."""

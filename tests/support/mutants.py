@@ -1,0 +1,134 @@
+"""Deliberately wrong samplers, to show which exactness test catches each
+(``benchmarks/mutations.py``). ``PRESTO_SGL_MUTANT=NAME pytest ...`` applies mutant NAME
+to the library for the whole session (tests/conftest.py); unset, nothing changes.
+
+Each mutant is a plausible bug: a wrong acceptance that still looks like an MH rule, broken
+keys, a walker that takes draws it may not, a content-dependent redraw, a lossy resume.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+MUTANTS: dict[str, tuple[str, Callable[[], None]]] = {}
+
+
+def mutant(name: str, what: str):
+    def register(apply: Callable[[], None]) -> Callable[[], None]:
+        MUTANTS[name] = (what, apply)
+        return apply
+
+    return register
+
+
+@mutant("q-flipped", "PowerMH acceptance with the proposal terms swapped: alpha (lp_y - lp_x) + lq_y - lq_x")
+def _q_flipped() -> None:
+    from presto_sgl.kernels import powermh
+
+    orig = powermh.log_acceptance
+    powermh.log_acceptance = lambda lq_x, lq_y, lp_x, lp_y, alpha, extra=0.0: orig(lq_y, lq_x, lp_x, lp_y, alpha, extra)
+
+
+@mutant("no-q-term", "PowerMH acceptance without the proposal terms: alpha (lp_y - lp_x) (independence-sampler slip)")
+def _no_q_term() -> None:
+    from presto_sgl.kernels import powermh
+
+    orig = powermh.log_acceptance
+    powermh.log_acceptance = lambda lq_x, lq_y, lp_x, lp_y, alpha, extra=0.0: orig(0.0, 0.0, lp_x, lp_y, alpha, extra)
+
+
+@mutant("alpha-one", "PowerMH acceptance at alpha = 1 (targets p0, not p0^alpha)")
+def _alpha_one() -> None:
+    from presto_sgl.kernels import powermh
+
+    orig = powermh.log_acceptance
+    powermh.log_acceptance = lambda lq_x, lq_y, lp_x, lp_y, alpha, extra=0.0: orig(lq_x, lq_y, lp_x, lp_y, 1.0, extra)
+
+
+@mutant("accept-all", "every proposal accepted (log A = 0)")
+def _accept_all() -> None:
+    from presto_sgl.kernels import powermh
+
+    powermh.log_acceptance = lambda *args, **kwargs: 0.0
+
+
+@mutant("cut-never-0", "the uniform cut drawn from {1..T-1}: the first token is never resampled")
+def _cut_never_0() -> None:
+    from presto_sgl.keys import DecisionDraws, randbelow
+
+    DecisionDraws.cut = lambda self, length: 1 + randbelow(self.cut_key, length - 1) if length > 1 else 0  # type: ignore[method-assign]
+
+
+@mutant("uniform-per-stage", "one acceptance uniform for every decision of a stage (keys not per decision)")
+def _uniform_per_stage() -> None:
+    from presto_sgl import keys
+
+    orig = keys.ChainKeys.decision
+
+    def decision(self, stage, decision):
+        d = orig(self, stage, decision)
+        return keys.DecisionDraws(d.cut_key, d.seed, keys.uniform01(keys.hash64("acc", self.run_seed, stage)))
+
+    keys.ChainKeys.decision = decision  # type: ignore[method-assign]
+
+
+@mutant("stale-prefix", "the walker takes draws made after another prefix (the store's prefix check dropped)")
+def _stale_prefix() -> None:
+    from presto_sgl.proposals import ProposalStore
+
+    def find(self, decision, tokens, cut):
+        return next((e for e in self._by_decision.get(decision, ()) if e.cut == cut), None)
+
+    ProposalStore.find = find  # type: ignore[method-assign]
+
+
+@mutant("content-redraw", "an engine that redraws a response whose first token is 0, once (a content-triggered retry)")
+def _content_redraw() -> None:
+    from presto_sgl.engines.reference import ReferenceEngine
+
+    orig = ReferenceEngine._complete
+
+    def complete(self, request):
+        c = orig(self, request)
+        return orig(self, request) if c.tokens and c.tokens[0] == 0 else c
+
+    ReferenceEngine._complete = complete  # type: ignore[method-assign]
+
+
+@mutant("entropycut-inverted", "EntropyCut's cut-law ratio turned over (forward over reverse)")
+def _entropycut_inverted() -> None:
+    from presto_sgl.kernels import entropycut
+
+    orig = entropycut.log_cut_ratio
+    entropycut.log_cut_ratio = lambda x, y, c, beta: -orig(x, y, c, beta)
+
+
+@mutant("multitry-weight", "MultiTryMH weighting draws by q at the first temperature, not the mixture")
+def _multitry_weight() -> None:
+    from presto_sgl.kernels import multitry
+
+    multitry.log_weight = lambda logp, logq_at, alpha: alpha * math.fsum(logp) - math.fsum(r[0] for r in logq_at)
+
+
+@mutant("resume-path-lost", "resume restarts the stage's walk path at the root (path keys of the rest change)")
+def _resume_path_lost() -> None:
+    import dataclasses
+
+    from presto_sgl import resume
+
+    orig = resume.read_checkpoint
+    resume.read_checkpoint = lambda path: dataclasses.replace(orig(path), path="")
+    for module in ("presto_sgl.cli.sample", "presto_sgl.cli.run"):
+        import importlib
+
+        setattr(importlib.import_module(module), "read_checkpoint", resume.read_checkpoint)
+
+
+def apply(name: str) -> str:
+    """Apply mutant ``name``; its description."""
+    if name not in MUTANTS:
+        raise ValueError(f"PRESTO_SGL_MUTANT={name!r}: no such mutant (choose from {', '.join(MUTANTS)})")
+    what, fn = MUTANTS[name]
+    fn()
+    return what
