@@ -38,8 +38,29 @@ class TraceWriter:
                              "logq_at": None if state.logq_at is None else [list(r) for r in state.logq_at]})
 
 
+RECORD_TYPES = ("run", "call", "node", "state", "resume", "summary", "server")
+
+
 def read_trace(lines: Iterable[str]) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in lines if line.strip()]
+    """The records of a trace's lines (blank lines skipped). A last line cut off mid-write
+    (no newline, not JSON: the run was killed) is dropped; any other line that is not a
+    trace record is a ValueError naming it, so a damaged trace never yields wrong metrics."""
+    records = []
+    items = list(lines)
+    for n, line in enumerate(items, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            if n == len(items) and not line.endswith("\n"):
+                break  # the write of the last line was interrupted
+            raise ValueError(f"trace line {n} is not JSON ({exc}): the trace is damaged") from None
+        if not isinstance(rec, dict) or rec.get("type") not in RECORD_TYPES:
+            kind = rec.get("type") if isinstance(rec, dict) else rec
+            raise ValueError(f"trace line {n} is not a trace record (type {kind!r}): the trace is damaged")
+        records.append(rec)
+    return records
 
 
 def call_record(rec: dict[str, Any]) -> CallRecord:
@@ -69,15 +90,18 @@ def metrics_from_trace(records: Iterable[dict[str, Any]]) -> list[PromptMetrics]
     """Recompute each run's metrics from its trace records (one run = records after a ``run``)."""
     runs: list[tuple[list[CallRecord], list[NodeRecord]]] = []
     block_size = 0
-    for rec in records:
+    for i, rec in enumerate(records, start=1):
         kind = rec["type"]
         if kind in ("call", "node") and not runs:
             raise ValueError(f"trace has a {kind!r} record before any 'run' record: is it truncated at the start?")
-        if kind == "run":
-            runs.append(([], []))
-            block_size = rec["block_size"]
-        elif kind == "call":
-            runs[-1][0].append(call_record(rec))
-        elif kind == "node":
-            runs[-1][1].append(node_record(rec, block_size))
+        try:
+            if kind == "run":
+                runs.append(([], []))
+                block_size = rec["block_size"]
+            elif kind == "call":
+                runs[-1][0].append(call_record(rec))
+            elif kind == "node":
+                runs[-1][1].append(node_record(rec, block_size))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"trace record {i} (a {kind!r}) is malformed ({exc!r}): the trace is damaged") from None
     return [summarize(c, n) for c, n in runs]
