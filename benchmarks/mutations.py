@@ -3,8 +3,8 @@
     python benchmarks/mutations.py [--only NAME,...] [--json FILE]
 
 For every mutant of ``tests/support/mutants.py`` this runs ``pytest -m exactness -x`` with
-``PRESTO_SGL_MUTANT=NAME`` over the exactness suites, fastest first (unit invariants,
-coupling, resume, enumerated law, deep unseeded law), and records the first test that
+``PRESTO_SGL_MUTANT=NAME`` over the exactness suites (enumerated law, coupling, resume,
+deep unseeded law, unit invariants, in that order), and records the first test that
 fails (or that none did) and how long that took. A mutant nothing catches is a hole in the
 proof. Prints a Markdown table; ``--json`` keeps the rows.
 """
@@ -25,9 +25,9 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.mutants import MUTANTS  # noqa: E402
 
-SUITES = ["tests/unit", "tests/exactness/test_coupling.py", "tests/exactness/test_resume.py",
-          "tests/integration/test_cli_resume.py", "tests/exactness/test_enumerated_target.py",
-          "tests/exactness/test_deep_law.py"]
+SUITES = ["tests/exactness/test_enumerated_target.py", "tests/exactness/test_coupling.py",
+          "tests/exactness/test_resume.py", "tests/integration/test_cli_resume.py",
+          "tests/exactness/test_deep_law.py", "tests/unit"]
 """In the order they run: the first failure stops the run (-x)."""
 
 
