@@ -121,14 +121,13 @@ def test_a_run_interrupted_anywhere_resumes_to_the_same_chain(tmp_path, referenc
 def test_a_finished_trace_resumes_to_its_result_without_calls(tmp_path, reference_engine):
     cfg, presto = RULES["bfs"].configs(4, alpha=4.0, max_new_tokens=16, block_size=8, steps=6)
     engine = reference_engine(ReferenceLM(12, seed=3))
-    make = lambda: RULES["bfs"].sampler(engine, cfg, presto, KERNELS[0].make(cfg))  # noqa: E731
     stream = io.StringIO()
-    full = make().run([1, 2, 3], seed=7, trace=TraceWriter(stream))
-    before = engine.stats.calls if hasattr(engine, "stats") else None
+    full = RULES["bfs"].sampler(engine, cfg, presto, KERNELS[0].make(cfg)).run([1, 2, 3], seed=7, trace=TraceWriter(stream))
+    counted = DyingEngine(engine, calls=-1)  # never dies; counts down once per call
+    make = lambda: RULES["bfs"].sampler(counted, cfg, presto, KERNELS[0].make(cfg))  # noqa: E731
     result, _, checkpoint = resume_from(tmp_path, stream.getvalue(), make)
     assert checkpoint.finished and result.state == full.state and result.metrics.transitions == 12
-    if before is not None:
-        assert engine.stats.calls == before
+    assert counted.left == -1, "resuming a finished chain made model calls"
 
 
 def test_unseeded_resume_follows_the_exact_law(reference_engine):
