@@ -14,7 +14,7 @@ never which states are visited (Prop. 1).
 
 from __future__ import annotations
 
-import json
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import Any
 
 from .metrics import CallRecord, NodeRecord
 from .state import ChainState
-from .trace import call_record, node_record, state_record
+from .trace import TraceLineError, call_record, node_record, state_record, trace_records
 
 IDENTITY_FREE = ("type", "prompt_len")
 """Run-record fields that follow from the others (not compared on resume)."""
@@ -52,22 +52,18 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     """The last boundary recorded in the trace at ``path``; ValueError naming the line for a
     trace that is not one chain's (a corrupt line, a second run, no run record)."""
     name = str(path)
-    records: list[tuple[dict[str, Any], int]] = []  # (record, offset after its line)
-    offset = 0
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read trace {name}: {exc.strerror or exc}") from None
-    *lines, _partial = data.split(b"\n")  # after the last newline: a write that was cut off
-    for i, raw in enumerate(lines, start=1):
-        offset += len(raw) + 1
-        try:
-            rec = json.loads(raw)
-            if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
-                raise ValueError("not a trace record")
-        except ValueError as exc:
-            raise ValueError(f"trace {name} line {i} is corrupt ({exc}): not a presto-sgl trace, or edited") from None
-        records.append((rec, offset))
+        lines = Path(path).read_bytes().decode("utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read trace {name}: {getattr(exc, 'strerror', None) or exc}") from None
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()  # after the last newline: a write that was cut off
+    ends = list(itertools.accumulate(len(line.encode("utf-8")) for line in lines))  # byte offset after each line
+    try:
+        records = [(rec, ends[n - 1]) for n, rec in trace_records(lines)]  # (record, offset after its line)
+    except TraceLineError as exc:
+        raise ValueError(f"trace {name} line {exc.line} is corrupt (not {exc.reason}): not a presto-sgl trace, "
+                         "or edited") from None
     if not records:
         raise EmptyTrace(f"trace {name} has no complete record: the run stopped before it began; start it again")
     runs = [r for r, _ in records if r["type"] == "run"]

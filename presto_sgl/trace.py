@@ -5,7 +5,7 @@ run goes and read back to recompute its metrics (docs/design.md §7) or to resum
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, fields
 from typing import IO, Any
 
@@ -41,11 +41,18 @@ class TraceWriter:
 RECORD_TYPES = ("run", "call", "node", "state", "resume", "summary", "server")
 
 
-def read_trace(lines: Iterable[str]) -> list[dict[str, Any]]:
-    """The records of a trace's lines (blank lines skipped). A last line cut off mid-write
-    (no newline, not JSON: the run was killed) is dropped; any other line that is not a
-    trace record is a ValueError naming it, so a damaged trace never yields wrong metrics."""
-    records = []
+class TraceLineError(ValueError):
+    """A trace line that is not a trace record; ``line`` is its number (from 1)."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"trace line {line} is not {reason}: the trace is damaged")
+        self.line, self.reason = line, reason
+
+
+def trace_records(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of each non-blank line. A last line cut off mid-write (no
+    newline, not JSON: the run was killed) is dropped; any other line that is not a trace
+    record raises :class:`TraceLineError`, so a damaged trace never yields wrong metrics."""
     items = list(lines)
     for n, line in enumerate(items, start=1):
         if not line.strip():
@@ -54,13 +61,17 @@ def read_trace(lines: Iterable[str]) -> list[dict[str, Any]]:
             rec = json.loads(line)
         except ValueError as exc:
             if n == len(items) and not line.endswith("\n"):
-                break  # the write of the last line was interrupted
-            raise ValueError(f"trace line {n} is not JSON ({exc}): the trace is damaged") from None
+                return  # the write of the last line was interrupted
+            raise TraceLineError(n, f"JSON ({exc})") from None
         if not isinstance(rec, dict) or rec.get("type") not in RECORD_TYPES:
             kind = rec.get("type") if isinstance(rec, dict) else rec
-            raise ValueError(f"trace line {n} is not a trace record (type {kind!r}): the trace is damaged")
-        records.append(rec)
-    return records
+            raise TraceLineError(n, f"a trace record (type {kind!r})")
+        yield n, rec
+
+
+def read_trace(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The records of a trace's lines (:func:`trace_records`)."""
+    return [rec for _, rec in trace_records(lines)]
 
 
 def call_record(rec: dict[str, Any]) -> CallRecord:

@@ -64,5 +64,6 @@ def _resume_hint(args: argparse.Namespace) -> str:
         return "rerun the same command to go on (finished prompts are kept; with --traces, chains resume)"
     return "nothing was kept"
 
+
 if __name__ == "__main__":
     sys.exit(main())

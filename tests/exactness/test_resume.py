@@ -130,7 +130,7 @@ def test_a_finished_trace_resumes_to_its_result_without_calls(tmp_path, referenc
     assert counted.left == -1, "resuming a finished chain made model calls"
 
 
-def test_unseeded_resume_follows_the_exact_law(reference_engine):
+def test_unseeded_resume_follows_the_exact_law(tmp_path, reference_engine):
     """Each of CHAINS chains dies inside a random engine call and is resumed on a fresh
     unseeded engine (fresh draws); the final states must follow the exact K-step law."""
     model = lm()
@@ -140,6 +140,7 @@ def test_unseeded_resume_follows_the_exact_law(reference_engine):
     rng = random.Random(0)
     counts: Counter = Counter()
     resumed_mid_stage = 0
+    path = tmp_path / "t.jsonl"
     for i in range(CHAINS):
         stream = io.StringIO()
         dying = DyingEngine(engine, rng.randint(1, 6))  # 2 extensions + 4 transitions
@@ -147,8 +148,8 @@ def test_unseeded_resume_follows_the_exact_law(reference_engine):
         try:
             result = sampler.run(PROMPT, seed=1000 + i, trace=TraceWriter(stream))
         except Interrupted:
-            path = io.BytesIO(stream.getvalue().encode())
-            checkpoint = _checkpoint_of(path)
+            path.write_text(stream.getvalue())
+            checkpoint = read_checkpoint(path)
             resumed_mid_stage += 0 < checkpoint.k < cfg.steps
             fresh = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
             result = fresh.run(PROMPT, seed=1000 + i, resume=checkpoint)
@@ -157,15 +158,6 @@ def test_unseeded_resume_follows_the_exact_law(reference_engine):
     law = exact_law(kernel_case, cfg)
     p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), CHAINS)
     assert p > SIGNIFICANCE, f"chi-square p={p:.2e} (TV={tv:.3f}): resumed chains do not follow the exact law"
-
-
-def _checkpoint_of(buffer: io.BytesIO):
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
-        f.write(buffer.getvalue())
-        f.flush()
-        return read_checkpoint(f.name)
 
 
 def test_traces_that_cannot_be_resumed_are_refused_naming_why(tmp_path, reference_engine):

@@ -114,15 +114,14 @@ def _multitry_weight() -> None:
 @mutant("resume-path-lost", "resume restarts the stage's walk path at the root (path keys of the rest change)")
 def _resume_path_lost() -> None:
     import dataclasses
+    import importlib
 
     from presto_sgl import resume
 
     orig = resume.read_checkpoint
     resume.read_checkpoint = lambda path: dataclasses.replace(orig(path), path="")
-    for module in ("presto_sgl.cli.sample", "presto_sgl.cli.run"):
-        import importlib
-
-        setattr(importlib.import_module(module), "read_checkpoint", resume.read_checkpoint)
+    for module in ("presto_sgl.cli.sample", "presto_sgl.cli.run"):  # they import it by name
+        importlib.import_module(module).read_checkpoint = resume.read_checkpoint
 
 
 def apply(name: str) -> str:
