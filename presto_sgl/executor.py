@@ -105,7 +105,8 @@ class StageExecutor:
         planned = self.planner.plan(ctx)
         groups = [kernel.suffix_draws(p.cut, T, self.draws(p.decision)) for p in planned]
         requests = [
-            Request(state.context(p.cut), T - p.cut, d.temperature, d.seed, d.entropy, d.score_temperatures)
+            Request(state.context(p.cut), T - p.cut, d.temperature, d.seed, d.entropy, d.score_temperatures,
+                    self.keys.route)
             for p, group in zip(planned, groups)
             for d in group
         ]

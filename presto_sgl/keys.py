@@ -91,6 +91,12 @@ class ChainKeys:
             uniform=uniform01(hash64("acc", base)),
         )
 
+    @property
+    def route(self) -> str:
+        """The chain's routing key (not randomness): its requests share the prompt and state
+        prefixes, so a router that honours it keeps them with their KV cache on one worker."""
+        return f"{self.run_seed}/{self.prompt_id}"
+
     def extension_seed(self, stage: int) -> int:
         """Engine seed of the block extension that opens ``stage``."""
         return hash64("presto", self.run_seed, self.prompt_id, stage, "extend") & SEED_MASK

@@ -185,7 +185,8 @@ class Sampler:
         for stage in range(max(start, 1), cfg.num_stages + 1):
             if stage > start:
                 L = state.length
-                req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy, temps)
+                req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy, temps,
+                              keys.route)
                 (comp,), elapsed = rec.call([req])
                 request = RequestRecord(None, L, len(req.prefix), cfg.block_size, comp.cached_tokens, True, req.temperature, req.seed)
                 rec.record_call(CallRecord(len(rec.calls), stage, "extend", 0, (request,), elapsed))

@@ -3,10 +3,12 @@
 # from .venv-sglang) in front of running SGLang servers on 127.0.0.1.
 #
 #   bash scripts/sglang_router.sh start  [--port 30001] [--worker-url http://127.0.0.1:30000 ...] [--timeout 120]
+#                                        [--policy cache_aware|round_robin|manual|random|power_of_two]
 #   bash scripts/sglang_router.sh stop   [--port 30001]
 #   bash scripts/sglang_router.sh status [--port 30001]
 #
-# start launches `python -m sglang_router.launch_router` (cache-aware policy) in its own
+# start launches `python -m sglang_router.launch_router` (--policy, default cache_aware;
+# manual follows presto-sgl's per-chain X-SMG-Routing-Key, keeping a chain on one worker) in its own
 # process group (log: .cache/sglang/router-PORT.log, PID file: .cache/sglang/router-PORT.pid)
 # and waits until GET /health answers 200 and GET /workers lists every worker; on timeout
 # or early exit it prints the log tail, stops the router and fails. --worker-url may be
@@ -15,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 say() { echo "sglang_router: $*"; }
 die() { echo "sglang_router: ERROR: $*" >&2; exit 1; }
 
@@ -24,12 +26,14 @@ CMD="$1"; shift
 PORT=30001
 WORKERS=()
 TIMEOUT=120
+POLICY=cache_aware
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) PORT="$2"; shift 2 ;;
     --worker-url) WORKERS+=("$2"); shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
+    --policy) POLICY="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) usage ;;
     *) die "unknown option: $1" ;;
@@ -67,6 +71,7 @@ start_checks
 for w in "${WORKERS[@]}"; do
   curl -sf -o /dev/null -m 10 "$w/health" || die "worker $w is not healthy; start it first (bash scripts/sglang_server.sh start)"
 done
-say "in front of ${WORKERS[*]} on $URL"
+case "$POLICY" in cache_aware|round_robin|manual|random|power_of_two) ;; *) die "--policy must be cache_aware, round_robin, manual, random or power_of_two, not '$POLICY'" ;; esac
+say "in front of ${WORKERS[*]} on $URL, policy $POLICY"
 launch .venv-sglang/bin/python -m sglang_router.launch_router --host 127.0.0.1 --port "$PORT" \
-  --worker-urls "${WORKERS[@]}" --log-level warn "${EXTRA[@]}"
+  --worker-urls "${WORKERS[@]}" --policy "$POLICY" --log-level warn "${EXTRA[@]}"

@@ -28,6 +28,7 @@ class Request:
     seed: int | None = None
     return_entropy: bool = False
     score_temperatures: tuple[float, ...] = ()  # also return log q of each new token at these
+    route: str | None = None  # the chain's routing key: a router keeps a chain's requests on one worker
 
 
 @dataclass(frozen=True)

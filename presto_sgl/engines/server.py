@@ -3,10 +3,11 @@ the client-side counts, and the call loop that never advances a chain on partial
 
 :meth:`ServerEngine.generate` tries every request once (``_attempt``, the engine's own
 passes); what comes back as None (a response the server reported aborted, never one
-judged by its content) is re-issued as a fresh draw, at most ``max_retries`` times per call. A lost connection (refused, reset, closed mid-answer: a server restart)
-re-issues everything pending once ``GET /health`` answers again, within
-``restart_timeout_s`` (``stats.reconnects`` counts these). Both are exact: the failure
-never depends on what was drawn.
+judged by its content) is re-issued as a fresh draw, at most ``max_retries`` times per
+call. A lost connection (refused, reset, closed mid-answer: a server restart) re-issues
+what was lost once ``GET /health`` answers again, within ``restart_timeout_s``
+(``stats.reconnects`` counts these); answers that came back before it are kept, so no
+request is drawn twice. Both are exact: the failure never depends on what was drawn.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,14 @@ class EngineHTTPError(EngineError):
 
 
 class EngineUnreachable(EngineError):
-    """No answer: connection refused, reset, or closed before the whole response came."""
+    """No answer: connection refused, reset, or closed before the whole response came.
+
+    ``done``: when only part of an attempt was lost (one of a router's concurrent bodies),
+    per request of the attempt its completion that did come back, None where lost."""
+
+    def __init__(self, message: str, done: Sequence[Completion | None] | None = None) -> None:
+        super().__init__(message)
+        self.done = done
 
 
 @dataclass
@@ -68,14 +76,14 @@ class ServerEngine:
         self.stats = ServerStats()
         self._stats_lock = threading.Lock()
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None) -> Any:
         """One request to the server at ``self.url``: the engine's single transport."""
         with self._stats_lock:
             self.stats.http_requests += 1
-        return self._http(method, self.url + path, body)
+        return self._http(method, self.url + path, body, headers)
 
-    def _http(self, method: str, url: str, body: Any) -> Any:
-        return http_json(method, url, body, self.timeout_s, self.KIND, self.START_HINT)
+    def _http(self, method: str, url: str, body: Any, headers: Mapping[str, str] | None = None) -> Any:
+        return http_json(method, url, body, self.timeout_s, self.KIND, self.START_HINT, headers)
 
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
         """One try at every request: a validated completion, or None where the server reported an abort."""
@@ -97,8 +105,11 @@ class ServerEngine:
                     self.stats.retries += len(pending)
             try:
                 done = self._attempt([requests[i] for i in pending])
-            except EngineUnreachable as exc:  # everything pending is drawn afresh once the server is back
+            except EngineUnreachable as exc:  # what was lost is drawn afresh once the server is back
                 lost = exc
+                for i, comp in zip(pending, exc.done or (), strict=False):
+                    out[i] = comp  # answered before the loss: kept (the loss never depends on content)
+                pending = [i for i in pending if out[i] is None]
                 self._await_restart(exc)
                 continue
             for i, comp in zip(pending, done, strict=True):
@@ -140,13 +151,14 @@ class ServerEngine:
             time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
 
 
-def http_json(method: str, url: str, body: Any, timeout_s: float, kind: str = "server", hint: str = "") -> Any:
-    """One HTTP exchange: the parsed JSON answer (or its text, e.g. ``/health``'s).
+def http_json(method: str, url: str, body: Any, timeout_s: float, kind: str = "server", hint: str = "",
+              headers: Mapping[str, str] | None = None) -> Any:
+    """One HTTP exchange (with extra ``headers``): the parsed JSON answer (or its text, e.g. ``/health``'s).
 
     Raises EngineHTTPError on an error status, EngineUnreachable when the connection
     fails, EngineError on a timeout."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             text = resp.read().decode()

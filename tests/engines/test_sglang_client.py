@@ -38,9 +38,11 @@ class StandIn:
 
         self.worker = worker
         self.drop_next: float | None = None  # go away on the next POST, back after this many s (inf: never)
+        self.drop_body = None  # a predicate: the first POST body it holds for gets no answer (the server stays up)
         self.in_flight = 0
         self.down = False
         self.bodies: list[dict] = []
+        self.routes: list[str | None] = []  # each POST's X-SMG-Routing-Key
         (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 16, "max_position_embeddings": 64}))
         self.model_path = str(tmp_path)
         stand_in = self
@@ -78,9 +80,14 @@ class StandIn:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stand_in.bodies.append(body)
+                stand_in.routes.append(self.headers.get("X-SMG-Routing-Key"))
                 if stand_in.drop_next is not None:  # a restart: no answer, the connection closes
                     stand_in.go_away(stand_in.drop_next)
                     stand_in.drop_next = None
+                    self.close_connection = True
+                    return
+                if stand_in.drop_body is not None and stand_in.drop_body(body):
+                    stand_in.drop_body = None
                     self.close_connection = True
                     return
                 if stand_in.fail_status:
@@ -378,6 +385,56 @@ def test_a_router_url_works_with_shared_sampling_params(stand_in):
     assert PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0).metrics.transitions == 6
     worker.go_away(1.0)  # the router answers HTTP 500 until its worker is back
     assert len(eng.generate(reqs)) == 3 and eng.stats.reconnects == 1 and not worker.down
+
+
+@pytest.mark.parametrize("one_pass", [False, True])
+def test_a_body_lost_behind_a_router_is_redrawn_alone(stand_in, one_pass):
+    """Of a call's concurrent bodies through a router, only the one whose connection was lost
+    is sent again once the server is healthy; the answers that came back are kept, so no
+    request is drawn twice."""
+    worker = stand_in()
+    router = stand_in(worker=worker, one_pass=one_pass)
+    eng = SGLangEngine(router.url)
+    assert eng.mode == ("one-pass" if one_pass else "two-pass")
+    reqs = [Request((1, 2, 3), n, 0.5) for n in (2, 3, 4)]
+    n = len(router.bodies)
+    router.drop_body = lambda b: b["sampling_params"]["max_new_tokens"] == 3
+    comps = eng.generate(reqs)
+    assert [len(c.tokens) for c in comps] == [2, 3, 4] and eng.stats.reconnects == 1
+    for r, c in zip(reqs, comps):
+        lp, lq = router.lm.score(r.prefix, c.tokens, r.temperature)
+        assert sum(c.logp) == pytest.approx(lp, abs=1e-9) and sum(c.logq) == pytest.approx(lq, abs=1e-9)
+    decodes = [b["sampling_params"]["max_new_tokens"] for b in router.bodies[n:] if b["sampling_params"]["max_new_tokens"]]
+    assert sorted(decodes) == [2, 3, 3, 4]  # the lost one twice, the others once
+
+
+def test_each_chain_sends_its_calls_under_one_routing_key(stand_in):
+    """Every /generate of a chain carries X-SMG-Routing-Key '<run seed>/<prompt id>' (which
+    sglang-router's manual policy follows, keeping the chain's KV prefixes on one worker);
+    requests of different routes never share a body."""
+    from presto_sgl.runner import run_prompts
+
+    worker = stand_in()
+    router = stand_in(worker=worker)
+    eng = SGLangEngine(router.url)
+    n = len(router.bodies)
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=3, keying="step")
+    prompts = [[1, 2, 3], [4, 5]]
+    run_prompts(PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4)).run, prompts, seed=3, workers=2)
+    sent = list(zip(router.bodies[n:], router.routes[n:]))
+    assert len(sent) > 8
+    for body, route in sent:
+        chains = {0 if ids[:3] == prompts[0] else 1 for ids in body["input_ids"]}
+        assert len(chains) == 1 and route == f"3/{chains.pop()}"
+    n = len(router.bodies)
+    eng.generate([Request((1, 2), 2, 0.5, route="a"), Request((1, 2), 2, 0.5, route="b"), Request((1, 2), 2, 0.5)])
+    decode = [r for b, r in zip(router.bodies[n:], router.routes[n:]) if "logprob_start_len" not in b]
+    assert sorted(map(str, decode)) == ["None", "a", "b"]  # three bodies (the same params)
+    single = stand_in(one_pass=True)
+    eng = SGLangEngine(single.url)
+    n = len(single.bodies)
+    eng.generate([Request((1, 2), 2, 0.5, route="a"), Request((1, 3), 3, 0.5, route="a")])
+    assert single.routes[n:] == ["a"] and len(single.bodies[n]["input_ids"]) == 2  # one body, one route
 
 
 def test_cli_trace_has_a_server_record(stand_in, tmp_path, monkeypatch):

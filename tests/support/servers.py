@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import threading
@@ -21,6 +23,15 @@ def free_port() -> int:
 def server_script(script: str, *args: str) -> None:
     """``bash scripts/<script> args...`` (e.g. ``sglang_server.sh start --port P``), failing the test on error."""
     subprocess.run(["bash", str(ROOT / "scripts" / script), *args], check=True, timeout=900)
+
+
+def kill_server(script: str, port: int | str) -> None:
+    """SIGKILL the whole process group of ``script``'s service on ``port`` (its PID file):
+    a crash, not a shutdown; ``server_script(script, "start", ...)`` starts it again."""
+    folder = "vllm" if script.startswith("vllm") else "sglang"
+    name = "router" if "router" in script else "server"
+    pid = int((ROOT / ".cache" / folder / f"{name}-{port}.pid").read_text())
+    os.killpg(pid, signal.SIGKILL)
 
 
 def run_through_a_restart(script: str, make_engine: Callable[[str], Any], run: Callable[[Any], Any]):

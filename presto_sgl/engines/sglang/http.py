@@ -22,12 +22,14 @@ most ``max_retries`` times per call:
 - a lost connection (refused, reset, closed mid-answer: a server restart; behind a
   router, its HTTP 500 ``call_upstream_request_error``) first waits until ``GET /health``
   answers again (of the router's workers too), up to ``restart_timeout_s``
-  (``stats.reconnects`` counts these).
+  (``stats.reconnects`` counts these); the bodies of the call that were answered are kept.
 
 An SGLang router (``sglang-router``, see ``scripts/sglang_router.sh``) works as the URL
 too: its ``/generate`` takes one shared ``sampling_params`` and ``logprob_start_len``
 per body, so requests are then grouped by those and the groups sent concurrently (the
-server batches them); ``/model_info`` falls back to ``/get_model_info``, and
+server batches them); each body carries its chain's routing key (``Request.route``) as
+``X-SMG-Routing-Key``, which the router's ``manual`` policy follows, so that a chain's
+calls stay on the worker that holds its prefixes; ``/model_info`` falls back to ``/get_model_info``, and
 ``/v1/loads`` and ``/server_info`` are read from the router's workers (``/workers``):
 :mod:`.transport` (standard library only).
 """
@@ -43,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import EngineError
 from ..base import Completion, EngineCapabilities, Request, validate_completion
 from ..text import ModelFolder
-from ..server import EngineHTTPError
+from ..server import EngineHTTPError, EngineUnreachable
 from .lognorm import logq_at, parse_lognorm
 from .transport import ServerClient
 
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from ..monitor import ServerMonitor
 
 MODES = ("auto", "one-pass", "two-pass")
+ROUTE_HEADER = "X-SMG-Routing-Key"  # sglang-router: the request's routing key (manual policy)
 
 
 class SGLangEngine(ServerClient, ModelFolder):
@@ -99,13 +102,18 @@ class SGLangEngine(ServerClient, ModelFolder):
     # -- the protocol (ServerEngine.generate calls _attempt) -------------------------------
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
         """One try at every request: a validated completion, or None where the server aborted it."""
-        good = [(i, d) for i, d in enumerate(self._decode(requests)) if d is not None]
+        decoded = self._decode(requests)
+        lost = next((d.cause for d in decoded if isinstance(d, Lost)), None)
+        good = [(i, d) for i, d in enumerate(decoded) if isinstance(d, tuple)]
         if self._mode == "two-pass" and good:
             raws = self._score([requests[i] for i, _ in good], [d[0] for _, d in good])
         else:
             raws = [d[2] for _, d in good]
         out: list[Completion | None] = [None] * len(requests)
         for (i, (tokens, logq, _, entropy, cached, lognorm)), logp in zip(good, raws, strict=True):
+            if isinstance(logp, Lost):
+                lost = lost or logp.cause
+                continue
             if logp is None:  # the scoring pass was aborted
                 continue
             # log q at the score temperatures from the decode pass's row: one-pass only (never mix passes)
@@ -113,19 +121,24 @@ class SGLangEngine(ServerClient, ModelFolder):
             comp = Completion(tokens, logq, logp, entropy if requests[i].return_entropy else None, cached, at)
             validate_completion(requests[i], comp, self.capabilities.vocab_size)  # finished: whole, else an error
             out[i] = comp
+        if lost is not None:  # part of the attempt never came back: keep the rest
+            raise EngineUnreachable(str(lost), done=out)
         return out
 
     # -- passes ----------------------------------------------------------------------------------
-    def _decode(self, requests: Sequence[Request]) -> list[tuple | None]:
+    def _decode(self, requests: Sequence[Request]) -> list[tuple | Lost | None]:
         items = []
         for r in requests:
             p = {"temperature": r.temperature, "max_new_tokens": r.max_new_tokens, "ignore_eos": True,
                  "top_k": -1, "top_p": 1.0, "min_p": 0.0}
             if self._seeded and r.seed is not None:
                 p["sampling_seed"] = int(r.seed % (1 << 31))
-            items.append((list(r.prefix), p, None))
-        out: list[tuple | None] = []
+            items.append((list(r.prefix), p, None, r.route))
+        out: list[tuple | Lost | None] = []
         for r, res in zip(requests, self._generate(items), strict=True):
+            if isinstance(res, Lost):
+                out.append(res)
+                continue
             if self._finished(res) == "abort":
                 out.append(None)  # re-issued as a fresh draw
                 continue
@@ -154,12 +167,15 @@ class SGLangEngine(ServerClient, ModelFolder):
             out.append((tuple(ids), logq, raw_t, ent_t, int(meta.get("cached_tokens", 0)), lognorm))
         return out
 
-    def _score(self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]) -> list[tuple[float, ...] | None]:
+    def _score(self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]) -> list[tuple[float, ...] | Lost | None]:
         """log p0 of each output after its prefix (None where aborted): a prefill-only call, cached prefix reused."""
         params = {"max_new_tokens": 0, "temperature": 1.0}
-        items = [(list(r.prefix) + list(o), params, len(r.prefix) - 1) for r, o in zip(requests, outputs, strict=True)]
-        scores: list[tuple[float, ...] | None] = []
+        items = [(list(r.prefix) + list(o), params, len(r.prefix) - 1, r.route) for r, o in zip(requests, outputs, strict=True)]
+        scores: list[tuple[float, ...] | Lost | None] = []
         for o, res in zip(outputs, self._generate(items), strict=True):
+            if isinstance(res, Lost):
+                scores.append(res)
+                continue
             if self._finished(res) == "abort":
                 scores.append(None)
                 continue
@@ -181,18 +197,19 @@ class SGLangEngine(ServerClient, ModelFolder):
             "max_new_tokens tokens (ignore_eos), so only 'length' (kept) and 'abort' (redrawn) are expected"
         )
 
-    def _generate(self, items: Sequence[tuple[list[int], dict[str, Any], int | None]]) -> list[dict[str, Any]]:
-        """``/generate`` for (input_ids, sampling_params, logprob_start_len) items, answers in order.
+    def _generate(self, items: Sequence[tuple[list[int], dict[str, Any], int | None, str | None]]) -> list[dict[str, Any] | Lost]:
+        """``/generate`` for (input_ids, sampling_params, logprob_start_len, route) items, answers in
+        order; :class:`Lost` for the items of a body whose connection was lost while others answered.
 
-        One batch body with per-request lists when the server takes them; else (a router)
-        one body per distinct (params, start), sent concurrently."""
-        if self._list_params:
-            groups = [list(range(len(items)))]
-        else:
-            by_key: dict[str, list[int]] = {}
-            for i, (_, params, start) in enumerate(items):
-                by_key.setdefault(json.dumps([params, start], sort_keys=True), []).append(i)
-            groups = list(by_key.values())
+        One batch body per route (a call's requests are one chain's: one body) with per-request
+        lists when the server takes them; else (a router) one body per distinct (params, start,
+        route), sent concurrently. A route goes as the ``X-SMG-Routing-Key`` header, which
+        sglang-router's ``manual`` policy follows: a chain's calls stay on one worker."""
+        by_key: dict[str, list[int]] = {}
+        for i, (_, params, start, route) in enumerate(items):
+            key = [route] if self._list_params else [params, start, route]
+            by_key.setdefault(json.dumps(key, sort_keys=True), []).append(i)
+        groups = list(by_key.values())
 
         def body(group: list[int]) -> dict[str, Any]:
             b: dict[str, Any] = {"input_ids": [items[i][0] for i in group], "return_logprob": True}
@@ -207,8 +224,12 @@ class SGLangEngine(ServerClient, ModelFolder):
                     b["logprob_start_len"] = starts[0]
             return b
 
-        def post(group: list[int]) -> list[dict[str, Any]]:
-            results = self._call("POST", "/generate", body(group))
+        def post(group: list[int]) -> list[dict[str, Any]] | EngineUnreachable:
+            route = items[group[0]][3]
+            try:
+                results = self._call("POST", "/generate", body(group), {ROUTE_HEADER: route} if route else None)
+            except EngineUnreachable as exc:
+                return exc
             if not isinstance(results, list) or len(results) != len(group) or not all(isinstance(r, dict) for r in results):
                 raise EngineError(
                     f"SGLang server {self.url} answered a batch of {len(group)} requests with {str(results)[:200]!r}"
@@ -219,11 +240,14 @@ class SGLangEngine(ServerClient, ModelFolder):
             answers = [post(groups[0])]
         else:
             with ThreadPoolExecutor(max_workers=min(len(groups), 32)) as pool:
-                answers = list(pool.map(post, groups))  # the first failure is raised after all finish
-        out: list[dict[str, Any]] = [{}] * len(items)
+                answers = list(pool.map(post, groups))  # the first other failure is raised after all finish
+        lost = [a for a in answers if isinstance(a, EngineUnreachable)]
+        if len(lost) == len(answers):
+            raise lost[0]
+        out: list[dict[str, Any] | Lost] = [{}] * len(items)
         for group, results in zip(groups, answers, strict=True):
-            for i, res in zip(group, results, strict=True):
-                out[i] = res
+            for j, i in enumerate(group):
+                out[i] = Lost(results) if isinstance(results, EngineUnreachable) else results[j]
         return out
 
     def _probe(self) -> tuple[bool, bool, tuple[float, ...]]:
@@ -252,6 +276,14 @@ class SGLangEngine(ServerClient, ModelFolder):
         from ..monitor import ServerMonitor
 
         return ServerMonitor(self, interval_s)
+
+
+class Lost:
+    """An answer that never came: its body's connection was lost (``cause``) while other
+    bodies of the same attempt were answered."""
+
+    def __init__(self, cause: EngineUnreachable) -> None:
+        self.cause = cause
 
 
 def _as_float(x: Any) -> float:

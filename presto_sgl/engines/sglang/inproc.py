@@ -115,9 +115,9 @@ class SGLangInProcessEngine(SGLangEngine):
             raise
 
     # -- transport ---------------------------------------------------------------------------
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        """Like an SGLang server: unknown routes answer 404 (so the base sees no router),
-        bad requests 400 (SGLang's ValueError), failed ones 500."""
+    def _call(self, method: str, path: str, body: Any = None, headers: Any = None) -> Any:
+        """Like an SGLang server (``headers``, a router's, do not apply): unknown routes answer
+        404 (so the base sees no router), bad requests 400 (SGLang's ValueError), failed ones 500."""
         route = _ROUTES.get((method, path))
         if route is None:
             raise EngineHTTPError(f"the in-process SGLang engine has no {method} {path} (it serves {sorted(_ROUTES)})", 404)

@@ -105,13 +105,13 @@ class VLLMEngine(ServerEngine, ModelFolder):
     def mode(self) -> str:
         return self._mode
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, headers: Any = None) -> Any:
         """The shared transport, plus: HTTP 500 "EngineCore encountered an issue" is vLLM's API
         process answering while its engine process is gone (a server stopping or crashing
         mid-call): treated as a lost connection, so pending requests are redrawn once the
         server is healthy again (the failure does not depend on what was drawn)."""
         try:
-            return super()._call(method, path, body)
+            return super()._call(method, path, body, headers)
         except EngineHTTPError as exc:
             if exc.status == 500 and "EngineCore" in str(exc):
                 raise EngineUnreachable(f"{self.KIND} {self.url} lost its engine process ({exc})") from None
