@@ -45,6 +45,14 @@ class EngineUnreachable(EngineError):
         self.done = done
 
 
+class Lost:
+    """An answer that never came: its connection was lost (``cause``) while other requests
+    of the same attempt were answered (they are kept: :class:`EngineUnreachable` ``done``)."""
+
+    def __init__(self, cause: EngineUnreachable) -> None:
+        self.cause = cause
+
+
 @dataclass
 class ServerStats:
     calls: int = 0

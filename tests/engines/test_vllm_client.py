@@ -247,6 +247,20 @@ def test_a_lost_connection_is_redrawn_once_the_server_answers(stand_in):
     assert eng.stats.reconnects == 1
 
 
+def test_only_the_lost_requests_of_a_call_are_drawn_again(stand_in):
+    """vLLM gets one POST per request, concurrently: when one's connection is lost, only it is
+    sent again once the server answers; the others' answers are kept (nothing drawn twice)."""
+    srv = stand_in()
+    eng = VLLMEngine(srv.url, restart_timeout_s=5)
+    reqs = [Request((1, 2), n, 1.0, 1) for n in (2, 3, 4)]
+    want = eng.generate(reqs)
+    n = len(srv.bodies)
+    srv.drop_next = True  # the first POST to arrive
+    assert eng.generate(reqs) == want and eng.stats.reconnects == 1
+    sent = sorted(b["max_tokens"] for b in srv.bodies[n:])
+    assert len(sent) == 4 and sorted(set(sent)) == [2, 3, 4]  # one of them twice, the others once
+
+
 def test_metrics_monitor(stand_in):
     eng = VLLMEngine(stand_in().url)
     (load,) = eng.server_loads()

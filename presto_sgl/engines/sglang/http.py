@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import EngineError
 from ..base import Completion, EngineCapabilities, Request, validate_completion
 from ..text import ModelFolder
-from ..server import EngineHTTPError, EngineUnreachable
+from ..server import EngineHTTPError, EngineUnreachable, Lost
 from .lognorm import logq_at, parse_lognorm
 from .transport import ServerClient
 
@@ -276,14 +276,6 @@ class SGLangEngine(ServerClient, ModelFolder):
         from ..monitor import ServerMonitor
 
         return ServerMonitor(self, interval_s)
-
-
-class Lost:
-    """An answer that never came: its body's connection was lost (``cause``) while other
-    bodies of the same attempt were answered."""
-
-    def __init__(self, cause: EngineUnreachable) -> None:
-        self.cause = cause
 
 
 def _as_float(x: Any) -> float:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
 from ..base import Completion, EngineCapabilities, Request, validate_completion
-from ..server import EngineHTTPError, EngineUnreachable, ServerEngine
+from ..server import EngineHTTPError, EngineUnreachable, Lost, ServerEngine
 from ..text import ModelFolder
 from .layout import parse_fields, signature_count, width
 
@@ -121,14 +121,15 @@ class VLLMEngine(ServerEngine, ModelFolder):
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
         decoded = self._map(self._decode, requests)
         if self._mode == "two-pass":
-            kept = [i for i, d in enumerate(decoded) if d is not None]
+            kept = [i for i, d in enumerate(decoded) if isinstance(d, tuple)]
             scores = self._map(self._score, [(requests[i], decoded[i][0]) for i in kept])  # type: ignore[index]
             for i, logp in zip(kept, scores, strict=True):
                 tokens, logq, _, _, _, cached = decoded[i]  # type: ignore[misc]
-                decoded[i] = None if logp is None else (tokens, logq, logp, None, None, cached)
+                decoded[i] = logp if logp is None or isinstance(logp, Lost) else (tokens, logq, logp, None, None, cached)
+        lost = next((d.cause for d in decoded if isinstance(d, Lost)), None)
         out: list[Completion | None] = []
         for r, d in zip(requests, decoded, strict=True):
-            if d is None:
+            if not isinstance(d, tuple):  # aborted, or lost
                 out.append(None)
                 continue
             tokens, logq, logp, entropy, at, cached = d
@@ -136,13 +137,28 @@ class VLLMEngine(ServerEngine, ModelFolder):
                               at if r.score_temperatures else None)
             validate_completion(r, comp, self._vocab)  # a finished response must be whole: else an error
             out.append(comp)
+        if lost is not None:  # part of the attempt never came back: keep the rest
+            raise EngineUnreachable(str(lost), done=out)
         return out
 
     def _map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
+        """``fn`` of each item, concurrently; :class:`Lost` where its connection was lost while
+        others answered (all lost: that failure is raised)."""
+
+        def one(x: Any) -> Any:
+            try:
+                return fn(x)
+            except EngineUnreachable as exc:
+                return Lost(exc)
+
         if len(items) <= 1:
-            return [fn(x) for x in items]
-        with ThreadPoolExecutor(max_workers=min(len(items), self.max_concurrency)) as pool:
-            return list(pool.map(fn, items))  # the first failure is raised after all finish
+            answers = [one(x) for x in items]
+        else:
+            with ThreadPoolExecutor(max_workers=min(len(items), self.max_concurrency)) as pool:
+                answers = list(pool.map(one, items))  # the first other failure is raised after all finish
+        if answers and all(isinstance(a, Lost) for a in answers):
+            raise answers[0].cause
+        return answers
 
     # -- passes ----------------------------------------------------------------------------------
     def _completion(self, body: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
