@@ -155,7 +155,8 @@ def audit(traces: Path, taps: list[Wiretap], before: list[Counter], n: int) -> d
         spread.append(max(per_worker) / max(1, sum(per_worker)))
         cached += sum(r["cached_tokens"] for c in records(traces, i) if c["type"] == "call" for r in c["requests"])
         prompt_tokens += sum(r["prefix_len"] for c in records(traces, i) if c["type"] == "call" for r in c["requests"])
-    return {"chains_mismatched": mismatched, "requests": sum(sum(sum(c.values()) for c in w) for w in wire.values()),
+    per_worker = [sum(sum(wire[i][w].values()) for i in range(n)) for w in range(len(taps))]
+    return {"chains_mismatched": mismatched, "requests": sum(per_worker), "requests_per_worker": per_worker,
             "lost_bodies": sum(t.lost for t in taps), "busiest_worker_share_median": statistics.median(spread),
             "busiest_worker_share_min": min(spread), "cached_share": round(cached / max(1, prompt_tokens), 4)}
 
@@ -268,12 +269,63 @@ def row(r: dict) -> str:
             f"cached {a['cached_share']:.1%}")
 
 
+def markdown(report: dict) -> str:
+    """The RESULTS.md tables of a report."""
+    out = [f"Machine: {report['machine']}. {report['prompts']} prompts; T = {report['power']['max_new_tokens']} in "
+           f"blocks of {report['power']['block_size']}, K = {report['power']['steps']} per block, alpha "
+           f"{report['power']['alpha']}, N_pf = {report['budget']}; float32 servers ({' '.join(report['server'][2:4])})."]
+    head = ("| run | chains complete | transitions/s | MH calls | transitions/MH call | time/MH call (median) | "
+            "reconnects | requests on the wire | lost bodies | wire = trace | cached share |\n|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def line(name: str, r: dict) -> str:
+        a = r["audit"]
+        ok = "yes" if not a["chains_mismatched"] else f"**no: {len(a['chains_mismatched'])} chains**"
+        return (f"| {name} | {r['complete']}/{r['prompts']} | {r['transitions_per_s']:.2f} | {r['mh_calls']} | "
+                f"{r['transitions_per_mh_call']:.2f} | {r['time_per_mh_call_s']:.2f} s | {r['reconnects']} | {a['requests']} | "
+                f"{a['lost_bodies']} | {ok} | {a['cached_share']:.1%} |")
+
+    if "throughput" in report:
+        out += ["", "**Throughput, one server, no faults**", "", head]
+        out += [line(f"{r['rule']}, {r['workers']} in flight", r) for r in report["throughput"]]
+        by = {(r["rule"], r["workers"]): r["transitions_per_s"] for r in report["throughput"]}
+        ratios = ", ".join(f"{w} in flight {by[('step', w)] / by[('sequential', w)]:.2f}x" for w in (1, 4, 8))
+        out += ["", f"PreSTO step over sequential, transitions per second: {ratios}."]
+    if "faults" in report:
+        f = report["faults"]
+        kills = ", ".join(f"after {k['after_items']} answered items, back in {k['down_s']} s" for k in f["kills"])
+        out += ["", "**Faults: the server SIGKILLed and restarted twice, 8 chains in flight (PreSTO step)**", "", head,
+                line("step, 8 in flight, 2 kills", f), "",
+                f"Kills: {kills}. "
+                f"Every state record rescored by a float32 forward: {f['rescored']['states']} states, largest |log p0 "
+                f"error| {f['rescored']['max_abs_logp_error']:.1e} (tolerance {f['rescored']['tolerance']:g})."]
+    if "law" in report:
+        out += ["", "**Law: the faulted 8-chain run against single-chain runs (paired by prompt, sign-flip permutation test)**",
+                "", "| against | statistic | mean difference | sd of differences | p |", "|---|---|---|---|---|"]
+        for name, tests in report["law"].items():
+            for stat, t in tests.items():
+                out.append(f"| {name} | {stat} | {t['mean_diff']:+.4f} | {t['sd_diff']:.4f} | {t['p']:.3f} |")
+    if "router" in report:
+        out += ["", "**Two workers behind sglang-router, 8 chains in flight (PreSTO step)**", "",
+                "| policy | chains complete | transitions/s | time/MH call | wire = trace | a chain's requests on its busiest "
+                "worker (median, min) | cached share |", "|---|---|---|---|---|---|---|"]
+        for r in report["router"]:
+            a = r["audit"]
+            out.append(f"| {r['policy']} | {r['complete']}/{r['prompts']} | {r['transitions_per_s']:.2f} | "
+                       f"{r['time_per_mh_call_s']:.2f} s | {'yes' if not a['chains_mismatched'] else 'no'} | "
+                       f"{a['busiest_worker_share_median']:.0%}, {a['busiest_worker_share_min']:.0%} | {a['cached_share']:.1%} |")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default="throughput,faults,law,router")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--report-only", metavar="JSON", default=None, help="print the tables of a saved report; run nothing")
     args = ap.parse_args()
+    if args.report_only:
+        print(markdown(json.loads(Path(args.report_only).read_text())))
+        return 0
     parts = args.parts.split(",")
     if "law" in parts and not {"throughput", "faults"} <= set(parts):
         raise SystemExit("--parts law needs throughput and faults in the same run")
@@ -281,18 +333,25 @@ def main() -> int:
     report: dict = {"machine": machine(), "power": POWER, "budget": BUDGET, "dataset": DATASET,
                     "server": SERVER_FLAGS, "prompts": len(prompts)}
     print(report["machine"], flush=True)
+    def save() -> None:  # after every part: a failure later keeps what was measured
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="presto-load-") as tmp:
-        if "throughput" in parts:
-            report["throughput"] = part_throughput(prompts, free_port(), Path(tmp))
-        if "faults" in parts:
+        if "faults" in parts:  # first: it restarts servers, the part most likely to fail
             report["faults"] = part_faults(prompts, free_port(), Path(tmp))
-        if "law" in parts:
-            report["law"] = part_law(report["faults"], report["throughput"])
+            save()
         if "router" in parts:
             report["router"] = part_router(prompts, (free_port(), free_port()), free_port(), Path(tmp))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+            save()
+        if "throughput" in parts:
+            report["throughput"] = part_throughput(prompts, free_port(), Path(tmp))
+            save()
+        if "law" in parts:
+            report["law"] = part_law(report["faults"], report["throughput"])
+            save()
+    print(markdown(report))
     return 0
 
 

@@ -30,8 +30,22 @@ def kill_server(script: str, port: int | str) -> None:
     a crash, not a shutdown; ``server_script(script, "start", ...)`` starts it again."""
     folder = "vllm" if script.startswith("vllm") else "sglang"
     name = "router" if "router" in script else "server"
-    pid = int((ROOT / ".cache" / folder / f"{name}-{port}.pid").read_text())
+    pidfile = ROOT / ".cache" / folder / f"{name}-{port}.pid"
+    pid = int(pidfile.read_text())
     os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(pid):  # SIGKILL is delivered asynchronously
+        time.sleep(0.1)
+    pidfile.unlink(missing_ok=True)  # a zombie not yet reaped would read as "still starting"
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def run_through_a_restart(script: str, make_engine: Callable[[str], Any], run: Callable[[Any], Any]):
