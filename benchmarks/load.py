@@ -36,6 +36,7 @@ import argparse
 import json
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -54,7 +55,7 @@ from presto_sgl.runner import run_prompts  # noqa: E402
 from presto_sgl.samplers import make_sampler  # noqa: E402
 from presto_sgl.tasks.registry import load_task  # noqa: E402
 from presto_sgl.trace import read_trace, state_record  # noqa: E402
-from tests.support.servers import free_port, kill_server, server_script  # noqa: E402
+from tests.support.servers import ROOT, free_port, kill_server, server_script  # noqa: E402
 from tests.support.wiretap import Wiretap, asked  # noqa: E402
 
 POWER = dict(alpha=4.0, max_new_tokens=32, block_size=16, steps=4)
@@ -83,8 +84,13 @@ def prompts_of(n: int) -> list[list[int]]:
 
 
 @contextmanager
-def sglang_server(port: int):
-    server_script("sglang_server.sh", "start", "--port", str(port), *SERVER_FLAGS)
+def sglang_server(port: int, cpu: int | None = None):
+    """A server on ``port``; with ``cpu``, pinned to that core (``taskset``: its threads follow)."""
+    if cpu is None:
+        server_script("sglang_server.sh", "start", "--port", str(port), *SERVER_FLAGS)
+    else:
+        subprocess.run(["taskset", "-c", str(cpu), "bash", str(ROOT / "scripts" / "sglang_server.sh"), "start",
+                        "--port", str(port), *SERVER_FLAGS], check=True, timeout=900)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -242,10 +248,11 @@ def part_law(faults: dict, throughput: list[dict]) -> dict:
     return out
 
 
-def part_router(prompts, ports: tuple[int, int], router_port: int, tmp: Path) -> list[dict]:
+def part_router(prompts, ports: tuple[int, int], router_port: int, tmp: Path, pin: bool = False) -> list[dict]:
+    """``pin``: each worker on a core of its own (two servers sharing both cores contend)."""
     out = []
     with ExitStack() as stack:
-        urls = [stack.enter_context(sglang_server(p)) for p in ports]
+        urls = [stack.enter_context(sglang_server(p, cpu=j if pin else None)) for j, p in enumerate(ports)]
         taps = [stack.enter_context(Wiretap(u, prompts)) for u in urls]
         for policy in ("cache_aware", "round_robin", "manual"):
             workers = [a for t in taps for a in ("--worker-url", t.url)]
@@ -254,7 +261,7 @@ def part_router(prompts, ports: tuple[int, int], router_port: int, tmp: Path) ->
                 r = run_chains(f"http://127.0.0.1:{router_port}", taps, prompts, "step", 8, tmp / f"router-{policy}")
             finally:
                 server_script("sglang_router.sh", "stop", "--port", str(router_port))
-            r["policy"] = policy
+            r["policy"], r["pinned"] = policy, pin
             print(row(r), flush=True)
             out.append(r)
     return out
@@ -306,13 +313,17 @@ def markdown(report: dict) -> str:
                 out.append(f"| {name} | {stat} | {t['mean_diff']:+.4f} | {t['sd_diff']:.4f} | {t['p']:.3f} |")
     if "router" in report:
         out += ["", "**Two workers behind sglang-router, 8 chains in flight (PreSTO step)**", "",
-                "| policy | chains complete | transitions/s | time/MH call | wire = trace | a chain's requests on its busiest "
-                "worker (median, min) | cached share |", "|---|---|---|---|---|---|---|"]
+                "| policy | workers | chains complete | transitions/s | time/MH call | wire = trace | a chain's requests on "
+                "its busiest worker (median, min) | requests per worker | cached share |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for r in report["router"]:
             a = r["audit"]
-            out.append(f"| {r['policy']} | {r['complete']}/{r['prompts']} | {r['transitions_per_s']:.2f} | "
+            split = " / ".join(map(str, a["requests_per_worker"])) if "requests_per_worker" in a else "not recorded"
+            out.append(f"| {r['policy']} | {'a core each' if r.get('pinned') else 'sharing both cores'} | "
+                       f"{r['complete']}/{r['prompts']} | {r['transitions_per_s']:.2f} | "
                        f"{r['time_per_mh_call_s']:.2f} s | {'yes' if not a['chains_mismatched'] else 'no'} | "
-                       f"{a['busiest_worker_share_median']:.0%}, {a['busiest_worker_share_min']:.0%} | {a['cached_share']:.1%} |")
+                       f"{a['busiest_worker_share_median']:.0%}, {a['busiest_worker_share_min']:.0%} | {split} | "
+                       f"{a['cached_share']:.1%} |")
     return "\n".join(out)
 
 
@@ -321,6 +332,7 @@ def main() -> int:
     ap.add_argument("--parts", default="throughput,faults,law,router")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--pin", action="store_true", help="router part: pin each worker to a core of its own")
     ap.add_argument("--report-only", metavar="JSON", default=None, help="print the tables of a saved report; run nothing")
     args = ap.parse_args()
     if args.report_only:
@@ -343,7 +355,7 @@ def main() -> int:
             report["faults"] = part_faults(prompts, free_port(), Path(tmp))
             save()
         if "router" in parts:
-            report["router"] = part_router(prompts, (free_port(), free_port()), free_port(), Path(tmp))
+            report["router"] = part_router(prompts, (free_port(), free_port()), free_port(), Path(tmp), args.pin)
             save()
         if "throughput" in parts:
             report["throughput"] = part_throughput(prompts, free_port(), Path(tmp))
