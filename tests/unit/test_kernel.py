@@ -66,6 +66,11 @@ def test_mh_step_accept_and_reject():
     bad = Proposal(1, (5, 6), (-1.0, -1.0), (-9.0, -9.0))  # log A = 4*(−18+4) = −56
     z, tr = mh_step(x, bad, 4.0, 1e-6)
     assert not tr.accepted and tr.log_accept == pytest.approx(-56.0) and z is x
+    # unequal proposal terms: log A = alpha (lp_y - lp_x) + lq_x - lq_y = 4 (-5.25 + 4) + (-2 + 6) = -1
+    asym = Proposal(1, (5, 6), (-3.0, -3.0), (-2.625, -2.625))
+    _, tr = mh_step(x, asym, 4.0, 0.5)
+    assert tr.log_accept == pytest.approx(-1.0) and not tr.accepted  # log 0.5 > -1
+    assert mh_step(x, asym, 4.0, 0.3)[1].accepted  # log 0.3 < -1
     with pytest.raises(EngineError, match="expected 2"):
         mh_step(x, Proposal(1, (5,), (-1.0,), (-1.0,)), 4.0, 0.5)
 
