@@ -22,8 +22,13 @@ chain had answered, held against the requests its trace records. The parts:
   completes, the share of each chain's requests on its busiest worker, the cached-token
   share, transitions per second.
 
-    python benchmarks/load.py --parts throughput,faults,law,router --prompts 32 \\
+    python benchmarks/load.py --parts faults,router,throughput,law --prompts 32 \\
         --json benchmarks/results/load/load.json
+    python benchmarks/load.py --parts router --pin --json benchmarks/results/load/router_pinned.json
+    python benchmarks/load.py --report-only benchmarks/results/load/load.json
+
+``--pin`` starts each router worker on a core of its own (``taskset``): two CPU servers
+sharing both cores contend for them.
 
 Chains: SmolLM2-135M-Instruct, float32 servers (``--batched-attention --cdf-sampling``),
 reasoning-gym one-digit arithmetic prompts (chat template), T = 32 in two blocks of 16,

@@ -31,9 +31,9 @@ SUITES = ["tests/exactness/test_enumerated_target.py", "tests/exactness/test_cou
 """In the order they run: the first failure stops the run (-x)."""
 
 
-def catch(name: str, timeout_s: float) -> dict[str, object]:
+def catch(name: str, timeout_s: float, suites: list[str] = SUITES) -> dict[str, object]:
     env = {**os.environ, "PRESTO_SGL_MUTANT": name}
-    argv = [sys.executable, "-m", "pytest", "-m", "exactness", "-x", "-q", "-p", "no:cacheprovider", *SUITES]
+    argv = [sys.executable, "-m", "pytest", "-m", "exactness", "-x", "-q", "-p", "no:cacheprovider", *suites]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -43,13 +43,15 @@ def catch(name: str, timeout_s: float) -> dict[str, object]:
     seconds = time.perf_counter() - t0
     failed = re.search(r"^FAILED (\S+)", out, re.MULTILINE)
     return {"mutant": name, "what": MUTANTS[name][0], "caught_by": failed.group(1) if failed else None,
-            "rc": rc, "seconds": round(seconds, 1)}
+            "rc": rc, "seconds": round(seconds, 1), "suites": suites}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=None, help="comma-separated mutant names (default: all)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per mutant (default: 1800)")
+    ap.add_argument("--suites", default=None,
+                    help="comma-separated test paths, run in this order (default: every exactness suite, law first)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     names = list(MUTANTS) if args.only is None else args.only.split(",")
@@ -59,7 +61,7 @@ def main() -> int:
     rows = []
     print("| mutant | what is wrong | first test that fails | seconds |\n|---|---|---|---|", flush=True)
     for name in names:
-        row = catch(name, args.timeout)
+        row = catch(name, args.timeout, SUITES if args.suites is None else args.suites.split(","))
         rows.append(row)
         verdict = f"`{row['caught_by']}`" if row["caught_by"] else ("**none (timed out)**" if row["rc"] is None else "**none**")
         print(f"| {name} | {row['what']} | {verdict} | {row['seconds']} |", flush=True)

@@ -9,13 +9,13 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from presto_sgl import cli
+from tests.support.mutants import cli_command
 
 pytestmark = pytest.mark.exactness
 
@@ -38,8 +38,7 @@ def sample(capsys, *argv: str) -> dict:
 def kill_at(path: Path, lines: int, sig: int, rule: str) -> int:
     """Start the CLI writing its trace to ``path``, send ``sig`` once the trace has ``lines``
     lines (the process is then anywhere after them: mid-call or mid-write); its exit code."""
-    argv = [sys.executable, "-m", "presto_sgl.cli", "sample", *OPTIONS, "--rule", rule, "--prompt-ids", "1,2,3",
-            "--seed", "4", "--trace", str(path)]
+    argv = [*cli_command(), "sample", *OPTIONS, "--rule", rule, "--prompt-ids", "1,2,3", "--seed", "4", "--trace", str(path)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:

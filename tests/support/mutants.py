@@ -9,6 +9,8 @@ keys, a walker that takes draws it may not, a content-dependent redraw, a lossy 
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Callable
 
 MUTANTS: dict[str, tuple[str, Callable[[], None]]] = {}
@@ -122,6 +124,18 @@ def _resume_path_lost() -> None:
     resume.read_checkpoint = lambda path: dataclasses.replace(orig(path), path="")
     for module in ("presto_sgl.cli.sample", "presto_sgl.cli.run"):  # they import it by name
         importlib.import_module(module).read_checkpoint = resume.read_checkpoint
+
+
+def cli_command() -> list[str]:
+    """The argv that starts ``presto-sgl`` in a subprocess, under the session's mutant
+    (``PRESTO_SGL_MUTANT``) when there is one: a test that compares a subprocess with an
+    in-process run must not compare the unmutated library with the mutated one."""
+    name = os.environ.get("PRESTO_SGL_MUTANT")
+    if not name:
+        return [sys.executable, "-m", "presto_sgl.cli"]
+    code = (f"import sys; from tests.support.mutants import apply; apply({name!r}); "
+            "from presto_sgl.cli import main; sys.exit(main(sys.argv[1:]))")
+    return [sys.executable, "-c", code]
 
 
 def apply(name: str) -> str:
