@@ -18,7 +18,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,27 @@ class Lost:
 
     def __init__(self, cause: EngineUnreachable) -> None:
         self.cause = cause
+
+
+def map_keeping_lost(fn: Callable[[Any], Any], items: Sequence[Any], max_workers: int) -> list[Any]:
+    """``fn`` of each item, concurrently (a single item inline), in order: :class:`Lost` where
+    its connection was lost while others answered; all lost: that failure is raised. Any
+    other failure is raised after every item finished."""
+
+    def one(x: Any) -> Any:
+        try:
+            return fn(x)
+        except EngineUnreachable as exc:
+            return Lost(exc)
+
+    if len(items) <= 1:
+        answers = [one(x) for x in items]
+    else:
+        with ThreadPoolExecutor(max_workers=min(len(items), max_workers)) as pool:
+            answers = list(pool.map(one, items))
+    if answers and all(isinstance(a, Lost) for a in answers):
+        raise answers[0].cause
+    return answers
 
 
 @dataclass

@@ -39,13 +39,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
 from ..base import Completion, EngineCapabilities, Request, validate_completion
 from ..text import ModelFolder
-from ..server import EngineHTTPError, EngineUnreachable, Lost
+from ..server import EngineHTTPError, EngineUnreachable, Lost, map_keeping_lost
 from .lognorm import logq_at, parse_lognorm
 from .transport import ServerClient
 
@@ -224,30 +223,19 @@ class SGLangEngine(ServerClient, ModelFolder):
                     b["logprob_start_len"] = starts[0]
             return b
 
-        def post(group: list[int]) -> list[dict[str, Any]] | EngineUnreachable:
+        def post(group: list[int]) -> list[dict[str, Any]]:
             route = items[group[0]][3]
-            try:
-                results = self._call("POST", "/generate", body(group), {ROUTE_HEADER: route} if route else None)
-            except EngineUnreachable as exc:
-                return exc
+            results = self._call("POST", "/generate", body(group), {ROUTE_HEADER: route} if route else None)
             if not isinstance(results, list) or len(results) != len(group) or not all(isinstance(r, dict) for r in results):
                 raise EngineError(
                     f"SGLang server {self.url} answered a batch of {len(group)} requests with {str(results)[:200]!r}"
                 )
             return results
 
-        if len(groups) == 1:
-            answers = [post(groups[0])]
-        else:
-            with ThreadPoolExecutor(max_workers=min(len(groups), 32)) as pool:
-                answers = list(pool.map(post, groups))  # the first other failure is raised after all finish
-        lost = [a for a in answers if isinstance(a, EngineUnreachable)]
-        if len(lost) == len(answers):
-            raise lost[0]
         out: list[dict[str, Any] | Lost] = [{}] * len(items)
-        for group, results in zip(groups, answers, strict=True):
+        for group, results in zip(groups, map_keeping_lost(post, groups, 32), strict=True):
             for j, i in enumerate(group):
-                out[i] = Lost(results) if isinstance(results, EngineUnreachable) else results[j]
+                out[i] = results if isinstance(results, Lost) else results[j]
         return out
 
     def _probe(self) -> tuple[bool, bool, tuple[float, ...]]:

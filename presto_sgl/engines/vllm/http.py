@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
 from ..base import Completion, EngineCapabilities, Request, validate_completion
-from ..server import EngineHTTPError, EngineUnreachable, Lost, ServerEngine
+from ..server import EngineHTTPError, EngineUnreachable, Lost, ServerEngine, map_keeping_lost
 from ..text import ModelFolder
 from .layout import parse_fields, signature_count, width
 
@@ -119,10 +118,10 @@ class VLLMEngine(ServerEngine, ModelFolder):
 
     # -- the protocol (ServerEngine.generate calls _attempt) -------------------------------
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
-        decoded = self._map(self._decode, requests)
+        decoded = map_keeping_lost(self._decode, requests, self.max_concurrency)
         if self._mode == "two-pass":
             kept = [i for i, d in enumerate(decoded) if isinstance(d, tuple)]
-            scores = self._map(self._score, [(requests[i], decoded[i][0]) for i in kept])  # type: ignore[index]
+            scores = map_keeping_lost(self._score, [(requests[i], decoded[i][0]) for i in kept], self.max_concurrency)  # type: ignore[index]
             for i, logp in zip(kept, scores, strict=True):
                 tokens, logq, _, _, _, cached = decoded[i]  # type: ignore[misc]
                 decoded[i] = logp if logp is None or isinstance(logp, Lost) else (tokens, logq, logp, None, None, cached)
@@ -140,25 +139,6 @@ class VLLMEngine(ServerEngine, ModelFolder):
         if lost is not None:  # part of the attempt never came back: keep the rest
             raise EngineUnreachable(str(lost), done=out)
         return out
-
-    def _map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
-        """``fn`` of each item, concurrently; :class:`Lost` where its connection was lost while
-        others answered (all lost: that failure is raised)."""
-
-        def one(x: Any) -> Any:
-            try:
-                return fn(x)
-            except EngineUnreachable as exc:
-                return Lost(exc)
-
-        if len(items) <= 1:
-            answers = [one(x) for x in items]
-        else:
-            with ThreadPoolExecutor(max_workers=min(len(items), self.max_concurrency)) as pool:
-                answers = list(pool.map(one, items))  # the first other failure is raised after all finish
-        if answers and all(isinstance(a, Lost) for a in answers):
-            raise answers[0].cause
-        return answers
 
     # -- passes ----------------------------------------------------------------------------------
     def _completion(self, body: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
