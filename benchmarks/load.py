@@ -30,6 +30,8 @@ chain had answered, held against the requests its trace records. The parts:
 ``--pin`` starts each router worker on a core of its own (``taskset``): two CPU servers
 sharing both cores contend for them.
 
+One file (~370 lines) because its parts share the servers, the proxy's audit and the report.
+
 Chains: SmolLM2-135M-Instruct, float32 servers (``--batched-attention --cdf-sampling``),
 reasoning-gym one-digit arithmetic prompts (chat template), T = 32 in two blocks of 16,
 K = 4 per block, alpha 4, tau 1/4, N_pf = 20.
@@ -41,7 +43,6 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -60,7 +61,7 @@ from presto_sgl.runner import run_prompts  # noqa: E402
 from presto_sgl.samplers import make_sampler  # noqa: E402
 from presto_sgl.tasks.registry import load_task  # noqa: E402
 from presto_sgl.trace import read_trace, state_record  # noqa: E402
-from tests.support.servers import ROOT, free_port, kill_server, server_script  # noqa: E402
+from tests.support.servers import free_port, kill_server, server_script  # noqa: E402
 from tests.support.wiretap import Wiretap, asked  # noqa: E402
 
 POWER = dict(alpha=4.0, max_new_tokens=32, block_size=16, steps=4)
@@ -91,11 +92,7 @@ def prompts_of(n: int) -> list[list[int]]:
 @contextmanager
 def sglang_server(port: int, cpu: int | None = None):
     """A server on ``port``; with ``cpu``, pinned to that core (``taskset``: its threads follow)."""
-    if cpu is None:
-        server_script("sglang_server.sh", "start", "--port", str(port), *SERVER_FLAGS)
-    else:
-        subprocess.run(["taskset", "-c", str(cpu), "bash", str(ROOT / "scripts" / "sglang_server.sh"), "start",
-                        "--port", str(port), *SERVER_FLAGS], check=True, timeout=900)
+    server_script("sglang_server.sh", "start", "--port", str(port), *SERVER_FLAGS, cpu=cpu)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -127,8 +124,8 @@ def run_chains(url: str, taps: list[Wiretap], prompts, rule: str, workers: int, 
         side.join()
     transitions = sum(r.metrics.transitions for r in results)
     mh_calls = sum(r.metrics.model_calls for r in results)  # MH calls; block extensions are extend_calls
-    call_time = [c["time_s"] for i in range(len(prompts)) for c in records(traces, i)
-                 if c["type"] == "call" and c["kind"] == "mh"]
+    traced = [records(traces, i) for i in range(len(prompts))]
+    call_time = [c["time_s"] for recs in traced for c in recs if c["type"] == "call" and c["kind"] == "mh"]
     out = {
         "rule": rule, "workers": workers, "prompts": len(prompts), "wall_s": round(wall, 2),
         "transitions": transitions, "transitions_per_s": round(transitions / wall, 3),
@@ -138,7 +135,9 @@ def run_chains(url: str, taps: list[Wiretap], prompts, rule: str, workers: int, 
         "reconnects": engine.stats.reconnects, "retried_requests": engine.stats.retries,
         "complete": sum(r.metrics.transitions == 2 * POWER["steps"] and r.state.length == POWER["max_new_tokens"]
                         for r in results),
-        "audit": audit(traces, taps, before, len(prompts)),
+        "audit": {**audit(traced, taps, before),
+                  "cached_share": round(sum(r.metrics.cached_tokens for r in results)
+                                        / max(1, sum(r.metrics.prefill_tokens for r in results)), 4)},
         "final": [final_stats(r) for r in results],
     }
     return out
@@ -149,27 +148,27 @@ def records(traces: Path, i: int) -> list[dict]:
         return read_trace(f)
 
 
-def audit(traces: Path, taps: list[Wiretap], before: list[Counter], n: int) -> dict:
-    """Per chain: the (prefix length, new tokens) multiset the servers answered during this
-    run against the trace's requests; and how each chain's requests spread over the workers."""
-    mismatched, spread, cached, prompt_tokens = [], [], 0, 0
+def audit(traced: list[list[dict]], taps: list[Wiretap], before: list[Counter]) -> dict:
+    """Per chain (its trace's records in ``traced``): the (prefix length, new tokens) multiset
+    the servers answered during this run against the trace's requests; and how each chain's
+    requests spread over the workers."""
+    n = len(traced)
+    mismatched, spread = [], []
     wire: dict[int, list[Counter]] = {i: [Counter() for _ in taps] for i in range(n)}
     for w, (tap, old) in enumerate(zip(taps, before, strict=True)):
         for (chain, plen, new), count in (tap.answered - old).items():
             wire[chain][w][(plen, new)] += count
     for i in range(n):
-        want = asked(records(traces, i))
+        want = asked(traced[i])
         got = sum(wire[i], Counter())
         if got != want:
             mismatched.append({"chain": i, "lost": sum((want - got).values()), "extra": sum((got - want).values())})
         per_worker = [sum(c.values()) for c in wire[i]]
         spread.append(max(per_worker) / max(1, sum(per_worker)))
-        cached += sum(r["cached_tokens"] for c in records(traces, i) if c["type"] == "call" for r in c["requests"])
-        prompt_tokens += sum(r["prefix_len"] for c in records(traces, i) if c["type"] == "call" for r in c["requests"])
     per_worker = [sum(sum(wire[i][w].values()) for i in range(n)) for w in range(len(taps))]
     return {"chains_mismatched": mismatched, "requests": sum(per_worker), "requests_per_worker": per_worker,
             "lost_bodies": sum(t.lost for t in taps), "busiest_worker_share_median": statistics.median(spread),
-            "busiest_worker_share_min": min(spread), "cached_share": round(cached / max(1, prompt_tokens), 4)}
+            "busiest_worker_share_min": min(spread)}
 
 
 def final_stats(result) -> dict:

@@ -20,9 +20,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_script(script: str, *args: str) -> None:
-    """``bash scripts/<script> args...`` (e.g. ``sglang_server.sh start --port P``), failing the test on error."""
-    subprocess.run(["bash", str(ROOT / "scripts" / script), *args], check=True, timeout=900)
+def server_script(script: str, *args: str, cpu: int | None = None) -> None:
+    """``bash scripts/<script> args...`` (e.g. ``sglang_server.sh start --port P``), failing the test
+    on error; ``cpu``: pinned to that core (``taskset``; the service's threads inherit it)."""
+    pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+    subprocess.run([*pin, "bash", str(ROOT / "scripts" / script), *args], check=True, timeout=900)
 
 
 def kill_server(script: str, port: int | str) -> None:
