@@ -7,7 +7,7 @@ schedule and the rounds), ``engines`` (the token-level seam), ``predictor``, ``t
 
 from .config import PowerConfig, PrestoConfig, sampling_configs
 from .engines.base import Completion, Engine, EngineCapabilities, Request
-from .errors import CapabilityError, EngineError
+from .errors import BackendUnavailable, CapabilityError, EngineError
 from .kernels import EntropyCutKernel, Kernel, MultiTryKernel, PowerMHKernel, accepts, log_acceptance, mh_step
 from .metrics import PromptMetrics
 from .samplers import PowerMH, PrestoPowerMH, Sampler, SampleResult, make_kernel, make_sampler
@@ -15,6 +15,7 @@ from .state import ChainState
 from .trace import TraceWriter, metrics_from_trace, read_trace
 
 __all__ = [
+    "BackendUnavailable",
     "CapabilityError",
     "ChainState",
     "Completion",

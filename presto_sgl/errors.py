@@ -15,3 +15,8 @@ class EngineError(RuntimeError):
 class CapabilityError(EngineError, ValueError):
     """The engine lacks a capability the sampler needs (e.g. per-token entropy); raised
     before any model call."""
+
+
+class BackendUnavailable(EngineError):
+    """A server engine's backend went away and did not come back within its
+    ``restart_timeout_s`` (HTTP 503 from ``presto-sgl serve``)."""

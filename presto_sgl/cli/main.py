@@ -1,7 +1,8 @@
 """Command line: ``presto-sgl sample`` draws one response by (PreSTO-)PowerMH; ``run``
 samples and grades a dataset into a resumable run directory; ``compare``
 tests two runs for equivalence (paired TOST); ``report`` writes tables and figures of runs;
-``fit-predictor`` and ``eval-predictor`` fit and score the eps-certainty predictor on traces.
+``fit-predictor`` and ``eval-predictor`` fit and score the eps-certainty predictor on traces;
+``serve`` answers OpenAI-API requests by power sampling.
 
 Exit codes: 0 success; 2 bad arguments or input (argparse errors included);
 3 the engine returned something the sampler cannot use (:class:`EngineError`);
@@ -10,7 +11,7 @@ messages go to stderr only.
 
 One module per command family: :mod:`.sample` (``sample``), :mod:`.run` (``run``), :mod:`.compare` (``compare``),
 :mod:`.report` (``report``), :mod:`.predictor`
-(``fit-predictor``, ``eval-predictor``); engines by name in :mod:`.engines`, the
+(``fit-predictor``, ``eval-predictor``), :mod:`.serve` (``serve``); engines by name in :mod:`.engines`, the
 progress line in :mod:`.progress`, the usage error and flag naming in :mod:`.common`.
 """
 
@@ -20,7 +21,7 @@ import argparse
 import sys
 
 from ..errors import EngineError
-from . import compare, predictor, report, run, sample
+from . import compare, predictor, report, run, sample, serve
 from .common import PROG, UsageError, error
 
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_parser(sub)
     report.add_parser(sub)
     predictor.add_parsers(sub)
+    serve.add_parser(sub)
     return parser
 
 

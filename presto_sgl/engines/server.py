@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import EngineError
+from ..errors import BackendUnavailable, EngineError
 from .base import Completion, Request
 
 
@@ -159,7 +159,7 @@ class ServerEngine:
         with self._stats_lock:
             self.stats.reconnects += 1
         if not self.wait_healthy(self.restart_timeout_s):
-            raise EngineError(
+            raise BackendUnavailable(
                 f"{self.KIND} {self.url} went away during a call ({exc}) and was not healthy again within "
                 f"restart_timeout_s={self.restart_timeout_s:g} s; {self.START_HINT} and rerun, or raise "
                 "`restart_timeout_s`"

@@ -1,0 +1,96 @@
+"""``presto-sgl serve``: an OpenAI-compatible endpoint doing power sampling on one backend.
+
+The sampler flags set the defaults of what a request leaves out; the request's own
+fields (``alpha``, ``max_tokens``, ``block_size``, ``steps``, ``sampler``, ``rule``,
+``budget``, ``seed``, ...) override them per request (:mod:`presto_sgl.serve`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..baselines import BASELINES
+from ..config import sampling_configs
+from ..errors import EngineError
+from .common import PROG, UsageError, cli_names
+from .engines import ENGINES
+from .options import add_engine_options, add_sampler_options, model_name
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve power sampling behind an OpenAI-compatible HTTP API",
+                       description="Serve /v1/completions, /v1/chat/completions, /v1/models and /health; every "
+                       "answer is power-sampled from p0^alpha on the --engine backend.")
+    add_engine_options(p)
+    add_sampler_options(p)
+    srv = p.add_argument_group("server")
+    srv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    srv.add_argument("--served-model-name", default=None,
+                     help="the model id of /v1/models and the `model` requests must name (default: the model "
+                     "folder's name, or --model)")
+    srv.add_argument("--seed", type=int, default=None,
+                     help="seed of requests that send none (default: a fresh one per request, returned in its "
+                     "`presto.seed`)")
+    srv.add_argument("--concurrency", type=int, default=None,
+                     help="chains running at once (default: 8 on a server engine, 1 in process)")
+    srv.add_argument("--queue-size", type=int, default=64,
+                     help="chains that may wait for a free slot; beyond it requests get 429 (default: 64)")
+    srv.add_argument("--max-n", type=int, default=16, help="most chains (n) per request (default: 16)")
+    srv.add_argument("--request-timeout", type=float, default=600.0,
+                     help="seconds a request may take, queue time included, before it is cancelled with 504 "
+                     "(default: 600)")
+    srv.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                     help="uvicorn log level (default: info)")
+    p.set_defaults(func=run)
+
+
+def _service(args: argparse.Namespace):
+    """The service and its timeout, or a UsageError naming the flag."""
+    from ..serve.params import Defaults
+    from ..serve.pool import ChainPool
+    from ..serve.service import Service
+
+    if args.sampler in BASELINES:
+        raise ValueError(f"`--sampler` {args.sampler!r} is a baseline; serve runs the MH samplers "
+                         "(powermh, entropycut, multitry)")
+    for flag, value in (("--port", args.port), ("--request-timeout", args.request_timeout)):
+        if not value > 0:
+            raise ValueError(f"`{flag}` (={value!r}) must be > 0")
+    config, presto = sampling_configs(
+        args.rule, keying=args.keying, budget=args.budget, predictor=args.predictor, online=args.online_predictor,
+        cost_aware=args.cost_aware, alpha=args.alpha, max_new_tokens=args.max_new_tokens,
+        block_size=args.block_size, steps=args.steps, tau=args.tau, sampler=args.sampler, beta=args.beta,
+        tries=args.tries, try_temperatures=args.try_temperatures,
+    )
+    defaults = Defaults(config, presto, seed=args.seed, max_n=args.max_n)
+    engine = ENGINES[args.engine](args)
+    concurrency = args.concurrency or (8 if args.engine in ("sglang", "vllm") else 1)
+    try:
+        pool = ChainPool(concurrency, args.queue_size)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("`concurrency`", "`--concurrency`").replace("`queue_size`", "`--queue-size`")) from None
+    name = args.served_model_name or os.path.basename(model_name(engine, args).rstrip("/"))
+    return Service(engine, defaults, pool, name)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..serve.app import create_app
+    except ImportError as exc:
+        raise UsageError(f"serve needs the `serve` extra ({exc.name} is missing): pip install 'presto-sgl[serve]'") from None
+    try:
+        service = _service(args)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(cli_names(str(exc))) from exc
+    except EngineError as exc:  # the backend is not up
+        raise UsageError(str(exc)) from exc
+    app = create_app(service, request_timeout_s=args.request_timeout)
+    print(f"{PROG} serve: {service.model} on http://{args.host}:{args.port}/v1 (engine {args.engine}, "
+          f"{service.pool.concurrency} chains at once, {args.queue_size} waiting)", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0

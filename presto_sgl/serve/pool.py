@@ -1,0 +1,154 @@
+"""The chains in flight: a bounded pool of worker threads, one chain each, sharing one backend.
+
+Admission is all or nothing per request: its chains are admitted when running + waiting
+chains stay within ``concurrency + queue_size``, else the request is refused (HTTP 429)
+before anything runs. Every chain carries its request's :class:`Ticket`; the backend is
+reached only through :class:`GuardedEngine`, which checks the ticket of the calling
+chain's thread before every model call. A cancelled ticket (client gone, deadline
+passed, server shutting down) so stops its chains at their next model call, and a chain
+still waiting never starts: no chain outlives its request by more than one model call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ..engines.base import Completion, Engine, EngineCapabilities, Request
+
+
+class Cancelled(Exception):
+    """A chain stopped because its request was cancelled (``reason``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"chain cancelled: {reason}")
+        self.reason = reason
+
+
+class Ticket:
+    """One request's cancellation: ``cancel(reason)``, or the ``deadline`` (monotonic s) passing."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.reason: str | None = None
+        self._event = threading.Event()
+
+    def cancel(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def check(self) -> None:
+        """Raise :class:`Cancelled` if the request was cancelled or its deadline passed."""
+        if not self._event.is_set() and time.monotonic() >= self.deadline:
+            self.cancel("timeout")
+        if self._event.is_set():
+            raise Cancelled(self.reason or "cancelled")
+
+
+_current = threading.local()
+
+
+class GuardedEngine:
+    """The backend, seen by the chains: checks the calling thread's ticket before each call.
+
+    Other attributes (tokenizer, ``decode``, ``stop_token_ids``, ``model_path``,
+    ``wait_healthy``) are the backend's."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return self.inner.capabilities
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        ticket: Ticket | None = getattr(_current, "ticket", None)
+        if ticket is not None:
+            ticket.check()
+        with self._lock:
+            self.calls += 1
+        return self.inner.generate(requests)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@dataclass
+class PoolStats:
+    running: int = 0
+    queued: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    refused: int = 0  # chains of requests refused because the queue was full
+
+
+class ChainPool:
+    """``concurrency`` chains run at once; up to ``queue_size`` more wait their turn."""
+
+    def __init__(self, concurrency: int, queue_size: int) -> None:
+        for name, value, low in (("concurrency", concurrency, 1), ("queue_size", queue_size, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"`{name}` (={value!r}) must be an integer >= {low}")
+        self.concurrency = concurrency
+        self.queue_size = queue_size
+        self.stats = PoolStats()
+        self._lock = threading.Lock()
+        self._tickets: dict[Ticket, int] = {}  # the requests in flight: chains not yet finished
+        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="presto-chain")
+
+    @property
+    def capacity(self) -> int:
+        return self.concurrency + self.queue_size
+
+    def submit(self, ticket: Ticket, chains: Sequence[Callable[[], Any]]) -> list[Future] | None:
+        """Start every chain under ``ticket``, or None (nothing started) when they do not fit."""
+        with self._lock:
+            if self.stats.running + self.stats.queued + len(chains) > self.capacity:
+                self.stats.refused += len(chains)
+                return None
+            self.stats.queued += len(chains)
+            self._tickets[ticket] = self._tickets.get(ticket, 0) + len(chains)
+        return [self._executor.submit(self._run, ticket, chain) for chain in chains]
+
+    def _run(self, ticket: Ticket, chain: Callable[[], Any]) -> Any:
+        with self._lock:
+            self.stats.queued -= 1
+            self.stats.running += 1
+        outcome = "failed"
+        _current.ticket = ticket
+        try:
+            ticket.check()  # a chain whose request is gone never starts
+            result = chain()
+            outcome = "completed"
+            return result
+        except Cancelled:
+            outcome = "cancelled"
+            raise
+        finally:
+            _current.ticket = None
+            with self._lock:
+                self.stats.running -= 1
+                setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+                self._tickets[ticket] -= 1
+                if not self._tickets[ticket]:
+                    del self._tickets[ticket]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {**self.stats.__dict__, "concurrency": self.concurrency, "queue_size": self.queue_size}
+
+    def close(self) -> None:
+        """Cancel every request's chains (server shutdown) and wait for the threads."""
+        with self._lock:
+            tickets = list(self._tickets)
+        for t in tickets:
+            t.cancel("shutdown")
+        self._executor.shutdown(wait=True, cancel_futures=False)

@@ -1,0 +1,134 @@
+"""The service behind the endpoint: prompts to token ids, a job to its chains, chains to choices.
+
+A request's prompt becomes token ids once: completions text through the engine's
+tokenizer (no special tokens added), chat messages through the model's chat template
+applied straight to ids (``apply_chat_template(..., tokenize=True)``), never a text round
+trip. Chain j of prompt i is keyed by (seed, i * n + j): the n chains of a prompt are
+independent and share its prefix in the backend's KV cache.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from ..engines.base import Engine
+from ..engines.text import cut_at_stop
+from ..samplers import SampleResult, Sampler, make_sampler
+from .params import ChainJob, Defaults, ParamError
+from .pool import ChainPool, GuardedEngine, Ticket
+
+ROLES = ("system", "developer", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One chain's answer: the text up to the first stop token or ``stop`` string."""
+
+    index: int
+    text: str
+    token_ids: tuple[int, ...]  # the ids the text decodes (the response before its stop token)
+    finish_reason: str  # "stop" (a stop token or string ended it) or "length"
+    result: SampleResult
+    eos_index: int | None
+
+
+def _message_text(i: int, message: Any) -> tuple[str, str]:
+    if not isinstance(message, dict) or message.get("role") not in ROLES:
+        raise ParamError("messages", f"`messages[{i}]` must be an object with `role` one of {list(ROLES)}")
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: text only
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise ParamError("messages", f"`messages[{i}].content` parts must all be {{type: text, text: ...}}")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise ParamError("messages", f"`messages[{i}].content` must be a string or a list of text parts")
+    return message["role"], content
+
+
+class Service:
+    """One backend ``engine`` serving requests: ``defaults`` fill what a request leaves out."""
+
+    def __init__(self, engine: Engine, defaults: Defaults, pool: ChainPool, model: str) -> None:
+        self.engine = GuardedEngine(engine)
+        self.defaults = defaults
+        self.pool = pool
+        self.model = model
+        self._samplers: dict[tuple[Any, Any], Sampler] = {}
+        self._lock = threading.Lock()
+
+    def sampler(self, job: ChainJob) -> Sampler:
+        """The sampler of the job's configs, shared by every request with the same ones (its
+        planner's learned call times with it)."""
+        key = (job.config, job.presto)
+        with self._lock:
+            if key not in self._samplers:
+                try:
+                    self._samplers[key] = make_sampler(self.engine, job.config, job.presto)
+                except ValueError as exc:  # CapabilityError included: e.g. entropycut on an engine without entropy
+                    raise ParamError("sampler", str(exc)) from None
+            return self._samplers[key]
+
+    def prompt_ids(self, job: ChainJob, prompt: Any) -> tuple[int, ...]:
+        """One prompt as token ids, checked by the sampler (400 naming the field otherwise)."""
+        field = "messages" if job.kind == "chat" else "prompt"
+        if job.kind == "chat":
+            ids = self._chat_ids(prompt)
+        elif isinstance(prompt, str):
+            encode = getattr(self.engine.inner, "encode", None)
+            if encode is None or getattr(self.engine.inner, "tokenizer", None) is None:
+                raise ParamError("prompt", "this backend has no tokenizer; send the prompt as a list of token ids")
+            ids = list(encode(prompt))
+        else:
+            ids = list(prompt)
+        try:
+            return self.sampler(job).check_prompt(ids)
+        except ParamError:
+            raise
+        except ValueError as exc:
+            raise ParamError(field, str(exc).replace("`prompt`", f"`{field}`").replace("max_new_tokens", "max_tokens")) from None
+
+    def _chat_ids(self, messages: Sequence[Any]) -> list[int]:
+        tok = getattr(self.engine.inner, "tokenizer", None)
+        if tok is None or not getattr(tok, "chat_template", None):
+            raise ParamError("messages", "this backend's model has no chat template; use /v1/completions")
+        turns = [dict(zip(("role", "content"), _message_text(i, m), strict=True)) for i, m in enumerate(messages)]
+        ids = tok.apply_chat_template(turns, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def start(self, job: ChainJob, ticket: Ticket) -> tuple[int, list[tuple[int, ...]], list[Future] | None]:
+        """(seed, prompt ids, one future per chain), or futures None when the pool is full.
+
+        Everything a request can get wrong is raised (ParamError) before a chain starts."""
+        prompts = [self.prompt_ids(job, p) for p in job.prompts]
+        sampler = self.sampler(job)
+        seed = job.seed if job.seed is not None else secrets.randbelow(2**31)  # reported: the response can be redrawn
+        chains: list[Callable[[], SampleResult]] = []
+        for i, ids in enumerate(prompts):
+            for j in range(job.n):
+                chains.append(lambda ids=ids, cid=i * job.n + j: sampler.run(ids, seed=seed, prompt_id=cid))
+        if len(chains) > self.pool.capacity:
+            raise ParamError("n", f"the request asks for {len(chains)} chains (prompts x n) but this server holds at "
+                             f"most {self.pool.capacity} (--concurrency + --queue-size)")
+        return seed, prompts, self.pool.submit(ticket, chains)
+
+    def choice(self, job: ChainJob, index: int, result: SampleResult) -> Choice:
+        """The answer of one chain: cut at the first stop token, then at the first ``stop`` string."""
+        inner = self.engine.inner
+        kept, eos_index = cut_at_stop(result.state.tokens, getattr(inner, "stop_token_ids", None))
+        decode = getattr(inner, "decode", None)
+        text = decode(list(kept)) if decode is not None else " ".join(map(str, kept))
+        reason = "stop" if eos_index is not None else "length"
+        cuts = [text.index(s) for s in job.stop if s in text]
+        if cuts:
+            text, reason = text[: min(cuts)], "stop"
+        return Choice(index, text, tuple(kept), reason, result, eos_index)
+
+    def backend_healthy(self) -> bool:
+        """The backend answers ``/health`` (server engines), or is in process."""
+        wait = getattr(self.engine.inner, "wait_healthy", None)
+        return bool(wait(0.0)) if wait is not None else True
