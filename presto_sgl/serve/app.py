@@ -65,8 +65,8 @@ def _failure(exc: BaseException, timeout_s: float) -> Failure:
 async def _await_chains(request: Request, futures: Sequence[asyncio.Future], ticket: Ticket, poll_s: float) -> list[Any]:
     """Every chain's result; the ticket is cancelled on a disconnect, the deadline, or a
     chain's failure (its siblings stop too), and the failure is raised."""
+    pending = set(futures)
     try:
-        pending = set(futures)
         while pending:
             done, pending = await asyncio.wait(pending, timeout=poll_s, return_when=asyncio.FIRST_EXCEPTION)
             failed = next((f.exception() for f in done if f.exception() is not None), None)
@@ -83,6 +83,9 @@ async def _await_chains(request: Request, futures: Sequence[asyncio.Future], tic
     except asyncio.CancelledError:  # the server task itself was cancelled (shutdown)
         ticket.cancel("shutdown")
         raise
+    finally:
+        for f in pending:  # chains left behind end in Cancelled; nobody waits for it
+            f.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: float = 0.1) -> Starlette:
@@ -115,10 +118,14 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
                 results = await _await_chains(request, [asyncio.wrap_future(f) for f in futures], ticket, poll_s)
             except Exception as exc:  # Cancelled, an EngineError, or a bug (a 500, logged with its traceback)
                 raise _failure(exc, request_timeout_s) from None
+            try:
+                choices = [service.choice(job, i, r) for i, r in enumerate(results)]
+                config = {**service.sampler(job).describe(), "rule": job.presto.rule}
+                body = response(job, service.model, seed, prompts, choices, config)
+            except Exception as exc:
+                raise _failure(exc, request_timeout_s) from None
         except Failure as failure:
             return failure.answer()
-        choices = [service.choice(job, i, r) for i, r in enumerate(results)]
-        body = response(job, service.model, seed, prompts, choices, service.sampler(job).describe())
         if job.stream:
             return StreamingResponse(stream_events(body), media_type="text/event-stream")
         return JSONResponse(body)

@@ -9,6 +9,7 @@ independent and share its prefix in the backend's KV cache.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from .params import ChainJob, Defaults, ParamError
 from .pool import ChainPool, GuardedEngine, Ticket
 
 ROLES = ("system", "developer", "user", "assistant")
+log = logging.getLogger("presto_sgl.serve")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,18 @@ def _message_text(i: int, message: Any) -> tuple[str, str]:
     return message["role"], content
 
 
+def _text_view(engine: Engine) -> tuple[Callable[[list[int]], str] | None, tuple[int, ...]]:
+    """The engine's ``decode`` and stop token ids. Without a tokenizer loadable here (a
+    server's model folder on another machine) there is no ``decode``, answers hold the
+    token ids as text, and the stop ids are the generation config's alone."""
+    try:
+        getattr(engine, "tokenizer", None)  # a server engine loads it from its model folder
+        return getattr(engine, "decode", None), tuple(getattr(engine, "stop_token_ids", None) or ())
+    except Exception as exc:  # transformers raises OSError, ValueError, ... for a missing tokenizer
+        log.warning("no tokenizer for the backend's model on this machine (%s): text fields hold token ids", exc)
+        return None, tuple(getattr(engine, "_generation_stop_ids", ()))
+
+
 class Service:
     """One backend ``engine`` serving requests: ``defaults`` fill what a request leaves out."""
 
@@ -58,6 +72,7 @@ class Service:
         self.defaults = defaults
         self.pool = pool
         self.model = model
+        self.decode, self.stop_ids = _text_view(engine)
         self._samplers: dict[tuple[Any, Any], Sampler] = {}
         self._lock = threading.Lock()
 
@@ -78,19 +93,23 @@ class Service:
         field = "messages" if job.kind == "chat" else "prompt"
         if job.kind == "chat":
             ids = self._chat_ids(prompt)
-        elif isinstance(prompt, str):
-            encode = getattr(self.engine.inner, "encode", None)
-            if encode is None or getattr(self.engine.inner, "tokenizer", None) is None:
-                raise ParamError("prompt", "this backend has no tokenizer; send the prompt as a list of token ids")
-            ids = list(encode(prompt))
         else:
-            ids = list(prompt)
+            ids = self._text_ids(prompt) if isinstance(prompt, str) else list(prompt)
         try:
             return self.sampler(job).check_prompt(ids)
         except ParamError:
             raise
         except ValueError as exc:
             raise ParamError(field, str(exc).replace("`prompt`", f"`{field}`").replace("max_new_tokens", "max_tokens")) from None
+
+    def _text_ids(self, text: str) -> list[int]:
+        encode = getattr(self.engine.inner, "encode", None)
+        if encode is None:
+            raise ParamError("prompt", "this backend has no tokenizer; send the prompt as a list of token ids")
+        try:
+            return list(encode(text))
+        except ValueError as exc:  # e.g. no tokenizer, or characters outside the reference vocabulary
+            raise ParamError("prompt", f"{exc}; or send the prompt as a list of token ids") from None
 
     def _chat_ids(self, messages: Sequence[Any]) -> list[int]:
         tok = getattr(self.engine.inner, "tokenizer", None)
@@ -118,10 +137,8 @@ class Service:
 
     def choice(self, job: ChainJob, index: int, result: SampleResult) -> Choice:
         """The answer of one chain: cut at the first stop token, then at the first ``stop`` string."""
-        inner = self.engine.inner
-        kept, eos_index = cut_at_stop(result.state.tokens, getattr(inner, "stop_token_ids", None))
-        decode = getattr(inner, "decode", None)
-        text = decode(list(kept)) if decode is not None else " ".join(map(str, kept))
+        kept, eos_index = cut_at_stop(result.state.tokens, self.stop_ids)
+        text = self.decode(list(kept)) if self.decode is not None else " ".join(map(str, kept))
         reason = "stop" if eos_index is not None else "length"
         cuts = [text.index(s) for s in job.stop if s in text]
         if cuts:

@@ -1,0 +1,100 @@
+"""``presto-sgl serve`` in tests: the app on a real uvicorn server in a thread, or the CLI
+in a subprocess, and an ``openai`` client for either (no retries: every answer is seen)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import openai
+import uvicorn
+
+from presto_sgl.config import sampling_configs
+from presto_sgl.engines.base import Engine
+from presto_sgl.serve.app import create_app
+from presto_sgl.serve.params import Defaults
+from presto_sgl.serve.pool import ChainPool
+from presto_sgl.serve.service import Service
+from tests.support.servers import free_port
+
+
+def make_service(engine: Engine, model: str = "test-model", *, concurrency: int = 2, queue_size: int = 8,
+                 seed: int | None = None, max_n: int = 16, rule: str = "step", **power) -> Service:
+    config, presto = sampling_configs(rule, **({"max_new_tokens": 16, "block_size": 8, "steps": 3} | power))
+    return Service(engine, Defaults(config, presto, seed=seed, max_n=max_n), ChainPool(concurrency, queue_size), model)
+
+
+@contextlib.contextmanager
+def serving(service: Service, *, request_timeout_s: float = 600.0) -> Iterator[str]:
+    """The service's app on 127.0.0.1 (a free port) for the block: yields the base URL."""
+    port = free_port()
+    app = create_app(service, request_timeout_s=request_timeout_s, poll_s=0.05)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the serve app did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@contextlib.contextmanager
+def serve_cli(*args: str, timeout_s: float = 120.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``presto-sgl serve ARGS --port P`` in a subprocess until /health answers; yields (URL, process)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "presto_sgl", "serve", *args, "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert proc.poll() is None, f"serve exited {proc.returncode}: {proc.stdout.read()[-3000:]}"
+            try:
+                urllib.request.urlopen(url + "/health", timeout=5).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "serve did not answer /health"
+                time.sleep(0.2)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def client(url: str, timeout_s: float = 300.0) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=timeout_s)
+
+
+def health(url: str) -> dict:
+    """``GET /health`` as JSON, whatever its status."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=10) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read())
+
+
+def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
+    """Poll ``predicate()`` until true (True) or ``timeout_s`` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return bool(predicate())
