@@ -1,0 +1,104 @@
+"""``presto-sgl serve --engine sglang`` against a real SGLang server, through the ``openai`` client.
+
+Chat and completions with n chains on the shared server (PRESTO_SGL_SGLANG_URL): the
+chat template is applied on ids (the prompt ids equal the tokenizer's own template ids),
+every response is what a float32 forward of the model scores, text is the decode of the
+kept ids. Then the backend killed mid-request, on a server of its own (~3 min): restarted,
+the request completes; gone for good, the answer is 503.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import openai
+import pytest
+
+from tests.integration.test_sglang_server import hf_model, server_url  # noqa: F401 (fixtures)
+from tests.support.forward import TOL, reference
+from tests.support.servers import free_port, kill_server, server_script
+from tests.support.serving import client, health, serve_cli, wait_for
+
+pytestmark = pytest.mark.sglang
+
+SERVE = ("--engine", "sglang", "--max-new-tokens", "16", "--block-size", "8", "--steps", "3", "--budget", "6")
+MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2 + 3?"}]
+
+
+def _model_name(url):
+    return client(url).models.list().data[0].id
+
+
+def _assert_scored(hf_model, prompt_ids, choice):
+    """The chain's whole response scores, under a float32 forward, as the chain says."""
+    presto = choice.model_extra["presto"]
+    ids = presto["response_ids"]
+    _, logp = reference(hf_model, prompt_ids, ids, 1.0)
+    assert abs(sum(logp) - presto["log_p0"]) < TOL * len(ids)
+    assert choice.token_ids == (ids[: presto["eos_index"]] if presto["eos_index"] is not None else ids)
+
+
+def test_chat_and_completions_with_n_chains_on_a_real_server(server_url, hf_model):
+    from transformers import AutoTokenizer
+
+    with serve_cli(*SERVE, "--url", server_url) as (url, _):
+        model = _model_name(url)
+        c = client(url)
+        r = c.chat.completions.create(model=model, messages=MESSAGES, n=2, seed=3,
+                                      extra_body={"return_token_ids": True})
+        tok = AutoTokenizer.from_pretrained(hf_model.name_or_path)
+        want = tok.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)
+        want = list(want["input_ids"] if hasattr(want, "keys") else want)
+        assert len(r.choices) == 2
+        for ch in r.choices:
+            assert ch.prompt_token_ids == want, "the chat template must be applied on ids, as the tokenizer does"
+            _assert_scored(hf_model, want, ch)
+            assert ch.message.role == "assistant" and ch.message.content == tok.decode(ch.token_ids)
+            assert ch.finish_reason == ("stop" if ch.model_extra["presto"]["eos_index"] is not None else "length")
+            assert ch.model_extra["presto"]["metrics"]["transitions"] == 6
+        assert r.usage.prompt_tokens == len(want)
+        text = c.completions.create(model=model, prompt="The capital of France is", max_tokens=8,
+                                    extra_body={"block_size": 4, "steps": 2, "return_token_ids": True})
+        ch = text.choices[0]
+        assert ch.prompt_token_ids == tok.encode("The capital of France is", add_special_tokens=False)
+        _assert_scored(hf_model, ch.prompt_token_ids, ch)
+        with pytest.raises(openai.BadRequestError) as err:
+            c.chat.completions.create(model=model, messages=MESSAGES, max_completion_tokens=12)
+        assert err.value.body["param"] == "max_completion_tokens"
+
+
+def test_a_backend_killed_mid_request_restarts_or_is_503(server_url, hf_model):
+    port = str(free_port())
+    start = ("start", "--port", port, "--dtype", "float32", "--timeout", "600")
+    backend = f"http://127.0.0.1:{port}"
+    server_script("sglang_server.sh", *start)
+    try:
+        with serve_cli(*SERVE, "--url", backend, "--restart-timeout", "600") as (url, _), \
+                serve_cli(*SERVE, "--url", backend, "--restart-timeout", "3") as (brief, _):
+            model = _model_name(url)
+            outcome = {}
+
+            def ask():
+                outcome["r"] = client(url).chat.completions.create(
+                    model=model, messages=MESSAGES, n=2, max_tokens=32, extra_body={"steps": 4, "return_token_ids": True})
+
+            asking = threading.Thread(target=ask)
+            asking.start()
+            assert wait_for(lambda: health(url)["backend_calls"] >= 3, timeout_s=120)
+            kill_server("sglang_server.sh", port)  # mid-request: SIGKILL of the whole server
+            server_script("sglang_server.sh", *start)
+            asking.join(600)
+            r = outcome["r"]
+            assert len(r.choices) == 2
+            for ch in r.choices:
+                assert len(ch.model_extra["presto"]["response_ids"]) == 32
+                _assert_scored(hf_model, ch.prompt_token_ids, ch)
+            assert health(url)["chains"]["completed"] == 2
+
+            kill_server("sglang_server.sh", port)  # now for good
+            with pytest.raises(openai.APIStatusError) as err:
+                client(brief).chat.completions.create(model=model, messages=MESSAGES)
+            assert err.value.status_code == 503 and err.value.body["code"] == "backend_unavailable"
+            assert health(brief)["status"] == "backend_unavailable" and health(brief)["chains"]["running"] == 0
+    finally:
+        server_script("sglang_server.sh", "stop", "--port", port)
