@@ -19,7 +19,7 @@ FLAGS = {
         "model", "device", "predictor", "cost_aware", "features", "folds", "particles", "select",
     )
 } | {"online": "--online-predictor", "timeout_s": "--timeout", "restart_timeout_s": "--restart-timeout",
-    "n": "--best-of", "ramp_tokens": "--ramp-tokens"}
+    "n": "--best-of", "ramp_tokens": "--ramp-tokens", "max_n": "--max-n"}
 """Library parameter name -> the flag that sets it."""
 
 

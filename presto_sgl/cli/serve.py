@@ -67,7 +67,9 @@ def _service(args: argparse.Namespace):
     )
     defaults = Defaults(config, presto, seed=args.seed, max_n=args.max_n)
     engine = ENGINES[args.engine](args)
-    concurrency = args.concurrency or (8 if args.engine in ("sglang", "vllm") else 1)
+    concurrency = args.concurrency
+    if concurrency is None:
+        concurrency = 8 if args.engine in ("sglang", "vllm") else 1
     try:
         pool = ChainPool(concurrency, args.queue_size)
     except ValueError as exc:

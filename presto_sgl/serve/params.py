@@ -79,9 +79,10 @@ class ChainJob:
 
 
 def _int(body: Mapping[str, Any], name: str, default: int | None, low: int) -> int | None:
-    value = body.get(name, default)
+    """``body[name]`` (``default`` when absent or null), an integer >= ``low``."""
+    value = body.get(name)
     if value is None:
-        return None
+        return default
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ParamError(name, f"`{name}` (={value!r}) must be an integer >= {low}")
     return value

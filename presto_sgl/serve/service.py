@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from .pool import ChainPool, GuardedEngine, Ticket
 
 ROLES = ("system", "developer", "user", "assistant")
 log = logging.getLogger("presto_sgl.serve")
+SAMPLERS_KEPT = 32
+"""Samplers kept (one per distinct request config, least recently used dropped first)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class Service:
         self.pool = pool
         self.model = model
         self.decode, self.stop_ids = _text_view(engine)
-        self._samplers: dict[tuple[Any, Any], Sampler] = {}
+        self._samplers: OrderedDict[tuple[Any, Any], Sampler] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
 
     def sampler(self, job: ChainJob) -> Sampler:
@@ -81,12 +84,17 @@ class Service:
         planner's learned call times with it)."""
         key = (job.config, job.presto)
         with self._lock:
-            if key not in self._samplers:
-                try:
-                    self._samplers[key] = make_sampler(self.engine, job.config, job.presto)
-                except ValueError as exc:  # CapabilityError included: e.g. entropycut on an engine without entropy
-                    raise ParamError("sampler", str(exc)) from None
-            return self._samplers[key]
+            if key in self._samplers:
+                self._samplers.move_to_end(key)
+                return self._samplers[key]
+            try:
+                sampler = make_sampler(self.engine, job.config, job.presto)
+            except ValueError as exc:  # CapabilityError included: e.g. entropycut on an engine without entropy
+                raise ParamError("sampler", str(exc)) from None
+            self._samplers[key] = sampler
+            if len(self._samplers) > SAMPLERS_KEPT:
+                self._samplers.popitem(last=False)
+            return sampler
 
     def prompt_ids(self, job: ChainJob, prompt: Any) -> tuple[int, ...]:
         """One prompt as token ids, checked by the sampler (400 naming the field otherwise)."""

@@ -9,7 +9,11 @@ the request completes; gone for good, the answer is 503.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 import threading
+from pathlib import Path
 
 import openai
 import pytest
@@ -65,6 +69,20 @@ def test_chat_and_completions_with_n_chains_on_a_real_server(server_url, hf_mode
         with pytest.raises(openai.BadRequestError) as err:
             c.chat.completions.create(model=model, messages=MESSAGES, max_completion_tokens=12)
         assert err.value.body["param"] == "max_completion_tokens"
+
+
+def test_the_readme_client_example_runs_as_written(server_url):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("**Behind an OpenAI-compatible endpoint**"):]
+    command = re.search(r"presto-sgl serve (.*) --port 8000", section).group(1)
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    flags = command.replace("http://127.0.0.1:30000", server_url).split()
+    with serve_cli(*flags) as (url, _):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(code.replace("http://127.0.0.1:8000", url), {})
+    assert out.getvalue().strip(), "the example prints the answer and its transitions per call"
+    assert float(out.getvalue().split()[-1]) > 1.0  # PreSTO step: more than one transition per call
 
 
 def test_a_backend_killed_mid_request_restarts_or_is_503(server_url, hf_model):
