@@ -109,6 +109,8 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
                 seed, prompts, futures = await run_in_threadpool(service.start, job, ticket)
             except ParamError as exc:
                 raise Failure(400, str(exc), exc.param) from None
+            except Exception as exc:  # a bug: a 500 naming it, logged with its traceback
+                raise _failure(exc, request_timeout_s) from None
             if futures is None:
                 snap = service.pool.snapshot()
                 raise Failure(429, f"the server is at capacity ({snap['running']} chains running, {snap['queued']} "
@@ -116,13 +118,10 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
                               headers={"Retry-After": "1"})
             try:
                 results = await _await_chains(request, [asyncio.wrap_future(f) for f in futures], ticket, poll_s)
-            except Exception as exc:  # Cancelled, an EngineError, or a bug (a 500, logged with its traceback)
-                raise _failure(exc, request_timeout_s) from None
-            try:
                 choices = [service.choice(job, i, r) for i, r in enumerate(results)]
                 config = {**service.sampler(job).describe(), "rule": job.presto.rule}
                 body = response(job, service.model, seed, prompts, choices, config)
-            except Exception as exc:
+            except Exception as exc:  # Cancelled, an EngineError, or a bug (a 500, logged with its traceback)
                 raise _failure(exc, request_timeout_s) from None
         except Failure as failure:
             return failure.answer()

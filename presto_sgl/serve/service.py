@@ -120,11 +120,14 @@ class Service:
             raise ParamError("prompt", f"{exc}; or send the prompt as a list of token ids") from None
 
     def _chat_ids(self, messages: Sequence[Any]) -> list[int]:
-        tok = getattr(self.engine.inner, "tokenizer", None)
+        tok = getattr(self.engine.inner, "tokenizer", None) if self.decode is not None else None
         if tok is None or not getattr(tok, "chat_template", None):
             raise ParamError("messages", "this backend's model has no chat template; use /v1/completions")
         turns = [dict(zip(("role", "content"), _message_text(i, m), strict=True)) for i, m in enumerate(messages)]
-        ids = tok.apply_chat_template(turns, add_generation_prompt=True, tokenize=True)
+        try:
+            ids = tok.apply_chat_template(turns, add_generation_prompt=True, tokenize=True)
+        except Exception as exc:  # the template's own checks (jinja2 raises e.g. on roles out of order)
+            raise ParamError("messages", f"the model's chat template refused `messages`: {exc}") from None
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def start(self, job: ChainJob, ticket: Ticket) -> tuple[int, list[tuple[int, ...]], list[Future] | None]:

@@ -276,3 +276,20 @@ def test_the_cli_serves_with_its_flags_as_defaults():
         want = library_chain(PROMPT, 9, 0, max_new_tokens=8, block_size=4, steps=2)
         assert r.choices[0].token_ids == list(want.state.tokens)
         assert r.model_extra["presto"]["config"]["steps"] == 2
+
+
+def test_the_default_embedded_engine_serves_the_librarys_chain():
+    """``--engine embedded`` (the default) on the project's tiny model: a text prompt through
+    its tokenizer, the answer token for token the library's chain on the same engine."""
+    from presto_sgl import models
+
+    args = ["--model", "tiny-adder", "--max-new-tokens", "12", "--block-size", "12", "--steps", "4", "--seed", "2"]
+    with serve_cli(*args) as (url, _):
+        r = client(url).completions.create(model="tiny-adder", prompt="Q:47+385=", extra_body={"return_token_ids": True})
+    engine = models.embedded_engine("tiny-adder")
+    config, presto = sampling_configs("step", max_new_tokens=12, block_size=12, steps=4)
+    prompt = engine.encode("Q:47+385=")
+    want = make_sampler(engine, config, presto).run(prompt, seed=2, prompt_id=0)
+    ch = r.choices[0]
+    assert ch.prompt_token_ids == prompt and ch.model_extra["presto"]["response_ids"] == list(want.state.tokens)
+    assert ch.text == engine.decode(ch.token_ids)
