@@ -1,0 +1,40 @@
+"""``presto-sgl serve --engine vllm`` against a real vLLM server (PRESTO_SGL_VLLM_URL).
+
+vLLM honours per-request seeds, so the engine is seeded: each served chain must be, token
+for token, the chain the library draws on the same server with the same keys, and score
+as a float32 forward says.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_vllm_server import engine, hf_model, server_url  # noqa: F401 (fixtures)
+from tests.support.forward import TOL, reference
+from tests.support.serving import client, serve_cli
+
+pytestmark = pytest.mark.vllm
+
+MESSAGES = [{"role": "user", "content": "Name a prime number."}]
+
+
+def test_served_chains_are_the_librarys_chains_on_the_same_server(server_url, engine, hf_model):
+    from presto_sgl.config import sampling_configs
+    from presto_sgl.samplers import make_sampler
+
+    flags = ("--engine", "vllm", "--url", server_url, "--max-new-tokens", "16", "--block-size", "8", "--steps", "3")
+    with serve_cli(*flags) as (url, _):
+        c = client(url)
+        r = c.chat.completions.create(model=c.models.list().data[0].id, messages=MESSAGES, n=2, seed=4,
+                                      extra_body={"budget": 6, "return_token_ids": True})
+    config, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=3, budget=6)
+    sampler = make_sampler(engine, config, presto)
+    prompt = engine.chat_prompt(MESSAGES[0]["content"])
+    for ch in r.choices:
+        assert ch.prompt_token_ids == list(prompt)
+        want = sampler.run(prompt, seed=4, prompt_id=ch.index)
+        ids = ch.model_extra["presto"]["response_ids"]
+        assert ids == list(want.state.tokens)
+        _, logp = reference(hf_model, prompt, ids, 1.0)
+        assert abs(sum(logp) - ch.model_extra["presto"]["log_p0"]) < TOL * len(ids)
+    assert r.choices[0].model_extra["presto"]["response_ids"] != r.choices[1].model_extra["presto"]["response_ids"]
