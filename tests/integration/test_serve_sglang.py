@@ -13,6 +13,7 @@ import contextlib
 import io
 import re
 import threading
+import time
 from pathlib import Path
 
 import openai
@@ -69,6 +70,20 @@ def test_chat_and_completions_with_n_chains_on_a_real_server(server_url, hf_mode
         with pytest.raises(openai.BadRequestError) as err:
             c.chat.completions.create(model=model, messages=MESSAGES, max_completion_tokens=12)
         assert err.value.body["param"] == "max_completion_tokens"
+
+
+def test_a_client_that_hangs_up_cancels_its_chains_on_the_server(server_url):
+    with serve_cli(*SERVE, "--url", server_url) as (url, _):
+        model = _model_name(url)
+
+        with pytest.raises(openai.APITimeoutError):  # the client hangs up after 3 s of a minutes-long request
+            client(url, timeout_s=3.0).chat.completions.create(
+                model=model, messages=MESSAGES, n=2, max_tokens=64, extra_body={"steps": 50, "rule": "sequential"})
+        assert wait_for(lambda: health(url)["chains"]["running"] == 0, timeout_s=30), "a chain outlived its client"
+        calls = health(url)["backend_calls"]
+        time.sleep(2)
+        snap = health(url)
+        assert snap["backend_calls"] == calls and snap["chains"]["cancelled"] == 2 and snap["chains"]["completed"] == 0
 
 
 def test_the_readme_client_example_runs_as_written(server_url):
