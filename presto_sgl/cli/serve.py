@@ -42,6 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     srv.add_argument("--request-timeout", type=float, default=600.0,
                      help="seconds a request may take, queue time included, before it is cancelled with 504 "
                      "(default: 600)")
+    srv.add_argument("--shutdown-grace", type=float, default=10.0,
+                     help="on Ctrl-C / SIGTERM, seconds requests in flight may take to finish before they are "
+                     "cancelled with 503 (default: 10)")
     srv.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
                      help="uvicorn log level (default: info)")
     p.set_defaults(func=run)
@@ -59,6 +62,8 @@ def _service(args: argparse.Namespace):
     for flag, value in (("--port", args.port), ("--request-timeout", args.request_timeout)):
         if not value > 0:
             raise ValueError(f"`{flag}` (={value!r}) must be > 0")
+    if not args.shutdown_grace >= 0:
+        raise ValueError(f"`--shutdown-grace` (={args.shutdown_grace!r}) must be >= 0 (0: cancel at once)")
     config, presto = sampling_configs(
         args.rule, keying=args.keying, budget=args.budget, predictor=args.predictor, online=args.online_predictor,
         cost_aware=args.cost_aware, alpha=args.alpha, max_new_tokens=args.max_new_tokens,
@@ -94,5 +99,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(service, request_timeout_s=args.request_timeout)
     print(f"{PROG} serve: {service.model} on http://{args.host}:{args.port}/v1 (engine {args.engine}, "
           f"{service.pool.concurrency} chains at once, {args.queue_size} waiting)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    # On Ctrl-C / SIGTERM, requests still in flight after --shutdown-grace are cancelled (their chains with them).
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                timeout_graceful_shutdown=args.shutdown_grace)
     return 0

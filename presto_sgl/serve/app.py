@@ -80,9 +80,9 @@ async def _await_chains(request: Request, futures: Sequence[asyncio.Future], tic
                 ticket.cancel("timeout")
                 raise Cancelled("timeout")
         return [f.result() for f in futures]
-    except asyncio.CancelledError:  # the server task itself was cancelled (shutdown)
+    except asyncio.CancelledError:  # the server is shutting down: its grace period is over
         ticket.cancel("shutdown")
-        raise
+        raise Cancelled("shutdown") from None  # answered 503 while the connection is still open
     finally:
         for f in pending:  # chains left behind end in Cancelled; nobody waits for it
             f.add_done_callback(lambda f: f.cancelled() or f.exception())

@@ -22,8 +22,8 @@ from tests.support.serving import client, health, make_service, serve_cli, servi
 from tests.support.sglang_standin import StandIn
 
 PROMPT = [1, 2, 3, 4]
-LONG = {"max_tokens": 64, "extra_body": {"block_size": 16, "steps": 5000, "rule": "sequential"}}
-"""A request that runs for minutes on the reference engine (20,000 model calls)."""
+LONG = {"max_tokens": 64, "extra_body": {"block_size": 16, "steps": 50000, "rule": "sequential"}}
+"""A request that runs for about a minute on the reference engine (200,000 model calls)."""
 
 
 def reference() -> ReferenceEngine:
@@ -293,3 +293,14 @@ def test_the_default_embedded_engine_serves_the_librarys_chain():
     ch = r.choices[0]
     assert ch.prompt_token_ids == prompt and ch.model_extra["presto"]["response_ids"] == list(want.state.tokens)
     assert ch.text == engine.decode(ch.token_ids)
+
+
+def test_shutdown_answers_requests_past_the_grace_period_with_503():
+    with serve_cli("--engine", "reference", "--shutdown-grace", "1") as (url, proc):
+        thread, outcome = _long_request_in_background(url, timeout_s=120)
+        assert wait_for(lambda: health(url)["chains"]["running"] == 1)
+        t0 = time.monotonic()
+        proc.terminate()  # SIGTERM, as a service manager stops it
+        proc.wait(30)
+        thread.join(30)
+        assert outcome["status"] == 503 and time.monotonic() - t0 < 10

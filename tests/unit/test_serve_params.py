@@ -62,6 +62,7 @@ def test_a_body_that_is_not_an_object_is_refused():
     (["--max-new-tokens", "20"], "--max-new-tokens"),
     (["--sampler", "bestofn"], "--sampler"),
     (["--request-timeout", "0"], "--request-timeout"),
+    (["--shutdown-grace", "-1"], "--shutdown-grace"),
 ])
 def test_bad_serve_flags_exit_2_naming_the_flag(flags, flag, capsys):
     assert main(["serve", "--engine", "reference", *flags]) == 2
