@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..baselines import BASELINES, BestOfN, LowTemperature, PowerSMC
-from ..config import RULES, SAMPLERS, sampling_configs
+from ..config import RULES, SAMPLERS, PowerConfig, PrestoConfig, sampling_configs
 from ..samplers import Sampler, make_sampler
 from .engines import ENGINES, CountingEngine
 
@@ -108,17 +108,22 @@ def model_name(engine: Any, args: argparse.Namespace) -> str:
     return str(getattr(engine, "model_path", None) or (args.model if args.engine == "embedded" else args.engine))
 
 
-def build(args: argparse.Namespace) -> tuple[CountingEngine, Any]:
-    """The engine and sampler (or baseline) the options name; ValueError / TypeError /
-    EngineError on bad input."""
-    if args.sampler in BASELINES:
-        return _baseline(args)
-    config, presto = sampling_configs(
+def configs(args: argparse.Namespace) -> tuple[PowerConfig, PrestoConfig]:
+    """The validated sampler configs of the sampler options (ValueError naming the parameter)."""
+    return sampling_configs(
         args.rule, keying=args.keying, budget=args.budget, predictor=args.predictor, online=args.online_predictor,
         cost_aware=args.cost_aware, alpha=args.alpha, max_new_tokens=args.max_new_tokens,
         block_size=args.block_size, steps=args.steps, tau=args.tau, sampler=args.sampler, beta=args.beta,
         tries=args.tries, try_temperatures=args.try_temperatures,
     )
+
+
+def build(args: argparse.Namespace) -> tuple[CountingEngine, Any]:
+    """The engine and sampler (or baseline) the options name; ValueError / TypeError /
+    EngineError on bad input."""
+    if args.sampler in BASELINES:
+        return _baseline(args)
+    config, presto = configs(args)
     engine = CountingEngine(ENGINES[args.engine](args))
     return engine, make_sampler(engine, config, presto)
 

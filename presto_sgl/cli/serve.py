@@ -12,11 +12,10 @@ import os
 import sys
 
 from ..baselines import BASELINES
-from ..config import sampling_configs
 from ..errors import EngineError
 from .common import PROG, UsageError, cli_names
 from .engines import ENGINES
-from .options import add_engine_options, add_sampler_options, model_name
+from .options import add_engine_options, add_sampler_options, configs, model_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,13 +63,7 @@ def _service(args: argparse.Namespace):
             raise ValueError(f"`{flag}` (={value!r}) must be > 0")
     if not args.shutdown_grace >= 0:
         raise ValueError(f"`--shutdown-grace` (={args.shutdown_grace!r}) must be >= 0 (0: cancel at once)")
-    config, presto = sampling_configs(
-        args.rule, keying=args.keying, budget=args.budget, predictor=args.predictor, online=args.online_predictor,
-        cost_aware=args.cost_aware, alpha=args.alpha, max_new_tokens=args.max_new_tokens,
-        block_size=args.block_size, steps=args.steps, tau=args.tau, sampler=args.sampler, beta=args.beta,
-        tries=args.tries, try_temperatures=args.try_temperatures,
-    )
-    defaults = Defaults(config, presto, seed=args.seed, max_n=args.max_n)
+    defaults = Defaults(*configs(args), seed=args.seed, max_n=args.max_n)
     engine = ENGINES[args.engine](args)
     concurrency = args.concurrency
     if concurrency is None:

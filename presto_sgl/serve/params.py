@@ -133,11 +133,16 @@ def _refuse(body: Mapping[str, Any], kind: str) -> None:
         raise ParamError("best_of", "`best_of` is not supported; power sampling returns each of its `n` chains")
 
 
-def _library_error(exc: ValueError) -> ParamError:
-    """A library ValueError, its parameter names made request field names."""
-    message = str(exc)
+def field_names(message: str) -> str:
+    """A library message, its parameter names made request field names."""
     for lib, field in LIBRARY_NAMES.items():
-        message = message.replace(f"`{lib}`", f"`{field}`").replace(f"{lib}=", f"{field}=")
+        message = message.replace(lib, field)
+    return message
+
+
+def _library_error(exc: Exception) -> ParamError:
+    """A library ValueError / TypeError as a ParamError naming the first field it names."""
+    message = field_names(str(exc))
     found = re.search(r"`([a-z_]+)`", message)
     return ParamError(found.group(1) if found else None, message)
 
@@ -162,9 +167,9 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
     if n > defaults.max_n:  # type: ignore[operator]
         raise ParamError("n", f"`n` (={n}) exceeds this server's limit of {defaults.max_n} chains per request")
     seed = _int(body, "seed", defaults.seed, 0)
-    if not isinstance(body.get("stream", False), bool) or not isinstance(body.get("return_token_ids", False), bool):
-        name = "stream" if not isinstance(body.get("stream", False), bool) else "return_token_ids"
-        raise ParamError(name, f"`{name}` (={body[name]!r}) must be true or false")
+    for name in ("stream", "return_token_ids"):
+        if not isinstance(body.get(name, False), bool):
+            raise ParamError(name, f"`{name}` (={body[name]!r}) must be true or false")
     config, presto = defaults.config, defaults.presto
     power: dict[str, Any] = {
         "alpha": config.alpha, "tau": config.tau, "block_size": config.block_size, "steps": config.steps,
@@ -181,7 +186,7 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
                                           cost_aware=power.pop("cost_aware"), predictor=presto.predictor,
                                           online=presto.online, max_new_tokens=max_tokens, **power)
     except (ValueError, TypeError) as exc:
-        error = _library_error(ValueError(str(exc)))
+        error = _library_error(exc)
         if error.param == "max_tokens" and length != "max_tokens":
             error = ParamError(length, str(error).replace("max_tokens", length))
         raise error from None

@@ -21,7 +21,7 @@ from typing import Any
 from ..engines.base import Engine
 from ..engines.text import cut_at_stop
 from ..samplers import SampleResult, Sampler, make_sampler
-from .params import ChainJob, Defaults, ParamError
+from .params import ChainJob, Defaults, ParamError, field_names
 from .pool import ChainPool, GuardedEngine, Ticket
 
 ROLES = ("system", "developer", "user", "assistant")
@@ -42,7 +42,8 @@ class Choice:
     eos_index: int | None
 
 
-def _message_text(i: int, message: Any) -> tuple[str, str]:
+def _turn(i: int, message: Any) -> dict[str, str]:
+    """``messages[i]`` as the chat template's {role, content}, its content parts joined."""
     if not isinstance(message, dict) or message.get("role") not in ROLES:
         raise ParamError("messages", f"`messages[{i}]` must be an object with `role` one of {list(ROLES)}")
     content = message.get("content")
@@ -52,7 +53,7 @@ def _message_text(i: int, message: Any) -> tuple[str, str]:
         content = "".join(p["text"] for p in content)
     if not isinstance(content, str):
         raise ParamError("messages", f"`messages[{i}].content` must be a string or a list of text parts")
-    return message["role"], content
+    return {"role": message["role"], "content": content}
 
 
 def _text_view(engine: Engine) -> tuple[Callable[[list[int]], str] | None, tuple[int, ...]]:
@@ -108,7 +109,7 @@ class Service:
         except ParamError:
             raise
         except ValueError as exc:
-            raise ParamError(field, str(exc).replace("`prompt`", f"`{field}`").replace("max_new_tokens", "max_tokens")) from None
+            raise ParamError(field, field_names(str(exc)).replace("`prompt`", f"`{field}`")) from None
 
     def _text_ids(self, text: str) -> list[int]:
         encode = getattr(self.engine.inner, "encode", None)
@@ -123,7 +124,7 @@ class Service:
         tok = getattr(self.engine.inner, "tokenizer", None) if self.decode is not None else None
         if tok is None or not getattr(tok, "chat_template", None):
             raise ParamError("messages", "this backend's model has no chat template; use /v1/completions")
-        turns = [dict(zip(("role", "content"), _message_text(i, m), strict=True)) for i, m in enumerate(messages)]
+        turns = [_turn(i, m) for i, m in enumerate(messages)]
         try:
             ids = tok.apply_chat_template(turns, add_generation_prompt=True, tokenize=True)
         except Exception as exc:  # the template's own checks (jinja2 raises e.g. on roles out of order)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -22,6 +21,7 @@ from presto_sgl.serve.app import create_app
 from presto_sgl.serve.params import Defaults
 from presto_sgl.serve.pool import ChainPool
 from presto_sgl.serve.service import Service
+from tests.support.mutants import cli_command
 from tests.support.servers import free_port
 
 
@@ -54,7 +54,7 @@ def serving(service: Service, *, request_timeout_s: float = 600.0) -> Iterator[s
 def serve_cli(*args: str, timeout_s: float = 120.0) -> Iterator[tuple[str, subprocess.Popen]]:
     """``presto-sgl serve ARGS --port P`` in a subprocess until /health answers; yields (URL, process)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "presto_sgl", "serve", *args, "--port", str(port), "--log-level", "warning"]
+    cmd = [*cli_command(), "serve", *args, "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
