@@ -8,7 +8,7 @@ the law's times (its time model fits them; the renewal objective's rate uses the
 One planner (time model, online predictor) serves all chains of a law, as in a CLI run.
 Prints transitions per synthetic second of MH call time (extension calls excluded).
 
-    python benchmarks/cost_aware_sim.py [--prompts 4] [--seeds 2] [--objectives rollout renewal myopic]
+    python -m benchmarks.cost_aware_sim [--prompts 4] [--seeds 2] [--objectives rollout renewal myopic]
 """
 
 from __future__ import annotations
@@ -16,19 +16,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.objectives import OBJECTIVES, ObjectivePlanner  # noqa: E402
-from presto_sgl import TraceWriter, make_sampler, read_trace, sampling_configs  # noqa: E402
-from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM  # noqa: E402
-from presto_sgl.planners import RoundFeedback  # noqa: E402
-from presto_sgl.planners.timemodel import CallTimeModel  # noqa: E402
-from presto_sgl.predictor import ConstantPredictor, OnlinePredictor, load_predictor  # noqa: E402
+from benchmarks.objectives import OBJECTIVES, ObjectivePlanner
+from presto_sgl import TraceWriter, make_sampler, read_trace, sampling_configs
+from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.planners import RoundFeedback
+from presto_sgl.planners.timemodel import CallTimeModel
+from presto_sgl.predictor import ConstantPredictor, OnlinePredictor, load_predictor
 
 LAWS = {
     # seconds per (call, row, decode step, decoded token)

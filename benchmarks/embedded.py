@@ -10,7 +10,7 @@ one run: model calls, transitions per call, time per call, cumulative call time,
 speedup (paper Eq. 20: ratio of mean cumulative call times) and whether the final
 states match the sequential chain's.
 
-    python benchmarks/embedded.py [--model smollm2] [--part A|B|AB] [--json out.json]
+    python -m benchmarks.embedded [--model smollm2] [--part A|B|AB] [--json out.json]
 """
 
 from __future__ import annotations
@@ -18,19 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+import torch
 
-import torch  # noqa: E402
-from compare import PROMPTS, compare_rules, machine  # noqa: E402
-
-from presto_sgl.engines.base import Request  # noqa: E402
-from presto_sgl.keys import ChainKeys  # noqa: E402
-from presto_sgl.models import embedded_engine  # noqa: E402
-from radix import prefix_sharing  # noqa: E402
+from benchmarks.compare import PROMPTS, compare_rules, machine
+from presto_sgl.engines.base import Request
+from presto_sgl.keys import ChainKeys
+from presto_sgl.models import embedded_engine
+from radix import prefix_sharing
 
 
 def part_a(engine, args) -> list[dict]:

@@ -14,7 +14,7 @@ calls per prompt, transitions per call, time per call, cumulative call time, spe
 tokens (sampled from /v1/loads or /metrics).
 
     bash scripts/sglang_server.sh start --port 30123 && bash scripts/vllm_server.sh start --port 30125
-    python benchmarks/engines.py --engines embedded,sglang,vllm --sglang-url http://127.0.0.1:30123 \\
+    python -m benchmarks.engines --engines embedded,sglang,vllm --sglang-url http://127.0.0.1:30123 \\
         --vllm-url http://127.0.0.1:30125 --prompts 10 [--shape one|two] [--json out.json]
 
 Shapes: ``one`` is the paper's single block scaled down (T = 64 in one block, K = 20);
@@ -26,16 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-
-from compare import PROMPTS, RULE_COLUMNS, Method, compare_rules, machine, markdown_table  # noqa: E402
-
-from presto_sgl.engines.base import Request  # noqa: E402
-from presto_sgl.keys import ChainKeys  # noqa: E402
+from benchmarks.compare import PROMPTS, RULE_COLUMNS, Method, compare_rules, machine, markdown_table
+from presto_sgl.engines.base import Request
+from presto_sgl.keys import ChainKeys
 
 SHAPES = {"one": (64, 64, 20), "two": (64, 32, 10)}  # (T, B, K per block)
 FORKS = (1, 4, 10, 20)

@@ -1,10 +1,10 @@
 """Evaluation results (issue 12; paper Case Studies 1-3 and 8): accuracy and time of the
 baselines, sequential PowerMH and PreSTO on one task, the TOST table, every figure.
 
-    python benchmarks/evaluation.py --suite smollm2 [--dataset reasoning-gym:TASK] [--limit 30]
-    python benchmarks/evaluation.py --suite tiny [--limit 30]
-    python benchmarks/evaluation.py --suite humaneval|champ [--limit 30]
-    python benchmarks/evaluation.py --suite tiny --report-only     # tables and figures from the runs
+    python -m benchmarks.evaluation --suite smollm2 [--dataset reasoning-gym:TASK] [--limit 30]
+    python -m benchmarks.evaluation --suite tiny [--limit 30]
+    python -m benchmarks.evaluation --suite humaneval|champ [--limit 30]
+    python -m benchmarks.evaluation --suite tiny --report-only     # tables and figures from the runs
 
 Each method is one `presto-sgl run` (in this process, one after another, so no two time
 at once) into ``OUT/runs/NAME``; a rerun resumes each run (the problems done are skipped)
@@ -43,12 +43,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from compare import machine  # noqa: E402
-from presto_sgl import cli  # noqa: E402
-from presto_sgl.kernels import powermh  # noqa: E402
+from benchmarks.compare import machine
+from presto_sgl import cli
+from presto_sgl.kernels import powermh
 
 FLIPPED = "PreSTO step, proposal term flipped (biased on purpose)"
 ACCEPT_ALL = "PreSTO step, every proposal accepted (biased on purpose)"

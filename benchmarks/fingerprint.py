@@ -5,8 +5,8 @@ model calls and transitions of one seeded run (cost-aware: tokens and transition
 its calls depend on measured times). Run it before a change (``-o before.json``), then
 after (``--compare before.json``): any difference is listed and the exit code is 1.
 
-    python benchmarks/fingerprint.py -o before.json [--engines reference tiny smollm2]
-    python benchmarks/fingerprint.py -o after.json --compare before.json
+    python -m benchmarks.fingerprint -o before.json [--engines reference tiny smollm2]
+    python -m benchmarks.fingerprint -o after.json --compare before.json
 
 Engines: ``reference`` (V=32, 8 prompts, T=32, K=30, budgets 4/8/20), ``tiny`` (the
 embedded engine on the committed tiny-adder model, 4 problems, T=16, K=6, budgets 4/10),
@@ -21,9 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from presto_sgl import make_sampler, sampling_configs  # noqa: E402
+from presto_sgl import make_sampler, sampling_configs
 
 RULES = {"path": ("sequential", "bfs", "predictive"), "step": ("sequential", "step", "step+cost")}
 

@@ -22,10 +22,10 @@ chain had answered, held against the requests its trace records. The parts:
   completes, the share of each chain's requests on its busiest worker, the cached-token
   share, transitions per second.
 
-    python benchmarks/load.py --parts faults,router,throughput,law --prompts 32 \\
+    python -m benchmarks.load --parts faults,router,throughput,law --prompts 32 \\
         --json benchmarks/results/load/load.json
-    python benchmarks/load.py --parts router --pin --json benchmarks/results/load/router_pinned.json
-    python benchmarks/load.py --report-only benchmarks/results/load/load.json
+    python -m benchmarks.load --parts router --pin --json benchmarks/results/load/router_pinned.json
+    python -m benchmarks.load --report-only benchmarks/results/load/load.json
 
 ``--pin`` starts each router worker on a core of its own (``taskset``): two CPU servers
 sharing both cores contend for them.
@@ -51,18 +51,15 @@ from collections import Counter
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-
-from compare import machine  # noqa: E402
-
-from presto_sgl import sampling_configs  # noqa: E402
-from presto_sgl.engines.sglang.http import SGLangEngine  # noqa: E402
-from presto_sgl.runner import run_prompts  # noqa: E402
-from presto_sgl.samplers import make_sampler  # noqa: E402
-from presto_sgl.tasks.registry import load_task  # noqa: E402
-from presto_sgl.trace import read_trace, state_record  # noqa: E402
-from tests.support.servers import free_port, kill_server, server_script  # noqa: E402
-from tests.support.wiretap import Wiretap, asked  # noqa: E402
+from benchmarks.compare import machine
+from presto_sgl import sampling_configs
+from presto_sgl.engines.sglang.http import SGLangEngine
+from presto_sgl.runner import run_prompts
+from presto_sgl.samplers import make_sampler
+from presto_sgl.tasks.registry import load_task
+from presto_sgl.trace import read_trace, state_record
+from presto_sgl.testing.servers import free_port, kill_server, server_script
+from presto_sgl.testing.wiretap import Wiretap, asked
 
 POWER = dict(alpha=4.0, max_new_tokens=32, block_size=16, steps=4)
 BUDGET = 20
@@ -182,7 +179,7 @@ def rescore_states(traces: Path, prompts) -> dict:
     from transformers import AutoModelForCausalLM
 
     from presto_sgl.models import materialize_smollm2
-    from tests.support.forward import TOL, reference
+    from presto_sgl.testing.forward import TOL, reference
 
     model = AutoModelForCausalLM.from_pretrained(materialize_smollm2(), dtype=torch.float32).eval()
     worst, n = 0.0, 0

@@ -1,8 +1,8 @@
 """Which exactness test catches each deliberately wrong sampler (issue 13's mutation table).
 
-    python benchmarks/mutations.py [--only NAME,...] [--json FILE]
+    python -m benchmarks.mutations [--only NAME,...] [--json FILE]
 
-For every mutant of ``tests/support/mutants.py`` this runs ``pytest -m exactness -x`` with
+For every mutant of ``presto_sgl/testing/mutants.py`` this runs ``pytest -m exactness -x`` with
 ``PRESTO_SGL_MUTANT=NAME`` over the exactness suites (enumerated law, coupling, resume,
 deep unseeded law, unit invariants, in that order), and records the first test that
 fails (or that none did) and how long that took. A mutant nothing catches is a hole in the
@@ -20,10 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from presto_sgl.testing.mutants import MUTANTS
 
-from tests.support.mutants import MUTANTS  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SUITES = ["tests/exactness/test_enumerated_target.py", "tests/exactness/test_coupling.py",
           "tests/exactness/test_resume.py", "tests/integration/test_cli_resume.py",

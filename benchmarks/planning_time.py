@@ -7,28 +7,24 @@ transitions left. The predictive rule is timed with the paper's class prior as a
 predictor and, when it loads, the shipped logistic predictor; its two phases (candidate
 generation, DP) are also timed apart. Times are thread CPU time per call.
 
-    python benchmarks/planning_time.py [--T 512] [--remaining 100] [--budgets 20 64] [--calls 300]
+    python -m benchmarks.planning_time [--T 512] [--remaining 100] [--budgets 20 64] [--calls 300]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from presto_sgl import ChainState, make_kernel, sampling_configs  # noqa: E402
-from presto_sgl.config import Keying  # noqa: E402
-from presto_sgl.keys import ChainKeys, DecisionDraws, DecisionId  # noqa: E402
-from presto_sgl.planners import BFSPlanner, Planner, RoundContext, StepPlanner  # noqa: E402
-from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree  # noqa: E402
-from presto_sgl.predictor.certainty import ConstantPredictor, Predictor  # noqa: E402
-from presto_sgl.proposals import ProposalStore  # noqa: E402
+from presto_sgl import ChainState, make_kernel, sampling_configs
+from presto_sgl.config import Keying
+from presto_sgl.keys import ChainKeys, DecisionDraws, DecisionId
+from presto_sgl.planners import BFSPlanner, Planner, RoundContext, StepPlanner
+from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree
+from presto_sgl.predictor.certainty import ConstantPredictor, Predictor
+from presto_sgl.proposals import ProposalStore
 
 PAPER_PRIOR = ConstantPredictor(2814 / 4621, 862 / 4621, 945 / 4621)
 """Class shares of the paper's PreSTO-PowerMH nodes (App. E.7): reject, uncertain, accept."""

@@ -4,7 +4,7 @@ Same prompts, same keys, same engine in one run; prints model calls, transitions
 call, requests per call, realized / unreachable / wasted requests, coordinator time,
 and checks that every PreSTO chain ends in the sequential chain's final state.
 
-    python benchmarks/reference_rules.py [--prompts 8] [--steps 100] [--json out.json]
+    python -m benchmarks.reference_rules [--prompts 8] [--steps 100] [--json out.json]
 """
 
 from __future__ import annotations
@@ -12,14 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from presto_sgl import make_sampler, sampling_configs  # noqa: E402
-from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM  # noqa: E402
+from presto_sgl import make_sampler, sampling_configs
+from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 
 BUDGETS = (4, 8, 10, 16, 20)
 EPS = 0.01

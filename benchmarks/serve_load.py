@@ -15,8 +15,8 @@ server (``--batched-attention --cdf-sampling``; started here unless ``--url``); 
 - ``disconnect``: 8 clients hang up 2 s into their request: every chain must be cancelled
   (``/health``: running 0, cancelled 8) and the backend calls must stop.
 
-    python benchmarks/serve_load.py --json benchmarks/results/serve/serve_load.json
-    python benchmarks/serve_load.py --report-only benchmarks/results/serve/serve_load.json
+    python -m benchmarks.serve_load --json benchmarks/results/serve/serve_load.json
+    python -m benchmarks.serve_load --report-only benchmarks/results/serve/serve_load.json
 
 Chains: SmolLM2-135M-Instruct, reasoning-gym one-digit arithmetic prompts (their text, the
 chat template applied by the endpoint), T = 32 in two blocks of 16, K = 4 per block,
@@ -35,15 +35,13 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+import openai
 
-import openai  # noqa: E402
-from compare import machine  # noqa: E402
-from load import DATASET, SEED, sglang_server  # noqa: E402
-
-from presto_sgl.tasks.registry import load_task  # noqa: E402
-from tests.support.servers import free_port  # noqa: E402
-from tests.support.serving import client, health, serve_cli, wait_for  # noqa: E402
+from benchmarks.compare import machine
+from benchmarks.load import DATASET, SEED, sglang_server
+from presto_sgl.tasks.registry import load_task
+from presto_sgl.testing.servers import free_port
+from presto_sgl.testing.serving import client, health, serve_cli, wait_for
 
 SERVE = ("--engine", "sglang", "--alpha", "4", "--max-new-tokens", "32", "--block-size", "16", "--steps", "4",
          "--budget", "20", "--request-timeout", "1800")

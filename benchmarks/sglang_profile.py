@@ -10,7 +10,7 @@ the rest of the scheduler's batch step, and what lies outside any batch step (sc
 loop, tokenizer and detokenizer processes, HTTP). Median over the prompts.
 
     bash scripts/sglang_server.sh start --port 30123 --profile .cache/profile [--dtype float32] [--batched-attention]
-    python benchmarks/sglang_profile.py --url http://127.0.0.1:30123 --profile .cache/profile --prompts 10
+    python -m benchmarks.sglang_profile --url http://127.0.0.1:30123 --profile .cache/profile --prompts 10
 """
 
 from __future__ import annotations
@@ -18,18 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-
-from compare import PROMPTS, machine, markdown_table  # noqa: E402
-
-from presto_sgl.engines.base import Request  # noqa: E402
-from presto_sgl.engines.sglang.http import SGLangEngine  # noqa: E402
-from presto_sgl.engines.sglang.profile import read  # noqa: E402
-from presto_sgl.keys import ChainKeys  # noqa: E402
+from benchmarks.compare import PROMPTS, machine, markdown_table
+from presto_sgl.engines.base import Request
+from presto_sgl.engines.sglang.http import SGLangEngine
+from presto_sgl.engines.sglang.profile import read
+from presto_sgl.keys import ChainKeys
 
 FORKS = (1, 4, 10, 20)
 PARTS = ("attention", "forward_other", "sampling", "step_other", "outside")

@@ -8,24 +8,20 @@ benchmarks/compare.py), with each method's peak KV-pool use (sampled from /v1/lo
 0.25 s: tokens held by running requests) in a kv-peak column. A router URL works too.
 
     bash scripts/sglang_server.sh start            # bf16 by default; --dtype float32
-    python benchmarks/sglang_server.py --url http://127.0.0.1:30000 [--json out.json]
+    python -m benchmarks.sglang_server --url http://127.0.0.1:30000 [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-
-from compare import PROMPTS, compare_rules  # noqa: E402
-
-from presto_sgl.engines.base import Request  # noqa: E402
-from presto_sgl.engines.sglang.http import SGLangEngine  # noqa: E402
-from presto_sgl.keys import ChainKeys  # noqa: E402
+from benchmarks.compare import PROMPTS, compare_rules
+from presto_sgl.engines.base import Request
+from presto_sgl.engines.sglang.http import SGLangEngine
+from presto_sgl.keys import ChainKeys
 
 
 def part_p(url: str, args) -> list[dict]:

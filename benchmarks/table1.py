@@ -12,21 +12,18 @@ draws (2m - 1 requests) in the same call. Every sequential MultiTryMH step reuse
 log-probabilities of its sampling pass (no rescoring; `--rescore` adds the paper's
 baseline, which rescores every draw at every temperature of the set).
 
-    python benchmarks/table1.py --engine embedded [--prompts 10] [--json out.json]
-    bash scripts/sglang_server.sh start && python benchmarks/table1.py --engine sglang --url http://127.0.0.1:30000
+    python -m benchmarks.table1 --engine embedded [--prompts 10] [--json out.json]
+    bash scripts/sglang_server.sh start && python -m benchmarks.table1 --engine sglang --url http://127.0.0.1:30000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-
-from compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, machine, make_engine, markdown_table  # noqa: E402
+from benchmarks.compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, machine, make_engine, markdown_table
 
 SAMPLERS = ("powermh", "entropycut", "multitry")
 
@@ -44,7 +41,7 @@ def methods(kernel: str, budgets: list[int], step_budgets: list[int], rules: lis
 def rescoring_rows(engine, prompts, args, rows: list[dict]) -> list[dict]:
     """Sequential MultiTryMH with rescoring (the paper's baseline), and every MultiTryMH row's
     speedup over it (ratio of mean cumulative call times, same keys)."""
-    from rescoring import RescoringEngine
+    from benchmarks.rescoring import RescoringEngine
 
     seq = [Method("sequential (rescoring)", k, kernel="multitry") for k in ("path", "step")]
     out = []

@@ -8,21 +8,18 @@ requests per call, time per call, cumulative call time per prompt, speedup over 
 sequential sampler with the same keys (paper Eq. 20), and the eps-certainty shares of
 the scored decisions (paper Fig. 4).
 
-    python benchmarks/table10.py --engine embedded [--prompts 2] [--json out.json]
-    bash scripts/sglang_server.sh start && python benchmarks/table10.py --engine sglang --url http://127.0.0.1:30000
+    python -m benchmarks.table10 --engine embedded [--prompts 2] [--json out.json]
+    bash scripts/sglang_server.sh start && python -m benchmarks.table10 --engine sglang --url http://127.0.0.1:30000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-
-from compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, machine, make_engine, markdown_table  # noqa: E402
+from benchmarks.compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, machine, make_engine, markdown_table
 
 
 def methods(budgets: list[int], predictor: str, online: bool) -> list[Method]:

@@ -5,22 +5,18 @@ response on the embedded engine (no EOS stop; the answer is read up to the first
 newline): greedy (temperature 1e-3), temperature 1/alpha sampling (the usual low-temperature
 baseline), and power sampling pi_alpha with PreSTO (`step` rule), which is exact PowerMH.
 
-    python benchmarks/tiny_accuracy.py [--problems 100] [--alpha 4] [--steps 8]
+    python -m benchmarks.tiny_accuracy [--problems 100] [--alpha 4] [--steps 8]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from presto_sgl import make_sampler, sampling_configs  # noqa: E402
-from presto_sgl.engines.base import Request  # noqa: E402
-from presto_sgl.models import embedded_engine  # noqa: E402
-from presto_sgl.tasks.addition import is_correct, make_problems  # noqa: E402
+from presto_sgl import make_sampler, sampling_configs
+from presto_sgl.engines.base import Request
+from presto_sgl.models import embedded_engine
+from presto_sgl.tasks.addition import is_correct, make_problems
 
 
 def main() -> None:

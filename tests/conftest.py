@@ -12,10 +12,10 @@ from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 
 def pytest_configure(config: pytest.Config) -> None:
     """``PRESTO_SGL_MUTANT=NAME``: run the session against a deliberately wrong sampler
-    (tests/support/mutants.py; benchmarks/mutations.py shows which tests catch each)."""
+    (presto_sgl/testing/mutants.py; ``python -m benchmarks.mutations`` shows which tests catch each)."""
     name = os.environ.get("PRESTO_SGL_MUTANT")
     if name:
-        from tests.support.mutants import apply
+        from presto_sgl.testing.mutants import apply
 
         print(f"mutant {name}: {apply(name)}")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from presto_sgl import cli
-from tests.support.mutants import cli_command
+from presto_sgl.testing.mutants import cli_command
 
 pytestmark = pytest.mark.exactness
 

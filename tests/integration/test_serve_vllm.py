@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.test_vllm_server import engine, hf_model, server_url  # noqa: F401 (fixtures)
-from tests.support.forward import TOL, reference
-from tests.support.serving import client, serve_cli
+from presto_sgl.testing.forward import TOL, reference
+from presto_sgl.testing.serving import client, serve_cli
 
 pytestmark = pytest.mark.vllm
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.forward import (  # the transformers fp32 forward
+from presto_sgl.testing.forward import (  # the transformers fp32 forward
     TOL,
     assert_extras_match,
     assert_matches_forward,

@@ -15,8 +15,8 @@ import os
 import pytest
 from tests.exactness.cases import KERNELS, PRESTO_RULES, sequential_sampler
 from tests.exactness.test_coupling import assert_same_states, run_states
-from tests.support.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
-from tests.support.servers import run_through_a_restart
+from presto_sgl.testing.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
+from presto_sgl.testing.servers import run_through_a_restart
 
 pytestmark = pytest.mark.vllm
 

@@ -1,4 +1,4 @@
-"""``presto-sgl serve`` in tests: the app on a real uvicorn server in a thread, or the CLI
+"""``presto-sgl serve`` in tests and benchmarks: the app on a real uvicorn server in a thread, or the CLI
 in a subprocess, and an ``openai`` client for either (no retries: every answer is seen)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from presto_sgl.serve.app import create_app
 from presto_sgl.serve.params import Defaults
 from presto_sgl.serve.pool import ChainPool
 from presto_sgl.serve.service import Service
-from tests.support.mutants import cli_command
-from tests.support.servers import free_port
+from .mutants import cli_command
+from .servers import free_port
 
 
 def make_service(engine: Engine, model: str = "test-model", *, concurrency: int = 2, queue_size: int = 8,

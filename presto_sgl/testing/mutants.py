@@ -1,5 +1,5 @@
 """Deliberately wrong samplers, to show which exactness test catches each
-(``benchmarks/mutations.py``). ``PRESTO_SGL_MUTANT=NAME pytest ...`` applies mutant NAME
+(``python -m benchmarks.mutations``). ``PRESTO_SGL_MUTANT=NAME pytest ...`` applies mutant NAME
 to the library for the whole session (tests/conftest.py); unset, nothing changes.
 
 Each mutant is a plausible bug: a wrong acceptance that still looks like an MH rule, broken
@@ -133,7 +133,7 @@ def cli_command() -> list[str]:
     name = os.environ.get("PRESTO_SGL_MUTANT")
     if not name:
         return [sys.executable, "-m", "presto_sgl.cli"]
-    code = (f"import sys; from tests.support.mutants import apply; apply({name!r}); "
+    code = (f"import sys; from presto_sgl.testing.mutants import apply; apply({name!r}); "
             "from presto_sgl.cli import main; sys.exit(main(sys.argv[1:]))")
     return [sys.executable, "-c", code]
 

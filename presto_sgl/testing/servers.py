@@ -1,4 +1,5 @@
-"""Starting and stopping the project's own servers from tests (scripts/*_server.sh)."""
+"""Starting and stopping the project's own servers from tests and benchmarks (scripts/*_server.sh of
+a repository checkout)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository
+ROOT = Path(__file__).resolve().parents[2]  # the repository (presto_sgl/testing/servers.py)
 
 
 def free_port() -> int:

@@ -1,5 +1,5 @@
 """The transformers fp32 forward that SGLang results are checked against (the HTTP server
-tests and the in-process / ``power_gen`` tests share it).
+tests, the in-process / ``power_gen`` tests and benchmarks/load.py share it).
 
 ``torch`` is imported inside the helpers: importing this module needs neither torch nor sglang.
 """
