@@ -4,11 +4,14 @@ Runs PreSTO (step keys) on the reference engine and charges every MH call the ti
 synthetic law t = theta . (1, rows, decode steps, decoded tokens) (forks decode in
 lockstep: steps = T - smallest cut of the call). Fixed budgets do not depend on the law
 (one run each, re-priced per law); each cost-aware planner runs once per law and is fed
-the law's times (its time model fits them; the renewal objective's rate uses them).
+the law's times (its time model fits them).
 One planner (time model, online predictor) serves all chains of a law, as in a CLI run.
 Prints transitions per synthetic second of MH call time (extension calls excluded).
 
-    python -m benchmarks.cost_aware_sim [--prompts 4] [--seeds 2] [--objectives rollout renewal myopic]
+    python -m benchmarks.cost_aware_sim [--prompts 4] [--seeds 2] [--budgets 20 10]
+
+(The retired renewal and myopic objectives were compared here until issue 24; RESULTS.md
+keeps what they measured.)
 """
 
 from __future__ import annotations
@@ -19,10 +22,9 @@ import io
 import threading
 import time
 
-from benchmarks.objectives import OBJECTIVES, ObjectivePlanner
 from presto_sgl import TraceWriter, make_sampler, read_trace, sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl.planners import RoundFeedback
+from presto_sgl.planners import CostAwareStepPlanner, RoundFeedback
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor import ConstantPredictor, OnlinePredictor, load_predictor
 
@@ -53,9 +55,9 @@ class PlanTimer:
             self.plans += 1
 
 
-class ClockedPlanner(ObjectivePlanner):
+class ClockedPlanner(CostAwareStepPlanner):
     """A cost-aware planner whose feedback carries the synthetic law's call time. Its
-    per-run copies (:meth:`ObjectivePlanner.for_run`) share the law and the timer."""
+    per-run copies (:meth:`CostAwareStepPlanner.for_run`) share the law and the timer."""
 
     def __init__(self, law, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -106,7 +108,6 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32)
     ap.add_argument("--sharpness", type=float, default=2.0)
     ap.add_argument("--budgets", type=int, nargs="+", default=[20, 10], help="N of the cost-aware runs")
-    ap.add_argument("--objectives", nargs="+", default=["rollout"], choices=OBJECTIVES)
     ap.add_argument("--laws", nargs="+", default=list(LAWS), choices=list(LAWS))
     ap.add_argument("--samples", type=int, default=32)
     args = ap.parse_args()
@@ -120,7 +121,7 @@ def main() -> None:
     }
     print(f"reference LM V={args.vocab} sharpness={args.sharpness}; T={args.n} K={args.steps} alpha={args.alpha}; "
           f"{args.prompts} prompts x {args.seeds} seeds; transitions per synthetic second (MH calls)")
-    names = [f"fix{b}" for b in FIXED] + [f"{o[:4]}@{N}" for o in args.objectives for N in args.budgets]
+    names = [f"fix{b}" for b in FIXED] + [f"roll@{N}" for N in args.budgets]  # the rollout objective
     print(f"{'law':<14}" + "".join(f"{n:>10}" for n in names) + f"{'best fix':>10}")
     for law_name in args.laws:
         law = LAWS[law_name]
@@ -129,17 +130,16 @@ def main() -> None:
             tr, calls = fixed[b]
             row.append(tr / sum(law_time(c, law) for c in calls))
         notes = []
-        for obj in args.objectives:
-            for N in args.budgets:
-                planner = ClockedPlanner(law, predictor(), objective=obj, samples=args.samples)
-                config, presto = sampling_configs("step", budget=N, cost_aware=True, **power)
-                sampler = make_sampler(engine, config, presto, planner=planner)
-                tr, calls = run_chains(sampler, prompts, seeds)
-                row.append(tr / sum(law_time(c, law) for c in calls))
-                sizes = [len(c) for c in calls]
-                notes.append(f"{obj}@{N}: {len(calls)} calls, mean n {sum(sizes) / len(sizes):.1f}, "
-                             f"plan {1e3 * planner.timer.seconds / max(planner.timer.plans, 1):.1f} ms/call, "
-                             f"match {planner.match:.2f}")
+        for N in args.budgets:
+            planner = ClockedPlanner(law, predictor(), samples=args.samples)
+            config, presto = sampling_configs("step", budget=N, cost_aware=True, **power)
+            sampler = make_sampler(engine, config, presto, planner=planner)
+            tr, calls = run_chains(sampler, prompts, seeds)
+            row.append(tr / sum(law_time(c, law) for c in calls))
+            sizes = [len(c) for c in calls]
+            notes.append(f"rollout@{N}: {len(calls)} calls, mean n {sum(sizes) / len(sizes):.1f}, "
+                         f"plan {1e3 * planner.timer.seconds / max(planner.timer.plans, 1):.1f} ms/call, "
+                         f"match {planner.match:.2f}")
         best = max(range(len(FIXED)), key=lambda j: row[j])
         print(f"{law_name:<14}" + "".join(f"{x:>10.3f}" for x in row) + f"{'fix' + str(FIXED[best]):>10}")
         for n in notes:

@@ -2,8 +2,7 @@
 expected time to finish the stage with a fixed budget) against brute force with the real
 ProposalStore and walk rule, the argmin choice, the match-rate estimate, the call-time
 model, the prefix-of-the-step-rule property, feedback, per-run planners, and the
-make_planner wiring. (The retired renewal and myopic objectives are tested with their
-benchmark copy: tests/unit/test_benchmark_objectives.py.)"""
+make_planner wiring. (Per-run planners of a subclass: tests/unit/test_costaware_subclass.py.)"""
 
 from __future__ import annotations
 
