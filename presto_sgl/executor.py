@@ -134,8 +134,9 @@ class StageExecutor:
         for i, step in enumerate(result.steps):
             tr = step.transition
             rec.record_node(
-                NodeRecord(index, self.stage, k + i, step.decision, step.requests[0], tr.cut, tr.log_accept, tr.uniform,
-                           tr.accepted, T, len(step.requests), tr.selected)
+                NodeRecord(call=index, stage=self.stage, k=k + i, decision=step.decision, request=step.requests[0],
+                           cut=tr.cut, log_accept=tr.log_accept, uniform=tr.uniform, accepted=tr.accepted, length=T,
+                           draws=len(step.requests), selected=tr.selected)
             )
             if self.on_transition:
                 self.on_transition(self.stage, k + i, step.state, tr)

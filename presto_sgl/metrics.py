@@ -39,7 +39,7 @@ class CallRecord:
     walk_s: float = 0.0  # coordinator: walking / MH arithmetic
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeRecord:
     call: int  # the round (call index) whose walk made this transition
     stage: int
