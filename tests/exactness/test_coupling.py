@@ -17,7 +17,8 @@ import io
 from dataclasses import dataclass
 
 import pytest
-from tests.exactness.cases import KERNELS, PRESTO_RULES, RULES, KernelCase, RuleCase, sequential_sampler
+from tests.support.cases import KERNELS, PRESTO_RULES, RULES, KernelCase, RuleCase, sequential_sampler
+from tests.support.coupling import assert_same_states, run_states
 
 from presto_sgl import TraceWriter, read_trace
 from presto_sgl.engines.reference import ReferenceLM
@@ -72,23 +73,6 @@ def coupling_cases():
                         for setting in engine.settings:
                             name = "{}-{}-N{}-{}-n{}-B{}-K{}-a{}-{}".format(kernel, rule, budget, engine.name, *schedule, *setting)
                             yield pytest.param(kernel, rule, engine, budget, schedule, setting, id=name)
-
-
-def run_states(sampler, prompt, seed):
-    seen = []
-    result = sampler.run(prompt, seed=seed, on_transition=lambda stage, k, st, tr: seen.append((stage, k, st, tr.accepted)))
-    return seen, result
-
-
-def assert_same_states(seq, pre, tol: float) -> None:
-    """(stage, k, ChainState incl. logq/logp, accepted) identical; log-probs within ``tol`` if > 0."""
-    if tol == 0.0:
-        for a, b in zip(seq, pre):
-            assert a == b
-        return
-    for (s1, k1, a, acc1), (s2, k2, b, acc2) in zip(seq, pre):
-        assert (s1, k1, acc1, a.prompt, a.tokens) == (s2, k2, acc2, b.prompt, b.tokens)
-        assert max(abs(x - y) for x, y in zip(a.logq + a.logp, b.logq + b.logp)) <= tol
 
 
 @pytest.mark.parametrize("kernel_case,rule,engine_case,budget,schedule,setting", coupling_cases())

@@ -26,8 +26,8 @@ from collections import Counter
 import numpy as np
 import pytest
 from scipy import stats
-from tests.exactness.cases import KERNELS, RULES
-from tests.exactness.test_enumerated_target import PROMPT, SIGNIFICANCE, chi_square_pvalue, exact_law, lm
+from tests.support.cases import KERNELS, RULES
+from tests.support.enumerated import PROMPT, SIGNIFICANCE, chi_square_pvalue, exact_law, lm
 from tests.support import exact
 
 from presto_sgl import TraceWriter

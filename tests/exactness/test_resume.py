@@ -15,8 +15,8 @@ import random
 from collections import Counter
 
 import pytest
-from tests.exactness.cases import KERNELS, RULES, KernelCase, RuleCase
-from tests.exactness.test_enumerated_target import CHAINS, PROMPT, SIGNIFICANCE, chi_square_pvalue, config, exact_law, lm
+from tests.support.cases import KERNELS, RULES, KernelCase, RuleCase
+from tests.support.enumerated import CHAINS, PROMPT, SIGNIFICANCE, chi_square_pvalue, config, exact_law, lm
 from tests.support import exact
 
 from presto_sgl import TraceWriter

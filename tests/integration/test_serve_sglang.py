@@ -19,7 +19,6 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.integration.test_sglang_server import hf_model, server_url  # noqa: F401 (fixtures)
 from presto_sgl.testing.forward import TOL, reference
 from presto_sgl.testing.servers import free_port, kill_server, server_script
 from presto_sgl.testing.serving import client, health, serve_cli, wait_for

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_vllm_server import engine, hf_model, server_url  # noqa: F401 (fixtures)
 from presto_sgl.testing.forward import TOL, reference
 from presto_sgl.testing.serving import client, serve_cli
 

@@ -17,7 +17,6 @@ import time
 
 import pytest
 
-from tests.integration.test_sglang_server import hf_model, server_url  # noqa: F401 (fixtures)
 from presto_sgl.testing.forward import assert_scores_match
 from presto_sgl.testing.servers import free_port, kill_server, server_script
 from presto_sgl.testing.wiretap import Wiretap, asked

@@ -19,29 +19,6 @@ from presto_sgl.testing.servers import free_port, run_through_a_restart, server_
 
 pytestmark = pytest.mark.sglang
 
-URL = os.environ.get("PRESTO_SGL_SGLANG_URL")
-
-
-@pytest.fixture(scope="module")
-def server_url():
-    if not URL:
-        if os.environ.get("PRESTO_SGL_REQUIRE_SGLANG") == "1":
-            pytest.fail("PRESTO_SGL_REQUIRE_SGLANG=1 but PRESTO_SGL_SGLANG_URL is not set")
-        pytest.skip("no SGLang server (set PRESTO_SGL_SGLANG_URL)")
-    return URL
-
-
-@pytest.fixture(scope="module")
-def hf_model(server_url):
-    torch = pytest.importorskip("torch")
-    from transformers import AutoModelForCausalLM
-
-    from presto_sgl.engines.sglang.http import SGLangEngine
-
-    path = SGLangEngine(server_url, mode="two-pass").model_path
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-
-
 @pytest.mark.parametrize("mode", ["two-pass", "one-pass"])
 def test_server_logprobs_match_a_full_forward(server_url, hf_model, mode):
     from presto_sgl.engines.sglang.http import SGLangEngine

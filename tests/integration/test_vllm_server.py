@@ -10,42 +10,17 @@ test starts, stops and restarts a server of its own on a spare port (~3 min).
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
-from tests.exactness.cases import KERNELS, PRESTO_RULES, sequential_sampler
-from tests.exactness.test_coupling import assert_same_states, run_states
+from tests.support.cases import KERNELS, PRESTO_RULES, sequential_sampler
+from tests.support.coupling import assert_same_states, run_states
+
 from presto_sgl.testing.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
 from presto_sgl.testing.servers import run_through_a_restart
 
 pytestmark = pytest.mark.vllm
 
-URL = os.environ.get("PRESTO_SGL_VLLM_URL")
 TEMPS = (0.25, 0.5, 1.0)
-
-
-@pytest.fixture(scope="module")
-def server_url():
-    if not URL:
-        if os.environ.get("PRESTO_SGL_REQUIRE_VLLM") == "1":
-            pytest.fail("PRESTO_SGL_REQUIRE_VLLM=1 but PRESTO_SGL_VLLM_URL is not set")
-        pytest.skip("no vLLM server (set PRESTO_SGL_VLLM_URL; bash scripts/vllm_server.sh start)")
-    return URL
-
-
-@pytest.fixture(scope="module")
-def engine(server_url):
-    from presto_sgl.engines.vllm.http import VLLMEngine
-
-    return VLLMEngine(server_url)
-
-
-@pytest.fixture(scope="module")
-def hf_model(engine):
-    torch = pytest.importorskip("torch")
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(engine.model_path, dtype=torch.float32).eval()
 
 
 def test_one_pass_logprobs_match_a_full_forward(engine, hf_model):

@@ -51,7 +51,7 @@ def powermh_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel
                    flipped: bool = False) -> np.ndarray:
     """PowerMH's transition matrix over responses of ``length`` tokens at the kernel's alpha
     and tau, from the definition above. ``flipped``: the proposal terms swapped (the law of
-    the sabotage in ``tests/exactness/cases.py``)."""
+    the sabotage in ``tests/support/cases.py``)."""
     alpha, tau = kernel.alpha, kernel.temperature
     seqs = sequences(lm.vocab_size, length)
     index = {s: i for i, s in enumerate(seqs)}

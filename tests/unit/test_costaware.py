@@ -26,7 +26,7 @@ from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPr
 from presto_sgl.proposals import ProposalStore, StoredProposal
 from tests.support.predictors import CutPredictor
 from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampler
-from tests.unit.planning_helpers import KERNEL, Forced, random_context, random_theta
+from tests.support.planning import KERNEL, Forced, random_context, random_theta
 
 
 def brute_force_cost(ctx: RoundContext, first: list, budget: int, theta: np.ndarray, bits: tuple[int, ...]) -> float:

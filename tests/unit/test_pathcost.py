@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.unit.planning_helpers import CUTS, ctx
+from tests.support.planning import CUTS, ctx
 
 from presto_sgl import PrestoConfig
 from presto_sgl.planners import BFSPlanner, CostAwarePathPlanner, make_planner

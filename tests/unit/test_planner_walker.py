@@ -9,7 +9,7 @@ from presto_sgl.kernels import Proposal
 from presto_sgl.planners import BFSPlanner, PlannedRequest, StepPlanner
 from presto_sgl.proposals import ProposalStore, StoredProposal
 from presto_sgl.walker import walk
-from tests.unit.planning_helpers import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
+from tests.support.planning import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 
 pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
 

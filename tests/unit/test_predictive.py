@@ -19,7 +19,7 @@ from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPr
 from presto_sgl.proposals import ProposalStore
 from presto_sgl.walker import walk
 from tests.support.predictors import CutPredictor
-from tests.unit.planning_helpers import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
+from tests.support.planning import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 
 pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
 

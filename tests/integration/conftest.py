@@ -1,0 +1,59 @@
+"""Fixtures of the real-server tests. A module marked ``sglang`` or ``vllm`` gets that
+server: ``server_url`` (PRESTO_SGL_SGLANG_URL / PRESTO_SGL_VLLM_URL; skipped when unset,
+a failure under PRESTO_SGL_REQUIRE_SGLANG=1 / PRESTO_SGL_REQUIRE_VLLM=1, as in CI),
+``engine`` (vLLM: the client engine on it) and ``hf_model`` (the server's model as a
+transformers fp32 forward). A module may define its own fixture of the same name."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+SERVERS = {  # marker: (URL variable, REQUIRE variable, how to get one)
+    "sglang": ("PRESTO_SGL_SGLANG_URL", "PRESTO_SGL_REQUIRE_SGLANG", ""),
+    "vllm": ("PRESTO_SGL_VLLM_URL", "PRESTO_SGL_REQUIRE_VLLM", "; bash scripts/vllm_server.sh start"),
+}
+
+
+def _server(request: pytest.FixtureRequest) -> str:
+    """The module's server marker: ``sglang`` or ``vllm``."""
+    marks = {m.name for m in request.node.iter_markers()} & set(SERVERS)
+    if len(marks) != 1:
+        raise pytest.UsageError(f"{request.node.nodeid}: server fixtures need exactly one of the markers {sorted(SERVERS)}")
+    return marks.pop()
+
+
+@pytest.fixture(scope="module")
+def server_url(request: pytest.FixtureRequest) -> str:
+    server = _server(request)
+    var, require, hint = SERVERS[server]
+    url = os.environ.get(var)
+    if not url:
+        if os.environ.get(require) == "1":
+            pytest.fail(f"{require}=1 but {var} is not set")
+        pytest.skip(f"no {'SGLang' if server == 'sglang' else 'vLLM'} server (set {var}{hint})")
+    return url
+
+
+@pytest.fixture(scope="module")
+def engine(request: pytest.FixtureRequest, server_url: str):
+    if _server(request) != "vllm":
+        raise pytest.UsageError("the `engine` fixture is the vLLM engine (SGLang tests build theirs)")
+    from presto_sgl.engines.vllm.http import VLLMEngine
+
+    return VLLMEngine(server_url)
+
+
+@pytest.fixture(scope="module")
+def hf_model(request: pytest.FixtureRequest, server_url: str):
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    if _server(request) == "vllm":
+        path = request.getfixturevalue("engine").model_path
+    else:
+        from presto_sgl.engines.sglang.http import SGLangEngine
+
+        path = SGLangEngine(server_url, mode="two-pass").model_path
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
