@@ -11,6 +11,13 @@ at once) into ``OUT/runs/NAME``; a rerun resumes each run (the problems done are
 and ``--report-only`` only regenerates ``OUT/report.md`` and its PNGs with `presto-sgl
 report` over the runs. OUT defaults to ``benchmarks/results/evaluation/SUITE``.
 
+Git keeps each run's manifest, records and ``traces.digest.jsonl``, not its per-prompt
+``traces/``: the digest holds what the report reads of them (every MH decision for the
+eps-certainty figure; with path keys, the prefetching call the walk went deepest in, for
+the prefetched-tree figure), written from ``traces/`` before every report. A run without
+``traces/`` is reported from its digest, so ``--report-only`` on a fresh clone regenerates
+the same tables and figures.
+
 Suites (embedded engine, fp32 and seeded, so PreSTO's chains are the sequential ones):
 - ``smollm2``: SmolLM2-135M-Instruct on a reasoning-gym task (default: one-digit sums and
   differences of two terms, which low-temperature sampling solves about a fifth of), T = 64
@@ -38,7 +45,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +58,13 @@ from presto_sgl.kernels import powermh
 
 FLIPPED = "PreSTO step, proposal term flipped (biased on purpose)"
 ACCEPT_ALL = "PreSTO step, every proposal accepted (biased on purpose)"
+DIGEST = "traces.digest.jsonl"
+"""A run's digest of its traces/ (module docstring), trace-shaped: the report reads it as a trace."""
 
 
 def _flipped(orig: Callable[..., float]) -> Callable[..., float]:
     """log A = alpha (log p0(y) - log p0(x)) + log q(y) - log q(x): the q terms swapped, the
-    sabotage of tests/exactness/cases.py."""
+    sabotage of tests/support/cases.py."""
     def log_acceptance(lq_x: float, lq_y: float, lp_x: float, lp_y: float, alpha: float, extra: float = 0.0) -> float:
         return orig(lq_y, lq_x, lp_x, lp_y, alpha, extra)
     return log_acceptance
@@ -131,6 +142,47 @@ def sabotaged(sabotage: Callable[[Callable[..., float]], Callable[..., float]]) 
         powermh.log_acceptance = orig
 
 
+def write_digest(run: Path) -> None:
+    """``run/DIGEST`` from ``run/traces/``: every MH decision node (the fields the report
+    reads), and the mh call of path keys the walk went deepest in (ties: the most requests,
+    then the first; the report's choice) with its nodes, the only nodes linked to a call."""
+    nodes, best = [], None
+    for trace in sorted((run / "traces").glob("*.jsonl")):
+        records = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines() if line.strip()]
+        walked: dict[int, list[dict]] = {}
+        for r in records:
+            if r["type"] == "node":
+                node = {k: r[k] for k in ("type", "call", "decision", "accepted", "log_accept")}
+                nodes.append(node)
+                walked.setdefault(r["call"], []).append(node)
+        for call in records:
+            if call["type"] == "call" and call["kind"] == "mh" and isinstance(call["requests"][0]["decision"], str):
+                score = (len(walked.get(call["index"], [])), len(call["requests"]))
+                if best is None or score > best[0]:
+                    best = (score, call, walked.get(call["index"], []))
+    chosen = {id(n) for n in best[2]} if best else set()
+    lines = [json.dumps(n if id(n) in chosen else n | {"call": None}) for n in nodes]
+    if best is not None:
+        lines.append(json.dumps(best[1]))
+    (run / DIGEST).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def report_view(runs: list[Path], tmp: Path) -> list[Path]:
+    """The runs as the report reads them: a run without ``traces/`` but with a digest as a
+    folder of links to its files and a ``traces/`` holding only the digest."""
+    view = []
+    for run in runs:
+        if (run / "traces").is_dir() or not (run / DIGEST).is_file():
+            view.append(run)
+            continue
+        (tmp / run.name / "traces").mkdir(parents=True)
+        for f in run.iterdir():
+            (tmp / run.name / f.name).symlink_to(f.resolve())
+        (tmp / run.name / "traces" / DIGEST).symlink_to((run / DIGEST).resolve())
+        view.append(tmp / run.name)
+    return view
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=sorted(SUITES), required=True)
@@ -157,11 +209,15 @@ def main() -> int:
                 rc = cli.main(argv)
             if rc != 0:
                 return rc
-    runs = [str(p) for m in suite.methods if ((p := out / "runs" / m.name) / "manifest.json").is_file()]
+    runs = [p for m in suite.methods if ((p := out / "runs" / m.name) / "manifest.json").is_file()]
     if not runs:
         print(f"no runs under {out / 'runs'}: run without --report-only first", file=sys.stderr)
         return 1
-    return cli.main(["report", *runs, "--out", str(out)])
+    for run in runs:
+        if (run / "traces").is_dir():
+            write_digest(run)
+    with tempfile.TemporaryDirectory() as tmp:
+        return cli.main(["report", *map(str, report_view(runs, Path(tmp))), "--out", str(out)])
 
 
 if __name__ == "__main__":
