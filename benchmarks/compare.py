@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from presto_sgl import make_sampler, sampling_configs
+from presto_sgl import sampling_configs
 from presto_sgl.predictor.certainty import CLASSES, certainty_class
+from presto_sgl import Sampler
 
 PROMPTS = [
     "What is 17 + 25? Answer with the number.",
@@ -66,7 +67,7 @@ class Method:
             cost_aware=self.cost_aware, alpha=args.alpha, max_new_tokens=args.T, block_size=getattr(args, "B", args.T), steps=args.K,
             sampler=self.kernel, **kernel,
         )
-        return make_sampler(engine, config, presto)
+        return Sampler(engine, config, presto)
 
 
 def default_methods(budgets) -> list[Method]:

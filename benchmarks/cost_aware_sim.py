@@ -22,11 +22,12 @@ import io
 import threading
 import time
 
-from presto_sgl import TraceWriter, make_sampler, read_trace, sampling_configs
+from presto_sgl import TraceWriter, read_trace, sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.planners import CostAwareStepPlanner, RoundFeedback
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor import ConstantPredictor, OnlinePredictor, load_predictor
+from presto_sgl import Sampler
 
 LAWS = {
     # seconds per (call, row, decode step, decoded token)
@@ -117,7 +118,7 @@ def main() -> None:
     prompts = [[(3 * i + j) % args.vocab for j in range(8)] for i in range(args.prompts)]
     seeds = range(args.seeds)
     fixed = {
-        b: run_chains(make_sampler(engine, *sampling_configs("step", budget=b, **power)), prompts, seeds) for b in FIXED
+        b: run_chains(Sampler(engine, *sampling_configs("step", budget=b, **power)), prompts, seeds) for b in FIXED
     }
     print(f"reference LM V={args.vocab} sharpness={args.sharpness}; T={args.n} K={args.steps} alpha={args.alpha}; "
           f"{args.prompts} prompts x {args.seeds} seeds; transitions per synthetic second (MH calls)")
@@ -133,7 +134,7 @@ def main() -> None:
         for N in args.budgets:
             planner = ClockedPlanner(law, predictor(), samples=args.samples)
             config, presto = sampling_configs("step", budget=N, cost_aware=True, **power)
-            sampler = make_sampler(engine, config, presto, planner=planner)
+            sampler = Sampler(engine, config, presto, planner=planner)
             tr, calls = run_chains(sampler, prompts, seeds)
             row.append(tr / sum(law_time(c, law) for c in calls))
             sizes = [len(c) for c in calls]

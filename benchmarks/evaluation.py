@@ -90,9 +90,9 @@ class Suite:
 
 
 BASELINES = (  # Power-SMC grows its particles in blocks of the suite's --block-size
-    Method("lowtemp", ("--sampler", "lowtemp")),
-    *(Method(f"bestof{n}", ("--sampler", "bestofn", "--best-of", str(n))) for n in (4, 8, 16)),
-    Method("powersmc", ("--sampler", "powersmc", "--particles", "8")),
+    Method("lowtemp", ("--method", "lowtemp")),
+    *(Method(f"bestof{n}", ("--method", "bestofn", "--best-of", str(n))) for n in (4, 8, 16)),
+    Method("powersmc", ("--method", "powersmc", "--particles", "8")),
 )
 
 

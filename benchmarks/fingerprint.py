@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from presto_sgl import make_sampler, sampling_configs
+from presto_sgl import Sampler, sampling_configs
 
 RULES = {"path": ("sequential", "bfs", "predictive"), "step": ("sequential", "step", "step+cost")}
 
@@ -30,7 +30,19 @@ def digest(tokens) -> str:
     return hashlib.sha1(repr(tuple(tokens)).encode()).hexdigest()[:10]
 
 
-def runs(engine, prompts, label: str, budgets, **power) -> dict[str, list]:
+KERNELS = {"powermh": {}, "entropycut": {"beta": 4.0}, "multitry": {"tries": 3, "try_temperatures": (0.25, 0.5, 1.0)}}
+"""Each MH kernel and its parameters (powermh's keys carry no kernel name: older fingerprints compare)."""
+
+
+def runs(engine, prompts, label: str, budgets, kernels=tuple(KERNELS), **power) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for kernel in kernels:
+        out |= kernel_runs(engine, prompts, label if kernel == "powermh" else f"{label}/{kernel}", budgets,
+                           kernel=kernel, **KERNELS[kernel], **power)
+    return out
+
+
+def kernel_runs(engine, prompts, label: str, budgets, **power) -> dict[str, list]:
     out: dict[str, list] = {}
     for keying, rules in RULES.items():
         for rule in rules:
@@ -40,7 +52,7 @@ def runs(engine, prompts, label: str, budgets, **power) -> dict[str, list]:
                     "step" if cost else rule, keying=keying, budget=budget, cost_aware=cost,
                     online=rule == "predictive" or cost, **power,
                 )
-                sampler = make_sampler(engine, config, presto)  # one sampler per method: learners carry over
+                sampler = Sampler(engine, config, presto)  # one sampler per method: learners carry over
                 for i, prompt in enumerate(prompts):
                     m = sampler.run(prompt, seed=7, prompt_id=i)
                     key = f"{label}/{rule}-{keying}/{budget}/{i}"
@@ -69,7 +81,7 @@ def fingerprint(engines: list[str]) -> dict[str, list]:
         engine = embedded_engine("smollm2", device="cpu")
         questions = ("What is the capital of France?", "Name three primary colors.", "Write a haiku about the sea.")
         prompts = [engine.chat_prompt(q) for q in questions]
-        result |= runs(engine, prompts, "smollm2", (8,), alpha=4.0, max_new_tokens=16, block_size=16, steps=8)
+        result |= runs(engine, prompts, "smollm2", (8,), ("powermh",), alpha=4.0, max_new_tokens=16, block_size=16, steps=8)
     return result
 
 

@@ -55,7 +55,7 @@ from benchmarks.compare import machine
 from presto_sgl import sampling_configs
 from presto_sgl.engines.sglang.http import SGLangEngine
 from presto_sgl.runner import run_prompts
-from presto_sgl.samplers import make_sampler
+from presto_sgl.samplers import Sampler
 from presto_sgl.tasks.registry import load_task
 from presto_sgl.trace import read_trace, state_record
 from presto_sgl.testing.servers import free_port, kill_server, server_script
@@ -98,7 +98,7 @@ def sglang_server(port: int, cpu: int | None = None):
 
 def sampler_of(engine: SGLangEngine, rule: str):
     cfg, presto = sampling_configs(rule=rule, budget=BUDGET, **POWER)
-    return make_sampler(engine, cfg, presto)
+    return Sampler(engine, cfg, presto)
 
 
 def run_chains(url: str, taps: list[Wiretap], prompts, rule: str, workers: int, traces: Path, during=None) -> dict:

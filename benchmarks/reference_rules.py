@@ -15,8 +15,9 @@ import math
 import time
 from pathlib import Path
 
-from presto_sgl import make_sampler, sampling_configs
+from presto_sgl import sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl import Sampler
 
 BUDGETS = (4, 8, 10, 16, 20)
 EPS = 0.01
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     rows = []
     for keying, rules in (("path", ("bfs", "predictive")), ("step", ("step",))):
         power = dict(alpha=args.alpha, max_new_tokens=args.n, block_size=args.block, steps=args.steps)
-        sequential = make_sampler(engine, *sampling_configs("sequential", keying=keying, **power))
+        sequential = Sampler(engine, *sampling_configs("sequential", keying=keying, **power))
         seq = [sequential.run(p, seed=args.seed, prompt_id=i) for i, p in enumerate(prompts)]
         rows.append(summarize(f"sequential ({keying} keys)", 1, seq, seq))
         for rule in rules:
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 t0 = time.perf_counter()
                 # a fresh sampler per prompt: each chain refits its own copy of the predictor
                 res = [
-                    make_sampler(engine, config, presto).run(p, seed=args.seed, prompt_id=i)
+                    Sampler(engine, config, presto).run(p, seed=args.seed, prompt_id=i)
                     for i, p in enumerate(prompts)
                 ]
                 rows.append(summarize(rule, budget, res, seq, time.perf_counter() - t0))
@@ -69,7 +70,7 @@ def eps_shares(args) -> tuple[float, float, float]:
     engine = ReferenceEngine(ReferenceLM(args.vocab, sharpness=args.sharpness, seed=0))
     config, presto = sampling_configs("sequential", alpha=args.alpha, max_new_tokens=args.n, block_size=args.block,
                                       steps=args.steps)
-    sampler = make_sampler(engine, config, presto)
+    sampler = Sampler(engine, config, presto)
     logs: list[float] = []
     for i in range(args.prompts):
         sampler.run([(3 * i + j) % args.vocab for j in range(8)], seed=args.seed, prompt_id=i,

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from presto_sgl import make_sampler, sampling_configs
+from presto_sgl import sampling_configs
 from presto_sgl.engines.base import Request
 from presto_sgl.models import embedded_engine
 from presto_sgl.tasks.addition import is_correct, make_problems
+from presto_sgl import Sampler
 
 
 def main() -> None:
@@ -43,7 +44,7 @@ def main() -> None:
             "step", budget=args.budget, alpha=args.alpha, tau=tau, max_new_tokens=args.length, block_size=args.block,
             steps=args.steps,
         )
-        sampler = make_sampler(engine, config, presto)
+        sampler = Sampler(engine, config, presto)
         t0 = time.perf_counter()
         ok = calls = 0
         for i, (pb, p) in enumerate(zip(problems, prompts)):

@@ -1,97 +1,71 @@
-"""Frozen, validated configuration. Errors name the argument, its value and the fix."""
+"""Frozen, validated configuration: the schedule (:class:`PowerConfig`, with its kernel's own
+parameters) and how its transitions run (:class:`PrestoConfig`); and the front ends' flat
+options (:func:`parameters`, :func:`sampling_configs`).
+
+Every field is declared with :func:`~presto_sgl.fields.option` (its default, help and
+check); a bad value is a :class:`~presto_sgl.errors.ConfigError` naming the parameter, its
+value and the fix. Kernels and rules are named through :mod:`presto_sgl.registry`.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from . import registry
+from .errors import ConfigError
+from .fields import Param, Validated, boolean, integer, nonempty_text, number, one_of, option, params_of
 
 Keying = Literal["path", "step"]
-SamplerName = Literal["powermh", "entropycut", "multitry"]
-
-SAMPLERS: tuple[str, ...] = ("powermh", "entropycut", "multitry")
-"""The MH kernels (docs/design.md §3): uniform cuts, cuts where the p0 entropy rises, or
-multiple-try Metropolis over m candidates at mixed temperatures."""
-Rule = Literal["sequential", "bfs", "predictive", "step"]
-
-RULES: tuple[str, ...] = ("sequential", "bfs", "predictive", "step")
-"""How the K transitions of a stage run: one call each (sequential PowerMH) or a PreSTO rule."""
-
-RULE_KEYING: dict[str, Keying | None] = {"sequential": None, "bfs": "path", "predictive": "path", "step": "step"}
-"""The keying each rule couples with (None: either; docs/design.md §4)."""
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _kernels() -> tuple[str, ...]:
+    return tuple(registry.KERNELS)
 
 
-def is_finite_number(value: object) -> bool:
-    """An int or float (not a bool) that is finite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _rules() -> tuple[str, ...]:
+    return tuple(registry.RULES)
 
-
-def check_beta(beta: object) -> None:
-    """ValueError naming `beta` unless it is a finite number >= 0 (EntropyCut's cut-law power)."""
-    if not is_finite_number(beta) or beta < 0:  # type: ignore[operator]
-        raise ValueError(f"`beta` (={beta!r}) must be a finite number >= 0 (EntropyCut's cut-law power), e.g. beta=4.0")
-
-
-def check_multitry(tries: object, temperatures: object, name: str = "temperatures") -> None:
-    """ValueError naming the argument unless m >= 1 and ``name`` (the set S) is a non-empty
-    set of finite temperatures > 0."""
-    if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1:
-        raise ValueError(f"`tries` (={tries!r}) must be an integer >= 1 (MultiTryMH's candidates per transition), e.g. tries=4")
-    example = f"e.g. {name}=(0.25, 0.5, 1.0)"
-    if isinstance(temperatures, (str, bytes)) or not isinstance(temperatures, Sequence) or not temperatures:
-        raise ValueError(f"`{name}` (={temperatures!r}) must be a non-empty sequence of temperatures > 0, {example}")
-    bad = [t for t in temperatures if not is_finite_number(t) or t <= 0]
-    if bad:
-        raise ValueError(f"`{name}` (={tuple(temperatures)!r}) has {bad}: each must be a finite number > 0, {example}")
-    if len(set(temperatures)) != len(temperatures):
-        raise ValueError(f"`{name}` (={tuple(temperatures)!r}) repeats a value; list each temperature once")
 
 @dataclass(frozen=True)
-class PowerConfig:
-    """PowerMH: target pi_alpha(x) ∝ p0(x)^alpha, block schedule of n/B stages, K steps each.
+class PowerConfig(Validated):
+    """PowerMH's schedule: target pi_alpha(x) ∝ p0(x)^alpha, n/B stages of K steps each, run
+    by the MH ``kernel`` with its own ``params`` (default: the kernel's defaults).
 
     ``tau`` is the proposal temperature and defaults to 1/alpha. ``max_new_tokens`` must
     be a positive multiple of ``block_size`` (stage l targets the first l*B tokens).
     """
 
-    alpha: float = 4.0
-    max_new_tokens: int = 64
-    block_size: int = 16
-    steps: int = 10
-    tau: float | None = None
-    keying: Keying = "step"
-    sampler: SamplerName = "powermh"
-    beta: float = 4.0  # EntropyCut: the cut law's power, lambda ∝ Delta^beta
-    tries: int = 4  # MultiTryMH: candidates per transition (m)
-    try_temperatures: tuple[float, ...] = (0.25, 0.5, 1.0)  # MultiTryMH: each draw's temperature set
+    alpha: float = option(4.0, "power alpha of the target p0^alpha",
+                          number(0, strict=True, what="power sampling uses alpha > 1", example=4.0))
+    max_new_tokens: int = option(64, "response length, a multiple of --block-size")  # checked in _check
+    block_size: int = option(16, "tokens per stage", integer(1, example=16))
+    steps: int = option(10, "MH transitions per stage, K", integer(0, "MH transitions per block"))
+    tau: float | None = option(None, "proposal temperature (default: 1/alpha)",
+                               number(0, strict=True, optional="the default 1/alpha"))
+    keying: Keying = option("step", "decision keys; for --rule sequential (default: step); bfs and step imply path "
+                            "and step", one_of(("path", "step")), choices=("path", "step"))
+    kernel: str = option("powermh", "the MH kernel", one_of(_kernels), choices=_kernels)
+    params: Any = None  # the kernel's parameters (its registry entry's dataclass); None: its defaults
 
-    def __post_init__(self) -> None:
-        if not is_finite_number(self.alpha) or self.alpha <= 0:
-            raise ValueError(f"`alpha` (={self.alpha!r}) must be a finite number > 0; power sampling uses alpha > 1, e.g. alpha=4.0")
-        if self.tau is not None and (not is_finite_number(self.tau) or self.tau <= 0):
-            raise ValueError(f"`tau` (={self.tau!r}) must be a finite number > 0, or None for the default 1/alpha")
-        if not _is_int(self.block_size) or self.block_size < 1:
-            raise ValueError(f"`block_size` (={self.block_size!r}) must be a positive integer, e.g. 16")
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1 or self.max_new_tokens % self.block_size:
-            hint = self.block_size * (max(1, -(-self.max_new_tokens // self.block_size)) if _is_int(self.max_new_tokens) else 1)
-            raise ValueError(
-                f"`max_new_tokens` (={self.max_new_tokens!r}) must be a positive multiple of "
-                f"`block_size` (={self.block_size}); use e.g. max_new_tokens={hint}"
-            )
-        if not _is_int(self.steps) or self.steps < 0:
-            raise ValueError(f"`steps` (={self.steps!r}) must be an integer >= 0 (MH transitions per block)")
-        if self.keying not in ("path", "step"):
-            raise ValueError(f"`keying` (={self.keying!r}) must be 'path' or 'step'")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"`sampler` (={self.sampler!r}) must be one of {list(SAMPLERS)}")
-        check_beta(self.beta)
-        check_multitry(self.tries, self.try_temperatures, "try_temperatures")
-        object.__setattr__(self, "try_temperatures", tuple(float(t) for t in self.try_temperatures))
+    def _check(self) -> None:
+        if not self.max_new_tokens_ok():
+            n, b = self.max_new_tokens, self.block_size
+            hint = b * (max(1, -(-n // b)) if isinstance(n, int) and not isinstance(n, bool) else 1)
+            raise ConfigError("max_new_tokens", n, f"{{max_new_tokens}} (={n!r}) must be a positive multiple of "
+                              f"{{block_size}} (={b}); use e.g. {{max_new_tokens={hint}}}")
+        kind = registry.KERNELS[self.kernel].params
+        if self.params is None:
+            object.__setattr__(self, "params", kind())
+        elif not isinstance(self.params, kind):
+            raise ConfigError("params", self.params, f"{{params}} must be a {kind.__name__} for kernel "
+                              f"{self.kernel!r}, got a {type(self.params).__name__}")
+
+    def max_new_tokens_ok(self) -> bool:
+        n = self.max_new_tokens
+        return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and n % self.block_size == 0
 
     @property
     def temperature(self) -> float:
@@ -104,7 +78,7 @@ class PowerConfig:
 
 
 @dataclass(frozen=True)
-class PrestoConfig:
+class PrestoConfig(Validated):
     """How the K transitions run: ``rule`` and the per-call request ``budget`` (N_pf).
 
     ``sequential`` is plain PowerMH, one model call per transition (the budget is unused;
@@ -120,56 +94,121 @@ class PrestoConfig:
     refits it on the decisions the run has already scored.
     """
 
-    rule: Rule = "step"
-    budget: int = 20
-    predictor: str = "default"
-    online: bool = False
-    cost_aware: bool = False
+    rule: str = option("step", "sequential = PowerMH, one call per transition; PreSTO: bfs (the paper's default), "
+                       "predictive (the paper's DP over predicted branch probabilities; path keys) or step (one shared "
+                       "request per depth; step keys)", one_of(_rules), choices=_rules)
+    budget: int = option(20, "PreSTO requests per model call, N_pf",
+                         integer(1, "requests per model call", 20))
+    predictor: str = option("default", "eps-certainty predictor for --rule predictive and --cost-aware: 'default' "
+                            "(shipped with presto-sgl, fitted on SmolLM2 traces) or a file written by `presto-sgl "
+                            "fit-predictor`", nonempty_text("'default' or the path of a saved predictor"),
+                            metavar="default|FILE")
+    online: bool = option(False, "refit the predictor during the run on the decisions already scored, starting "
+                          "from --predictor", boolean, flag="--online-predictor")
+    cost_aware: bool = option(False, "PreSTO rules: choose the requests per call, up to --budget, from the measured "
+                              "call times (step: the fewest predicted seconds to finish the stage; bfs, predictive: "
+                              "the most predicted transitions per second)", boolean)
 
-    def __post_init__(self) -> None:
-        if self.rule not in RULE_KEYING:
-            raise ValueError(f"`rule` (={self.rule!r}) must be one of {list(RULES)}")
-        if not _is_int(self.budget) or self.budget < 1:
-            raise ValueError(f"`budget` (={self.budget!r}) must be an integer >= 1 (requests per model call), e.g. 20")
-        if not isinstance(self.predictor, str) or not self.predictor:
-            raise ValueError(f"`predictor` (={self.predictor!r}) must be 'default' or the path of a saved predictor")
-        for name in ("online", "cost_aware"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` (={getattr(self, name)!r}) must be True or False")
+    def _check(self) -> None:
         if self.cost_aware and self.rule == "sequential":
-            raise ValueError("`cost_aware` applies to the PreSTO rules (bfs, predictive, step), not rule='sequential'")
+            raise ConfigError("cost_aware", True, "{cost_aware} applies to the PreSTO rules (bfs, predictive, step), "
+                              "not rule='sequential'")
 
     @property
     def keying(self) -> Keying | None:
         """The keys the rule needs (None: sequential runs with either)."""
-        return RULE_KEYING[self.rule]
+        return registry.RULES[self.rule].keying
 
     @property
     def sequential(self) -> bool:
         return self.rule == "sequential"
 
 
-def sampling_configs(
-    rule: str = "step",
-    *,
-    keying: str | None = None,
-    budget: int = 20,
-    predictor: str = "default",
-    online: bool = False,
-    cost_aware: bool = False,
-    **power: object,
-) -> tuple[PowerConfig, PrestoConfig]:
-    """The validated (PowerConfig, PrestoConfig) of a sampler for ``rule``.
+SCHEDULE = tuple(p.name for p in params_of(PowerConfig))
+"""PowerConfig's declared parameters (the kernel's own come from its registry entry)."""
+PRESTO = tuple(f.name for f in fields(PrestoConfig))
+registry.RESERVED.update(SCHEDULE, PRESTO, ("params",))
 
-    ``keying`` defaults to the rule's own (``step`` for ``sequential``, which runs with
-    either); one that does not fit the rule is a ValueError. ``power`` holds the
-    :class:`PowerConfig` fields (alpha, tau, max_new_tokens, block_size, steps).
-    """
-    if rule not in RULE_KEYING:
-        raise ValueError(f"`rule` (={rule!r}) must be one of {list(RULES)}")
-    need = RULE_KEYING[rule]
+METHOD = Param("method", "powermh", "what the run uses: an MH kernel (run by --rule) or a baseline that is not MH",
+               "registry", choices=registry.methods)
+"""The ``method`` option (a kernel or a baseline), which no dataclass declares."""
+
+
+def parameters() -> list[Param]:
+    """Every declared parameter front ends expose, once each: ``method``, the schedule
+    (PowerConfig), PrestoConfig's, then each registered kernel's and baseline's own."""
+    out = [METHOD, *(p for p in params_of(PowerConfig) if p.name != "kernel"), *params_of(PrestoConfig)]
+    for spec in (*registry.KERNELS.values(), *registry.BASELINES.values()):
+        out += params_of(spec.params)
+    return out
+
+
+def split_options(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(schedule fields, the method's own params instance) of flat ``options`` for ``method``;
+    PrestoConfig's are left out. An option nobody declares, or one of another method, is a
+    ConfigError naming it."""
+    spec = registry.spec_of(method)
+    own = {p.name for p in params_of(spec.params)}
+    belongs = registry.declared()
+    schedule, mine = {}, {}
+    for name, value in options.items():
+        if name in own:
+            mine[name] = value
+        elif name in SCHEDULE:
+            schedule[name] = value
+        elif name in belongs:
+            raise ConfigError(name, value, f"{{{name}}} is a parameter of {belongs[name]}, not of {method!r}; drop it "
+                              f"or use {{method={belongs[name]}}}")
+        elif name not in PRESTO and name != "method":
+            raise ConfigError(name, value, f"unknown parameter {{{name}}}; the parameters are "
+                              f"{[p.name for p in parameters()]}")
+    if method in registry.KERNELS:
+        schedule["kernel"] = method
+    return schedule, spec.params(**mine)
+
+
+def check_keying(need: Keying | None, keying: str | None, subject: str) -> None:
+    """ConfigError unless ``keying`` fits the keys ``need`` of ``subject`` (a rule, or an
+    injected planner; None: either): the one place a rule's keying is checked."""
     if keying is not None and need is not None and keying != need:
-        raise ValueError(f"`keying` (={keying!r}) does not fit `rule` {rule!r}, which uses {need} keys; drop keying")
-    presto = PrestoConfig(rule=rule, budget=budget, predictor=predictor, online=online, cost_aware=cost_aware)  # type: ignore[arg-type]
-    config = PowerConfig(keying=keying or need or "step", **power)  # type: ignore[arg-type]
-    return config, presto
+        raise ConfigError("keying", keying, f"{{keying}} (={keying!r}) does not fit {subject}, which couples with "
+                          f"{need} keys; drop keying, or use {{keying={need!r}}}")
+
+
+def sampling_configs(rule: str = "step", **options: Any) -> tuple[PowerConfig, PrestoConfig]:
+    """The validated (PowerConfig, PrestoConfig) of flat ``options``: the schedule's fields
+    (alpha, tau, max_new_tokens, block_size, steps, keying, kernel), the kernel's own
+    (e.g. ``beta`` for entropycut), and PrestoConfig's (budget, predictor, online,
+    cost_aware). ``keying`` defaults to the rule's own (``step`` for ``sequential``, which
+    runs with either). An option that belongs to no one, or to another kernel, is a
+    ConfigError naming it (:func:`split_options`)."""
+    if "sampler" in options:  # the pre-registry name of `kernel`
+        warnings.warn("sampling_configs(sampler=...) is deprecated; use kernel=...", DeprecationWarning, stacklevel=2)
+        options["kernel"] = options.pop("sampler")
+    presto = PrestoConfig(rule=rule, **{k: options.pop(k) for k in PRESTO if k in options and k != "rule"})
+    check_keying(presto.keying, options.get("keying"), f"`rule` {rule!r}")
+    kernel = options.get("kernel", "powermh")
+    if kernel not in registry.KERNELS:
+        raise ConfigError("kernel", kernel, f"{{kernel}} (={kernel!r}) must be one of {list(registry.KERNELS)}")
+    schedule, params = split_options(kernel, options)
+    schedule.setdefault("keying", presto.keying or "step")
+    return PowerConfig(**schedule, params=params), presto
+
+
+def config_options(config: PowerConfig, presto: PrestoConfig | None = None) -> dict[str, Any]:
+    """The flat options of configs (inverse of :func:`sampling_configs`, rule included)."""
+    out: dict[str, Any] = {name: getattr(config, name) for name in SCHEDULE}
+    out |= {p.name: getattr(config.params, p.name) for p in params_of(type(config.params))}
+    if presto is not None:
+        out |= {name: getattr(presto, name) for name in PRESTO}
+    return out
+
+
+def with_options(config: PowerConfig, presto: PrestoConfig, overrides: Mapping[str, Any]) -> tuple[PowerConfig, PrestoConfig]:
+    """``config`` / ``presto`` with ``overrides`` (flat options) applied; a kernel change
+    drops the other kernel's parameters (the new kernel's defaults apply)."""
+    base = config_options(config, presto)
+    if overrides.get("kernel", config.kernel) != config.kernel:
+        base = {k: v for k, v in base.items() if k in SCHEDULE or k in PRESTO}
+    merged = {**base, **overrides}
+    return sampling_configs(merged.pop("rule"), **merged)

@@ -25,20 +25,28 @@ Several chains: ``power_gen(s.fork(n), name, ...)`` runs one chain per fork
 concurrently (the server batches their requests), chain i keyed by (seed,
 chain_id + i): independent chains whose requests share the prompt prefix in the
 server's radix cache.
+
+The keyword arguments are the registry's (:func:`presto_sgl.config.parameters`):
+``method`` (an MH kernel, or a baseline), ``rule``, the schedule, ``budget`` and every
+method's own parameters, so a registered kernel is a ``power_gen`` option with no other
+edit; ``inspect.signature(power_gen)`` lists them.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .config import sampling_configs
+from .config import parameters
+from .options import MethodConfig, make_method
+from .options import method_config as _method_config
 from .engines.sglang.http import SGLangEngine
-from .engines.text import cut_at_stop
+from .errors import ConfigError
+from .methods import Method, SampleResult
 from .runner import run_prompts
-from .samplers import SampleResult, Sampler, make_sampler
 
 if TYPE_CHECKING:
     from sglang.lang.interpreter import ProgramState, ProgramStateGroup
@@ -59,76 +67,86 @@ _engines: dict[str, SGLangEngine] = {}
 _engines_lock = threading.Lock()
 
 
-def power_gen(
-    s: ProgramState | ProgramStateGroup | Sequence[ProgramState],
-    name: str,
-    *,
-    max_new_tokens: int = 64,
-    block_size: int = 16,
-    steps: int = 10,
-    alpha: float = 4.0,
-    tau: float | None = None,
-    rule: str = "step",
-    budget: int = 20,
-    sampler: str = "powermh",
-    beta: float = 4.0,
-    tries: int = 4,
-    try_temperatures: Sequence[float] = (0.25, 0.5, 1.0),
-    seed: int = 0,
-    chain_id: int = 0,
-    engine: SGLangEngine | None = None,
-) -> None:
-    """Run a power-sampling chain on the program state ``s`` (or one per fork) and store it as ``name``.
+class PowerGen:
+    """``power_gen(s, name, *, seed=0, chain_id=0, engine=None, **options)``: run a power-sampling
+    chain on the program state ``s`` (or one per fork) and store it as ``name``.
 
-    ``max_new_tokens`` / ``block_size`` / ``steps`` / ``alpha`` / ``tau`` and the kernel
-    (``sampler``: powermh, entropycut with ``beta``, multitry with ``tries`` and
-    ``try_temperatures``) are those of :class:`PowerConfig`, ``rule`` / ``budget`` those of
-    :class:`PrestoConfig` (plus ``"sequential"``). ``engine`` replaces the engine built from the program's backend.
+    ``options`` are the registry's parameters (``method``, ``rule``, ``max_new_tokens``,
+    ``block_size``, ``steps``, ``alpha``, ``tau``, ``budget``, the kernels' own such as ``beta``,
+    ``tries`` and ``try_temperatures``; see ``inspect.signature(power_gen)``); the library's
+    defaults fill the rest. ``engine`` replaces the engine built from the program's backend.
     """
-    states = _program_states(s)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"`name` (={name!r}) must be a non-empty string: the variable that receives the response")
-    if isinstance(chain_id, bool) or not isinstance(chain_id, int):
-        raise ValueError(f"`chain_id` (={chain_id!r}) must be an integer (fork i runs chain chain_id + i)")
-    config, presto = sampling_configs(
-        rule, budget=budget, alpha=alpha, max_new_tokens=max_new_tokens, block_size=block_size, steps=steps, tau=tau,
-        sampler=sampler, beta=beta, tries=tries, try_temperatures=tuple(try_temperatures),
-    )
-    eng = engine if engine is not None else _engine_for(states[0].stream_executor.backend)
-    chain = make_sampler(eng, config, presto)
 
-    texts = [st.text() for st in states]  # waits for the expressions submitted before
-    prompts = [_prompt_ids(st, text, eng) for st, text in zip(states, texts, strict=True)]
-    for i, (ids, _) in enumerate(prompts):
-        _check_prompt(chain, ids, name, i if len(states) > 1 else None)
+    @property
+    def __signature__(self) -> inspect.Signature:
+        kw = inspect.Parameter.KEYWORD_ONLY
+        head = [inspect.Parameter("s", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+                inspect.Parameter("seed", kw, default=0, annotation=int),
+                inspect.Parameter("chain_id", kw, default=0, annotation=int),
+                inspect.Parameter("engine", kw, default=None)]
+        opts = [inspect.Parameter(p.name, kw, default=p.default) for p in parameters()
+                if p.name not in ("predictor", "online")]
+        return inspect.Signature([*head, *opts], return_annotation=None)
 
-    def run_one(prompt: Sequence[int], *, seed: int, prompt_id: int) -> SampleResult:
-        return chain.run(prompt, seed=seed, prompt_id=chain_id + prompt_id)
+    def __call__(self, s: ProgramState | ProgramStateGroup | Sequence[ProgramState], name: str, *, seed: int = 0,
+                 chain_id: int = 0, engine: SGLangEngine | None = None, **options: Any) -> None:
+        states = _program_states(s)
+        if not isinstance(name, str) or not name:
+            raise ConfigError("name", name, f"{{name}} (={name!r}) must be a non-empty string: the variable that "
+                              "receives the response")
+        if isinstance(chain_id, bool) or not isinstance(chain_id, int):
+            raise ConfigError("chain_id", chain_id, f"{{chain_id}} (={chain_id!r}) must be an integer (fork i runs "
+                              "chain chain_id + i)")
+        spec = method_config(options)
+        eng = engine if engine is not None else _engine_for(states[0].stream_executor.backend)
+        chain = make_method(eng, spec)
 
-    results = run_prompts(run_one, [ids for ids, _ in prompts], seed=seed, workers=len(states))
-    stop_ids = eng.stop_token_ids
-    for i, (st, text, (ids, source), result) in enumerate(zip(states, texts, prompts, results, strict=True)):
-        tokens = result.state.tokens
-        kept, eos_index = cut_at_stop(tokens, stop_ids)  # the answer ends at the model's first stop token
-        response = eng.decode(kept)
-        meta: dict[str, Any] = {
-            **asdict(result.metrics),
-            "prompt_ids": list(ids),
-            "prompt_source": source,
-            "output_ids": list(tokens),
-            "output_token_logq": list(result.state.logq),
-            "output_token_logp": list(result.state.logp),
-            "log_p0": result.state.log_likelihood(),
-            "eos_index": eos_index,
-            "seed": seed,
-            "chain_id": chain_id + i,
-            "sampler": chain.describe(),
-        }
-        executor = st.stream_executor
-        executor.variables[name] = response
-        executor.meta_info[name] = meta
-        executor.variables[TRACE_VAR] = TokenTrace(text + response, ids + kept)
-        st += response
+        texts = [st.text() for st in states]  # waits for the expressions submitted before
+        prompts = [_prompt_ids(st, text, eng) for st, text in zip(states, texts, strict=True)]
+        for i, (ids, _) in enumerate(prompts):
+            _check_prompt(chain, ids, name, i if len(states) > 1 else None)
+
+        def run_one(prompt: Sequence[int], *, seed: int, prompt_id: int) -> SampleResult:
+            return chain.run(prompt, seed=seed, prompt_id=chain_id + prompt_id)
+
+        results = run_prompts(run_one, [ids for ids, _ in prompts], seed=seed, workers=len(states))
+        for i, (st, text, (ids, source), result) in enumerate(zip(states, texts, prompts, results, strict=True)):
+            tokens = result.state.tokens
+            answer = eng.text.answer(tokens)  # the answer ends at the model's first stop token
+            meta: dict[str, Any] = {
+                **asdict(result.metrics),
+                "prompt_ids": list(ids),
+                "prompt_source": source,
+                "output_ids": list(tokens),
+                "output_token_logq": list(result.state.logq),
+                "output_token_logp": list(result.state.logp),
+                "log_p0": result.state.log_likelihood(),
+                "eos_index": answer.eos_index,
+                "seed": seed,
+                "chain_id": chain_id + i,
+                "config": chain.describe(),
+            }
+            executor = st.stream_executor
+            executor.variables[name] = answer.text
+            executor.meta_info[name] = meta
+            executor.variables[TRACE_VAR] = TokenTrace(text + answer.text, ids + answer.ids)
+            st += answer.text
+
+
+power_gen = PowerGen()
+
+
+def method_config(options: dict[str, Any]) -> MethodConfig:
+    """The validated method of ``power_gen``'s ``options`` (a ConfigError naming the argument)."""
+    server_side = {"predictor", "online"} & set(options)
+    if server_side:
+        name = sorted(server_side)[0]
+        raise ConfigError(name, options[name], f"{{{name}}} is not a power_gen argument (the predictor is the "
+                          "package's default); use the library's Sampler for it")
+    if isinstance(options.get("try_temperatures"), list):
+        options["try_temperatures"] = tuple(options["try_temperatures"])
+    return _method_config(options)
 
 
 def _program_states(s: Any) -> list[ProgramState]:
@@ -152,10 +170,10 @@ def _program_states(s: Any) -> list[ProgramState]:
     return states
 
 
-def _check_prompt(sampler: Sampler, ids: Sequence[int], name: str, fork: int | None) -> None:
-    """``sampler.check_prompt`` on the program text's ids; its ValueError says which power_gen and program text."""
+def _check_prompt(method: Method, ids: Sequence[int], name: str, fork: int | None) -> None:
+    """``method.check_prompt`` on the program text's ids; its ValueError says which power_gen and program text."""
     try:
-        sampler.check_prompt(ids)
+        method.check_prompt(ids)
     except ValueError as exc:
         where = f"power_gen({name!r})" + (f" on fork {fork}" if fork is not None else "")
         hint = "; add text first (e.g. s += sgl.user(...))" if not ids else ""
@@ -183,6 +201,6 @@ def _prompt_ids(state: ProgramState, text: str, engine: SGLangEngine) -> tuple[t
     trace = state.stream_executor.variables.get(TRACE_VAR)
     if isinstance(trace, TokenTrace) and text.startswith(trace.text):
         rest = text[len(trace.text) :]
-        return (trace.ids + tuple(engine.encode(rest)), "ids+text") if rest else (trace.ids, "ids")
+        return (trace.ids + tuple(engine.text.encode(rest)), "ids+text") if rest else (trace.ids, "ids")
     # As SGLang's tokenizer manager encodes a text request (special tokens such as BOS added).
-    return tuple(engine.tokenizer(text)["input_ids"]), "text"
+    return tuple(engine.text.encode(text, special=True)), "text"

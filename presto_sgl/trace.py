@@ -1,5 +1,4 @@
-"""JSONL traces: one record per line (run, call, node, state, summary, server), written as a
-run goes and read back to recompute its metrics (docs/design.md §7) or to resume the chain
+"""JSONL traces: one record per line (:data:`RECORD_TYPES`), written as a run goes and read back to recompute its metrics (docs/design.md §7) or to resume the chain
 (:mod:`presto_sgl.resume`: ``state`` records hold the chain at its boundaries)."""
 
 from __future__ import annotations
@@ -38,7 +37,10 @@ class TraceWriter:
                              "logq_at": None if state.logq_at is None else [list(r) for r in state.logq_at]})
 
 
-RECORD_TYPES = ("run", "call", "node", "state", "resume", "summary", "server")
+RECORD_TYPES = ("run", "call", "node", "state", "resume", "summary", "server", "best_of", "smc_step")
+"""Every record a trace may hold: what all methods write (run, call, resume, summary), the MH
+samplers' transitions and boundaries (node, state), the CLI's server metrics (server), and
+the baselines' own (best_of: best-of-N's scores; smc_step: Power-SMC's ESS per step)."""
 
 
 class TraceLineError(ValueError):
@@ -108,7 +110,7 @@ def metrics_from_trace(records: Iterable[dict[str, Any]]) -> list[PromptMetrics]
         try:
             if kind == "run":
                 runs.append(([], []))
-                block_size = rec["block_size"]
+                block_size = rec.get("block_size", 0)  # baselines without blocks make no nodes
             elif kind == "call":
                 runs[-1][0].append(call_record(rec))
             elif kind == "node":

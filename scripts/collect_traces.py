@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from presto_sgl import make_sampler, models, sampling_configs  # noqa: E402
+from presto_sgl import models, sampling_configs  # noqa: E402
 from presto_sgl.trace import TraceWriter  # noqa: E402
+from presto_sgl import Sampler
 
 PROMPTS = [
     # benchmarks/compare.py
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         "sequential", keying="path", alpha=args.alpha, max_new_tokens=args.max_new_tokens, block_size=args.block_size,
         steps=args.steps,
     )
-    sampler = make_sampler(engine, config, presto)
+    sampler = Sampler(engine, config, presto)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     with open(args.output, "w", encoding="utf-8") as stream:
         trace = TraceWriter(stream)

@@ -1,9 +1,17 @@
 """Test-time baselines that are not MH (paper Case Study 8): low-temperature sampling,
-best-of-N and Power-SMC, with the samplers' ``run`` / ``describe`` / ``check_prompt``."""
+best-of-N and Power-SMC, methods like the MH samplers (:mod:`presto_sgl.methods`), each
+registered by name in :mod:`presto_sgl.registry` when this package loads."""
 
+from ..registry import BaselineSpec, register_baseline
+from .base import Baseline
 from .parallel import BestOfN, LowTemperature
+from .params import BestOfNParams, LowTemperatureParams, PowerSMCParams, check_smc
 from .smc import PowerSMC
 
-BASELINES = ("lowtemp", "bestofn", "powersmc")
+__all__ = ["Baseline", "BestOfN", "BestOfNParams", "LowTemperature", "LowTemperatureParams", "PowerSMC", "PowerSMCParams"]
 
-__all__ = ["BASELINES", "BestOfN", "LowTemperature", "PowerSMC"]
+register_baseline(BaselineSpec("lowtemp", LowTemperatureParams, LowTemperature, LowTemperature.uses, "one draw at --tau"))
+register_baseline(BaselineSpec("bestofn", BestOfNParams, BestOfN, BestOfN.uses, "--best-of draws, the best by --select"))
+register_baseline(BaselineSpec("powersmc", PowerSMCParams, PowerSMC, PowerSMC.uses,
+                               "--particles grown in blocks of --block-size, the exponent ramped to alpha over "
+                               "--ramp-tokens", check_smc))

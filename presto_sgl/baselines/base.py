@@ -1,51 +1,64 @@
-"""What the baselines share: validation, keyed seeds, timed and recorded calls.
+"""What the baselines share: the method protocol (:mod:`presto_sgl.methods`), their config
+from the schedule (alpha, tau, max_new_tokens) and their declared parameters.
 
 Their calls are plain generation calls, recorded as block extensions (``kind="extend"``):
 ``extend_calls`` and ``extend_time_s`` of their metrics are the whole cost, and
 ``model_calls`` (MH calls) is 0. Like the MH samplers they generate exactly
-``max_new_tokens`` tokens (no EOS stop); the answer ends at the first stop token.
+``max_new_tokens`` tokens (no EOS stop); the answer ends at the first stop token. Their
+traces are those of every method: ``run``, ``call`` records, their own declared records,
+``summary``. A resumed baseline is drawn again from its first call (its draws are keyed:
+on a seeded engine, the very same response).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
 
-from ..engines.base import Completion, Engine, Request
-from ..executor import Recorder
-from ..metrics import CallRecord, RequestRecord
-from ..samplers import check_prompt
-
-
-def positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` (={value!r}) must be an integer >= 1")
-    return value
-
-
-def positive_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"`{name}` (={value!r}) must be a number > 0")
-    return float(value)
+from ..config import PowerConfig
+from ..engines.base import Engine
+from ..executor import OnTransition, Recorder
+from ..methods import MethodBase, SampleResult, check_seed
+from ..resume import Checkpoint
+from ..state import ChainState
+from ..trace import TraceWriter
 
 
-class Baseline:
+class Baseline(MethodBase):
+    """A method that is not MH, on ``engine`` with the schedule ``config`` (alpha, tau,
+    max_new_tokens; Power-SMC also block_size) and its own ``params``."""
+
     name = "baseline"
+    uses: tuple[str, ...] = ("alpha", "tau", "max_new_tokens")
+    params_type: type
 
-    def __init__(self, engine: Engine, *, max_new_tokens: int, alpha: float = 4.0, tau: float | None = None) -> None:
+    def __init__(self, engine: Engine, config: PowerConfig | None = None, params: Any = None) -> None:
         self.engine = engine
-        self.max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
-        self.alpha = positive_float("alpha", alpha)
-        self.temperature = positive_float("tau", tau) if tau is not None else 1.0 / self.alpha
+        self.config = config if config is not None else PowerConfig()
+        self.params = params if params is not None else self.params_type()
+        if not isinstance(self.params, self.params_type):
+            raise TypeError(f"`params` must be a {self.params_type.__name__}, got {type(self.params).__name__}")
+        self.max_new_tokens = self.config.max_new_tokens
+        self.alpha = float(self.config.alpha)
+        self.temperature = self.config.temperature
 
     def describe(self) -> dict[str, object]:
-        return {"sampler": self.name, "alpha": self.alpha, "tau": self.temperature, "max_new_tokens": self.max_new_tokens}
+        schedule = {name: getattr(self.config, name) for name in self.uses}
+        out = {"method": self.name, **schedule, "tau": self.temperature, **asdict(self.params)}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
-    def check_prompt(self, prompt: Sequence[int]) -> tuple[int, ...]:
-        return check_prompt(self.engine, prompt, self.max_new_tokens)
+    def run(self, prompt: Sequence[int], *, seed: int, prompt_id: int | str = 0, trace: TraceWriter | None = None,
+            on_transition: OnTransition | None = None, resume: Checkpoint | None = None,
+            info: Mapping[str, object] | None = None) -> SampleResult:
+        check_seed(seed)
+        ids = self.check_prompt(prompt)
+        rec = Recorder(self.engine, trace)
+        self.open_trace(rec, ids, seed, prompt_id, info, resume)
+        if resume is not None:  # drawn again from the start: its calls are keyed
+            rec.calls, rec.nodes = [], []
+        return self.close_trace(rec, self.draw(rec, ids, seed, prompt_id))
 
-    def _generate(self, rec: Recorder, stage: int, cut: int, requests: list[Request]) -> list[Completion]:
-        comps, elapsed = rec.call(requests)
-        records = tuple(RequestRecord(None, cut, len(r.prefix), r.max_new_tokens, c.cached_tokens, True, r.temperature, r.seed)
-                        for r, c in zip(requests, comps))
-        rec.record_call(CallRecord(len(rec.calls), stage, "extend", 0, records, elapsed))
-        return comps
+    def draw(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
+        """The response state, its calls recorded in ``rec`` (and its own records in ``rec.trace``)."""
+        raise NotImplementedError

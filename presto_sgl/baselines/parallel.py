@@ -15,61 +15,48 @@ from collections.abc import Sequence
 from ..engines.base import Completion, Engine, Request
 from ..executor import Recorder
 from ..keys import ChainKeys
-from ..metrics import summarize
-from ..samplers import SampleResult
+from ..methods import extend
 from ..state import ChainState
-from ..trace import TraceWriter
-from .base import Baseline, positive_int
-
-SELECT = ("logq", "logp")
+from .base import Baseline
+from .params import BestOfNParams, LowTemperatureParams
 
 
 class LowTemperature(Baseline):
     name = "lowtemp"
+    params_type = LowTemperatureParams
 
-    def run(self, prompt: Sequence[int], *, seed: int, prompt_id: int | str = 0,
-            trace: TraceWriter | None = None, on_transition=None) -> SampleResult:
-        ids = self.check_prompt(prompt)
-        rec = Recorder(self.engine, trace)
-        req = Request(ids, self.max_new_tokens, self.temperature, ChainKeys(seed, prompt_id).extension_seed(1))
-        (comp,) = self._generate(rec, 1, 0, [req])
-        return SampleResult(_state(ids, comp), summarize(rec.calls, rec.nodes))
+    def draw(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
+        req = Request(prompt, self.max_new_tokens, self.temperature, ChainKeys(seed, prompt_id).extension_seed(1))
+        (comp,) = extend(rec, 1, 0, [req])
+        return _state(prompt, comp)
 
 
 class BestOfN(Baseline):
+    """``stop_token_ids`` end each draw's answer (default: the engine text view's)."""
+
     name = "bestofn"
+    params_type = BestOfNParams
 
-    def __init__(self, engine: Engine, *, n: int = 8, select: str = "logq", stop_token_ids: Sequence[int] | None = None,
-                 **kw) -> None:
-        super().__init__(engine, **kw)
-        self.n = positive_int("n", n)
-        if select not in SELECT:
-            raise ValueError(f"`select` (={select!r}) must be one of {list(SELECT)}")
-        self.select = select
-        stops = stop_token_ids if stop_token_ids is not None else getattr(engine, "stop_token_ids", None)
-        self.stop_token_ids = frozenset(stops or ())
-
-    def describe(self) -> dict[str, object]:
-        return {**super().describe(), "n": self.n, "select": self.select}
+    def __init__(self, engine: Engine, config=None, params=None, *, stop_token_ids: Sequence[int] | None = None) -> None:
+        super().__init__(engine, config, params)
+        self.stop_token_ids = frozenset(engine.text.stop_ids if stop_token_ids is None else stop_token_ids)
 
     def score(self, comp: Completion) -> float:
-        values = comp.logq if self.select == "logq" else comp.logp
+        values = comp.logq if self.params.select == "logq" else comp.logp
         end = next((i + 1 for i, t in enumerate(comp.tokens) if t in self.stop_token_ids), len(comp.tokens))
         return sum(values[:end])
 
-    def run(self, prompt: Sequence[int], *, seed: int, prompt_id: int | str = 0,
-            trace: TraceWriter | None = None, on_transition=None) -> SampleResult:
-        ids = self.check_prompt(prompt)
+    def draw(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
         keys = ChainKeys(seed, prompt_id)
-        rec = Recorder(self.engine, trace)
-        reqs = [Request(ids, self.max_new_tokens, self.temperature, keys.decision(1, f"best-of:{i}").seed)
-                for i in range(self.n)]
-        comps = self._generate(rec, 1, 0, reqs)
+        n = self.params.best_of
+        reqs = [Request(prompt, self.max_new_tokens, self.temperature, keys.decision(1, f"best-of:{i}").seed)
+                for i in range(n)]
+        comps = extend(rec, 1, 0, reqs)
         scores = [self.score(c) for c in comps]
-        best = max(range(self.n), key=lambda i: (scores[i], -i))
-        if trace:
-            trace.write("best_of", {"scores": scores, "kept": best, "select": self.select})
-        return SampleResult(_state(ids, comps[best]), summarize(rec.calls, rec.nodes))
+        best = max(range(n), key=lambda i: (scores[i], -i))
+        if rec.trace:
+            rec.trace.write("best_of", {"scores": scores, "kept": best, "select": self.params.select})
+        return _state(prompt, comps[best])
 
 
 def _state(prompt: tuple[int, ...], comp: Completion) -> ChainState:

@@ -19,14 +19,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..engines.base import Engine, Request
+from ..engines.base import Request
 from ..executor import Recorder
 from ..keys import ChainKeys
-from ..metrics import summarize
-from ..samplers import SampleResult
+from ..methods import extend
 from ..state import ChainState
-from ..trace import TraceWriter
-from .base import Baseline, positive_int
+from .base import Baseline
+from .params import PowerSMCParams, check_smc, ramp_tokens
 
 
 def systematic(weights: Sequence[float], u: float) -> list[int]:
@@ -60,43 +59,36 @@ def normalized(logw: Sequence[float]) -> list[float]:
 
 
 class PowerSMC(Baseline):
-    name = "powersmc"
+    """Power-SMC; ``ramp_tokens`` None is the paper's 400 of 1024, scaled to ``max_new_tokens``."""
 
-    def __init__(self, engine: Engine, *, particles: int = 8, block_size: int = 128, ramp_tokens: int = 400,
-                 ess_fraction: float = 0.5, **kw) -> None:
-        super().__init__(engine, **kw)
-        self.particles = positive_int("particles", particles)
-        self.block_size = positive_int("block_size", block_size)
-        if self.max_new_tokens % self.block_size:
-            raise ValueError(f"`max_new_tokens` (={self.max_new_tokens}) must be a multiple of `block_size` "
-                             f"(={self.block_size})")
-        if isinstance(ramp_tokens, bool) or not isinstance(ramp_tokens, int) or ramp_tokens < 0:
-            raise ValueError(f"`ramp_tokens` (={ramp_tokens!r}) must be an integer >= 0")
-        if not 0 < ess_fraction <= 1:
-            raise ValueError(f"`ess_fraction` (={ess_fraction!r}) must be in (0, 1]")
-        self.ramp_tokens, self.ess_fraction = ramp_tokens, float(ess_fraction)
+    name = "powersmc"
+    uses = ("alpha", "tau", "max_new_tokens", "block_size")
+    params_type = PowerSMCParams
+
+    def __init__(self, engine, config=None, params=None) -> None:
+        super().__init__(engine, config, params)
+        check_smc(self.config, self.params)
+        p = self.params
+        self.particles, self.block_size, self.ess_fraction = p.particles, self.config.block_size, p.ess_fraction
+        self.ramp_tokens = ramp_tokens(self.config, p)
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "particles": self.particles, "block_size": self.block_size,
-                "ramp_tokens": self.ramp_tokens, "ess_fraction": self.ess_fraction}
+        return {**super().describe(), "ramp_tokens": self.ramp_tokens}
 
     def exponent(self, t: int) -> float:
         return self.alpha if self.ramp_tokens == 0 else 1 + (self.alpha - 1) * min(1.0, t / self.ramp_tokens)
 
-    def run(self, prompt: Sequence[int], *, seed: int, prompt_id: int | str = 0,
-            trace: TraceWriter | None = None, on_transition=None) -> SampleResult:
-        ids = self.check_prompt(prompt)
+    def draw(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
         keys = ChainKeys(seed, prompt_id)
-        rec = Recorder(self.engine, trace)
         P, B = self.particles, self.block_size
-        states = [ChainState(ids)] * P
+        states = [ChainState(prompt)] * P
         logw = [0.0] * P
         steps = self.max_new_tokens // B
         for step in range(1, steps + 1):
             t = (step - 1) * B
             reqs = [Request(s.context(t), B, self.temperature, keys.decision(step, f"smc:{j}").seed)
                     for j, s in enumerate(states)]
-            comps = self._generate(rec, step, t, reqs)
+            comps = extend(rec, step, t, reqs)
             a0, a1 = self.exponent(t), self.exponent(t + B)
             for j, c in enumerate(comps):
                 logw[j] += (a1 - a0) * sum(states[j].logp) + a1 * sum(c.logp) - sum(c.logq)
@@ -107,7 +99,7 @@ class PowerSMC(Baseline):
             if resampled:
                 picks = systematic(w, keys.decision(step, "smc:resample").uniform)
                 states, logw = [states[i] for i in picks], [0.0] * P
-            if trace:
-                trace.write("smc_step", {"step": step, "ess": ess, "resampled": resampled})
+            if rec.trace:
+                rec.trace.write("smc_step", {"step": step, "ess": ess, "resampled": resampled})
         kept = pick(normalized(logw), keys.decision(steps, "smc:select").uniform)
-        return SampleResult(states[kept], summarize(rec.calls, rec.nodes))
+        return states[kept]

@@ -1,9 +1,12 @@
-"""What every command shares: the program name, the usage error (exit code 2) and the
-naming of library parameters as command-line flags in messages."""
+"""What every command shares: the program name, the usage error (exit code 2) and how a
+library :class:`~presto_sgl.errors.ConfigError` is told in flags."""
 
 from __future__ import annotations
 
 import sys
+
+from ..config import parameters
+from ..errors import ConfigError
 
 PROG = "presto-sgl"
 
@@ -12,22 +15,23 @@ class UsageError(Exception):
     """Bad arguments or input: exit code 2."""
 
 
-FLAGS = {
-    name: "--" + name.replace("_", "-")
-    for name in (
-        "alpha", "tau", "sampler", "beta", "tries", "try_temperatures", "max_new_tokens", "block_size", "steps", "keying", "rule", "budget", "seed", "vocab_size", "prompt",
-        "model", "device", "predictor", "cost_aware", "features", "folds", "particles", "select",
-    )
-} | {"online": "--online-predictor", "timeout_s": "--timeout", "restart_timeout_s": "--restart-timeout",
-    "n": "--best-of", "ramp_tokens": "--ramp-tokens", "max_n": "--max-n"}
-"""Library parameter name -> the flag that sets it."""
+FLAGS = {"kernel": "--method", "online": "--online-predictor", "timeout_s": "--timeout",
+         "restart_timeout_s": "--restart-timeout", "n": "--best-of", "request_timeout_s": "--request-timeout"}
+"""Library parameters the registry does not declare whose flag is not ``--name-with-dashes``."""
 
 
-def cli_names(message: str) -> str:
-    """Library messages name parameters as `max_new_tokens`; say `--max-new-tokens`."""
-    for name, flag in FLAGS.items():
-        message = message.replace(f"`{name}`", f"`{flag}`").replace(f"e.g. {name}=", f"e.g. {flag} ")
-    return message
+def flag(param: str) -> str:
+    """The flag that sets library parameter ``param``: the registry's, else ``--name-with-dashes``."""
+    declared = {p.name: p.cli_flag for p in parameters()}
+    return declared.get(param) or FLAGS.get(param) or "--" + param.replace("_", "-")
+
+
+def cli_message(exc: BaseException) -> str:
+    """An error's message in flags: a ConfigError's parameters as the flags that set them
+    (`` `--max-new-tokens` ``, ``e.g. --max-new-tokens 32``); any other error as it is."""
+    if isinstance(exc, ConfigError):
+        return exc.render(flag, lambda name, value: f"{name} {value}")
+    return str(exc)
 
 
 def error(message: str) -> None:

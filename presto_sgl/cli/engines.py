@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from ..engines.base import Completion, Engine, EngineCapabilities, Request
+from ..engines.text import TextView
 
 
 def _reference_engine(args: argparse.Namespace) -> Engine:
@@ -57,6 +58,10 @@ class CountingEngine:
     @property
     def capabilities(self) -> EngineCapabilities:
         return self.inner.capabilities
+
+    @property
+    def text(self) -> TextView:
+        return self.inner.text
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         self.calls += 1

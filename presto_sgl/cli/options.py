@@ -1,13 +1,26 @@
-"""Options that ``sample`` and ``run`` share: the engine, the sampler, and building both."""
+"""Options that ``sample``, ``run`` and ``serve`` share: the engine, the method, and building both.
+
+The method flags are generated from the registry's declared parameters
+(:func:`presto_sgl.config.parameters`): a kernel or baseline registered there gets its
+``--method`` choice and its flags here with no other edit. A flag left out is not sent to
+the library, whose defaults apply (and whose checks refuse a parameter of another method).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from ..baselines import BASELINES, BestOfN, LowTemperature, PowerSMC
-from ..config import RULES, SAMPLERS, PowerConfig, PrestoConfig, sampling_configs
-from ..samplers import Sampler, make_sampler
+from .. import registry
+from ..config import parameters
+from ..options import MethodConfig, make_method
+from ..options import method_config as _method_config
+from ..engines.text import ModelFolder
+from ..fields import Param
+from ..methods import Method
+from ..pool import GuardedEngine
+from .common import PROG
 from .engines import ENGINES, CountingEngine
 
 
@@ -16,6 +29,10 @@ def _temperatures(text: str) -> tuple[float, ...]:
         return tuple(float(t) for t in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated temperatures such as 0.25,0.5,1.0, got {text!r}") from None
+
+
+TYPES = {"bool": None, "tuple": _temperatures, "float": float, "int": int, "str": str}
+"""A declared parameter's kind -> the argparse type of its flag."""
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -42,102 +59,74 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--model-seed", type=int, default=0, help="reference LM weights seed (default: 0)")
 
 
-def add_sampler_options(p: argparse.ArgumentParser) -> None:
-    smp = p.add_argument_group("sampler")
-    smp.add_argument("--alpha", type=float, default=4.0, help="power alpha of the target p0^alpha (default: 4.0)")
-    smp.add_argument("--tau", type=float, default=None, help="proposal temperature (default: 1/alpha)")
-    smp.add_argument("--sampler", choices=SAMPLERS + BASELINES, default="powermh",
-                     help="MH kernel: powermh (uniform cuts), entropycut (cuts where the p0 entropy rises; needs an "
-                     "engine with entropy) or multitry (multiple-try Metropolis: --tries candidates per transition at "
-                     "temperatures drawn from --try-temperatures); or a baseline that is not MH: lowtemp (one draw "
-                     "at --tau), bestofn (--best-of draws, the best by --select) or powersmc (--particles grown in "
-                     "blocks of --block-size, the exponent ramped to alpha over --ramp-tokens) (default: powermh)")
-    smp.add_argument("--beta", type=float, default=4.0, help="entropycut: power of the cut law, Delta^beta (default: 4.0)")
-    smp.add_argument("--tries", type=int, default=4, help="multitry: candidate suffixes per transition, m (default: 4)")
-    smp.add_argument("--try-temperatures", type=_temperatures, default=(0.25, 0.5, 1.0), metavar="T1,T2,...",
-                     help="multitry: the set each draw's temperature is drawn from (default: 0.25,0.5,1.0)")
-    smp.add_argument("--best-of", type=int, default=8, help="bestofn: draws per prompt, N (default: 8)")
-    smp.add_argument("--select", choices=("logq", "logp"), default="logq",
-                     help="bestofn: keep the draw with the highest sum of log q_tau (the paper's) or of log p0 over "
-                     "its answer tokens (default: logq)")
-    smp.add_argument("--particles", type=int, default=8, help="powersmc: particles, P (default: 8)")
-    smp.add_argument("--ramp-tokens", type=int, default=None,
-                     help="powersmc: tokens over which the exponent rises from 1 to alpha (default: the paper's "
-                     "400 of 1024, scaled: max_new_tokens * 400 // 1024)")
-    smp.add_argument("--max-new-tokens", type=int, default=64, help="response length, a multiple of --block-size (default: 64)")
-    smp.add_argument("--block-size", type=int, default=16, help="tokens per stage (default: 16)")
-    smp.add_argument("--steps", type=int, default=10, help="MH transitions per stage, K (default: 10)")
-    smp.add_argument(
-        "--rule",
-        choices=RULES,
-        default="step",
-        help="sequential = PowerMH, one call per transition; PreSTO: bfs (the paper's default), predictive (the "
-        "paper's DP over predicted branch probabilities; path keys) or step (one shared request per depth; step keys) "
-        "(default: step)",
-    )
-    smp.add_argument(
-        "--keying",
-        choices=("path", "step"),
-        default=None,
-        help="decision keys; for --rule sequential (default: step); bfs and step imply path and step",
-    )
-    smp.add_argument("--budget", type=int, default=20, help="PreSTO requests per model call, N_pf (default: 20)")
-    smp.add_argument(
-        "--predictor",
-        metavar="default|FILE",
-        default="default",
-        help="eps-certainty predictor for --rule predictive and --cost-aware: 'default' (shipped with presto-sgl, "
-        "fitted on SmolLM2 traces) or a file written by `presto-sgl fit-predictor` (default: default)",
-    )
-    smp.add_argument(
-        "--online-predictor",
-        action="store_true",
-        help="refit the predictor during the run on the decisions already scored, starting from --predictor",
-    )
-    smp.add_argument(
-        "--cost-aware",
-        action="store_true",
-        help="PreSTO rules: choose the requests per call, up to --budget, from the measured call times (step: "
-        "the fewest predicted seconds to finish the stage; bfs, predictive: the most predicted transitions per second)",
-    )
+class _Deprecated(argparse.Action):
+    """An old flag that still works: it sets the new one's value and says so on stderr."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kw) -> None:
+        super().__init__(option_strings, dest, **kw)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"{PROG}: warning: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _method_help() -> str:
+    kernels = ", ".join(f"{s.name} ({s.doc})" for s in registry.KERNELS.values())
+    baselines = ", ".join(f"{s.name} ({s.doc})" for s in registry.BASELINES.values())
+    return f"what the run uses: an MH kernel, run by --rule: {kernels}; or a baseline that is not MH: {baselines}"
+
+
+def _add_param(group: argparse._ArgumentGroup, param: Param, owner: str) -> None:
+    kind = param.kind
+    default = "1/alpha" if param.name == "tau" else (",".join(map(str, param.default)) if kind == "tuple" else param.default)
+    doc = param.doc if param.name != "method" else _method_help()
+    if owner and not doc.startswith(f"{owner}:"):
+        doc = f"{owner}: {doc}"
+    tail = "" if kind == "bool" or "(default" in doc else f" (default: {default})"
+    kw: dict[str, Any] = {"dest": param.name, "default": None, "help": doc + tail}
+    if kind == "bool":
+        kw |= {"action": "store_const", "const": True}
+    else:
+        kw |= {"type": TYPES[kind], "metavar": param.metavar, "choices": param.choice_list()}
+    group.add_argument(param.cli_flag, **kw)
+
+
+def add_method_options(p: argparse.ArgumentParser) -> None:
+    """The method flags: ``--method`` (old name ``--sampler``), the schedule, the rule and every
+    kernel's and baseline's parameters, from the registry."""
+    grp = p.add_argument_group("method (a kernel run by a rule, or a baseline)")
+    owners = registry.declared()
+    for param in parameters():
+        _add_param(grp, param, owners.get(param.name, ""))
+    grp.add_argument("--sampler", dest="method", action=_Deprecated, new="--method", choices=registry.methods(),
+                     help=argparse.SUPPRESS)
+
+
+def method_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The method flags the user gave (the library's defaults fill the rest)."""
+    given = {p.name: getattr(args, p.name, None) for p in parameters()}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def model_name(engine: Any, args: argparse.Namespace) -> str:
     """The model a run samples from, for its manifest or trace: the server's model folder,
     else the embedded ``--model``, else the engine's name."""
-    return str(getattr(engine, "model_path", None) or (args.model if args.engine == "embedded" else args.engine))
+    path = engine.model_path if isinstance(engine, ModelFolder) else None
+    return str(path or (args.model if args.engine == "embedded" else args.engine))
 
 
-def configs(args: argparse.Namespace) -> tuple[PowerConfig, PrestoConfig]:
-    """The validated sampler configs of the sampler options (ValueError naming the parameter)."""
-    return sampling_configs(
-        args.rule, keying=args.keying, budget=args.budget, predictor=args.predictor, online=args.online_predictor,
-        cost_aware=args.cost_aware, alpha=args.alpha, max_new_tokens=args.max_new_tokens,
-        block_size=args.block_size, steps=args.steps, tau=args.tau, sampler=args.sampler, beta=args.beta,
-        tries=args.tries, try_temperatures=args.try_temperatures,
-    )
+def method_config(args: argparse.Namespace) -> MethodConfig:
+    """The validated method of the flags (ConfigError naming the parameter); no engine is built."""
+    return _method_config(method_options(args))
 
 
-def build(args: argparse.Namespace) -> tuple[CountingEngine, Any]:
-    """The engine and sampler (or baseline) the options name; ValueError / TypeError /
-    EngineError on bad input."""
-    if args.sampler in BASELINES:
-        return _baseline(args)
-    config, presto = configs(args)
+def build(args: argparse.Namespace, *, guarded: bool = False) -> tuple[CountingEngine, Method]:
+    """The engine and method the options name; ConfigError / TypeError / EngineError on bad input.
+
+    The method's options are checked before the engine is built (a bad flag never waits on a
+    server). ``guarded``: the method reaches the engine through a
+    :class:`~presto_sgl.pool.GuardedEngine`, so its chains in a pool can be cancelled."""
+    spec = method_config(args)
     engine = CountingEngine(ENGINES[args.engine](args))
-    return engine, make_sampler(engine, config, presto)
-
-
-def _baseline(args: argparse.Namespace) -> tuple[CountingEngine, Any]:
-    common = {"max_new_tokens": args.max_new_tokens, "alpha": args.alpha, "tau": args.tau}
-    ramp = args.ramp_tokens if args.ramp_tokens is not None else args.max_new_tokens * 400 // 1024
-    if args.sampler == "powersmc" and ramp > args.max_new_tokens:
-        raise ValueError(f"`--ramp-tokens` (={ramp}) must be <= `--max-new-tokens` (={args.max_new_tokens}), "
-                         "else the particles never target p0^alpha")
-    engine = CountingEngine(ENGINES[args.engine](args))
-    if args.sampler == "lowtemp":
-        return engine, LowTemperature(engine, **common)
-    if args.sampler == "bestofn":
-        stops = getattr(engine.inner, "stop_token_ids", None)
-        return engine, BestOfN(engine, n=args.best_of, select=args.select, stop_token_ids=stops, **common)
-    return engine, PowerSMC(engine, particles=args.particles, block_size=args.block_size, ramp_tokens=ramp, **common)
+    return engine, make_method(GuardedEngine(engine) if guarded else engine, spec)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .common import UsageError, cli_names
+from .common import UsageError, cli_message
 
 
 # -- arguments ----------------------------------------------------------------------
@@ -84,7 +84,7 @@ def _cross_validate(args: argparse.Namespace, observations: list):
     try:
         return cross_validate(observations, args.features, folds=args.folds)
     except ValueError as exc:
-        raise UsageError(cli_names(str(exc))) from exc
+        raise UsageError(cli_message(exc)) from exc
 
 
 def _run_settings(paths: Sequence[str]) -> list[dict[str, Any]]:
@@ -164,7 +164,7 @@ def fit(args: argparse.Namespace) -> int:
         predictor = fit_predictor(observations, args.features, training=training)
         predictor.save(args.output)
     except ValueError as exc:
-        raise UsageError(cli_names(str(exc))) from exc
+        raise UsageError(cli_message(exc)) from exc
     except OSError as exc:
         raise UsageError(f"`--output` cannot write {args.output!r}: {exc.strerror or exc}") from exc
     lines = [_shares_line(_shares(observations))]
@@ -186,7 +186,7 @@ def evaluate(args: argparse.Namespace) -> int:
         try:
             given = score(load_predictor(args.predictor), observations)
         except ValueError as exc:
-            raise UsageError(cli_names(str(exc))) from exc
+            raise UsageError(cli_message(exc)) from exc
     shares = _shares(observations)
     if args.json:
         payload: dict[str, Any] = {**shares, "features": args.features}

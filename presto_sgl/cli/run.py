@@ -5,29 +5,31 @@ a rerun with the same options skips the prompts already there and appends the re
 ``--traces``, a prompt whose chain was interrupted goes on from its trace's last boundary,
 :mod:`presto_sgl.resume`), and one with other options is refused with the difference named. Each prompt's chain keys are
 (``--seed``, the problem's id), so a prompt samples the same way whatever else runs.
-``--workers`` chains are in flight at once (a server batches across them).
+``--workers`` chains are in flight at once (a server batches across them), in the package's
+one :class:`~presto_sgl.pool.ChainPool`; Ctrl-C cancels them, each at its next model call.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import math
 import sys
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, wait
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError
+from ..errors import ConfigError, EngineError
 from ..evaluation.records import make_record
 from ..evaluation.rundir import RunDir
+from ..methods import Method
+from ..pool import ChainPool, Ticket
 from ..resume import Checkpoint, read_checkpoint, truncate
-from ..samplers import Sampler
 from ..tasks.base import Problem
 from ..tasks.registry import NAMES, load_task
 from ..trace import TraceWriter
-from .common import PROG, UsageError, cli_names
-from .options import add_engine_options, add_sampler_options, build, model_name
+from .common import PROG, UsageError, cli_message, flag
+from .options import add_engine_options, add_method_options, build, model_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     data.add_argument("--limit", type=int, default=None, help="the first N problems (default: all; 100 for procedural tasks)")
     data.add_argument("--out", required=True, metavar="DIR", help="run directory (created, or resumed)")
     add_engine_options(p)
-    add_sampler_options(p)
+    add_method_options(p)
     p.add_argument("--seed", type=int, default=0, help="run seed: chain keys and procedural problems (default: 0)")
     p.add_argument("--label", default=None,
                    help="the run's name in `report` and `compare` tables (default: its method, e.g. "
@@ -60,7 +62,7 @@ def _setup(args: argparse.Namespace):
         if args.workers is not None and args.workers < 1:
             raise ValueError(f"`--workers` (={args.workers}) must be >= 1")
         task, problems = load_task(args.dataset, limit=args.limit, seed=args.seed)
-        engine, sampler = build(args)
+        engine, sampler = build(args, guarded=True)
         model = model_name(engine.inner, args)
         config = {"dataset": args.dataset, "seed": args.seed, "engine": args.engine, "model": str(model),
                   "chat": args.chat, **sampler.describe()}
@@ -69,33 +71,38 @@ def _setup(args: argparse.Namespace):
                 raise ValueError("`--label` must not be empty: give a name, or leave the option out")
             config["label"] = args.label
         info = {"task": {"name": task.name, "grader": task.grader, "problems": len(problems)},
-                "engine": {"name": args.engine, "url": args.url, "mode": getattr(engine.inner, "mode", None),
+                "engine": {"name": args.engine, "url": args.url, "mode": _mode(engine.inner),
                            "seeded": engine.capabilities.seeded}}
-        prompts = {p.id: _encode(engine.inner, sampler, p, args) for p in problems}
+        prompts = {p.id: _encode(engine, sampler, p, args) for p in problems}
         rundir = RunDir(args.out, config, info)
     except (ValueError, TypeError, ImportError) as exc:
-        raise UsageError(cli_names(str(exc))) from exc
+        raise UsageError(cli_message(exc)) from exc
     except EngineError as exc:
         raise UsageError(str(exc)) from exc
     return task, problems, engine, sampler, rundir, prompts, str(model)
 
 
-def _encode(engine: Any, sampler: Any, problem: Problem, args: argparse.Namespace) -> list[int]:
-    chat = getattr(engine, "chat_prompt", None) if (problem.chat and args.chat) else None
-    encode = chat or getattr(engine, "encode", None)
-    if encode is None:
-        raise ValueError(f"--dataset: engine {args.engine!r} has no tokenizer for text prompts")
+def _mode(engine: Any) -> str | None:
+    """A server engine's mode (one-pass / two-pass), else None."""
+    from ..engines.server import ServerEngine
+
+    return engine.mode if isinstance(engine, ServerEngine) else None
+
+
+def _encode(engine: Any, method: Method, problem: Problem, args: argparse.Namespace) -> list[int]:
+    if not engine.text.has_tokenizer:
+        raise ValueError(f"--dataset: engine {args.engine!r} has no tokenizer here for text prompts")
     try:
-        return list(sampler.check_prompt(encode(problem.prompt)))
-    except ValueError as exc:
-        raise ValueError(f"problem {problem.id!r}: {exc}") from None
+        return list(method.check_prompt(engine.text.prompt_ids(problem.prompt, chat=problem.chat and args.chat)))
+    except ConfigError as exc:
+        raise ValueError(f"problem {problem.id!r}: {exc.render(flag, lambda n, v: f'{n} {v}')}") from None
 
 
-def _interrupted(path: Path, sampler: Any) -> Checkpoint | None:
+def _interrupted(path: Path) -> Checkpoint | None:
     """The checkpoint of the chain an interrupted run left in its trace at ``path``, cut to
-    its last boundary, to resume; None to start afresh (no trace, a baseline, or a trace
-    that cannot be resumed: it is overwritten, with a warning)."""
-    if not path.is_file() or not isinstance(sampler, Sampler):
+    its last boundary, to resume; None to start afresh (no trace, or a trace that cannot be
+    resumed: it is overwritten, with a warning)."""
+    if not path.is_file():
         return None
     try:
         checkpoint = read_checkpoint(path)
@@ -140,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         if args.traces:
             name = "".join(c if c.isalnum() or c in "-_." else "_" for c in problem.id)
             path = traces / f"{name}.jsonl"
-            checkpoint = _interrupted(path, sampler)
+            checkpoint = _interrupted(path)
             with open(path, "a" if checkpoint is not None else "w", encoding="utf-8") as f:
                 extra = {"resume": checkpoint} if checkpoint is not None else {}
                 result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=problem.id, trace=TraceWriter(f), **extra)
@@ -153,19 +160,19 @@ def run(args: argparse.Namespace) -> int:
             bar.set_postfix_str(f"accuracy {right / n:.1%}" if n else "", refresh=False)
             bar.update(1)
 
-    pool = ThreadPoolExecutor(max_workers=workers)
+    pool, ticket = ChainPool(workers, len(todo)), Ticket(math.inf)
     try:
-        finished, _ = wait([pool.submit(one, p) for p in todo], return_when=FIRST_EXCEPTION)
-        pool.shutdown(wait=True, cancel_futures=True)  # after a failure: the chains in flight finish
+        futures = pool.submit(ticket, [lambda p=p: one(p) for p in todo]) or []
+        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        ticket.cancel("a chain failed")  # after a failure: chains not started never start, the others stop
         failed = [f.exception() for f in finished if f.exception() is not None]
         if failed:
             raise failed[0]  # type: ignore[misc]
     except KeyboardInterrupt:  # records are on disk as they finish: stop now, resume later
-        pool.shutdown(wait=False, cancel_futures=True)
-        print(f"\n{PROG}: interrupted; {len(rundir.records)} records kept in {rundir.path}, rerun the same "
-              "command to resume", file=sys.stderr)
-        os._exit(130)
+        ticket.cancel("interrupted")  # each running chain stops at its next model call; main says how to go on
+        raise
     finally:
+        pool.close()
         if bar is not None:
             bar.close()
     right, n = _accuracy(rundir.records)

@@ -19,15 +19,15 @@ from dataclasses import asdict
 from typing import Any
 
 from ..engines.base import Engine
-from ..engines.text import cut_at_stop
-from ..errors import EngineError
+from ..engines.monitor import Monitored
+from ..errors import ConfigError, EngineError
+from ..methods import Method, SampleResult
 from ..metrics import PromptMetrics
-from ..samplers import SampleResult, Sampler
 from ..resume import Checkpoint, check_same_run, read_checkpoint, truncate
 from ..trace import TraceWriter
-from .common import UsageError, cli_names
+from .common import UsageError, cli_message, flag
 from .engines import CountingEngine
-from .options import add_engine_options, add_sampler_options, build, model_name
+from .options import add_engine_options, add_method_options, build, model_name
 from .progress import Progress
 
 
@@ -59,7 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     prm.add_argument("--prompt", metavar="TEXT", help="prompt text, encoded by the engine's tokenizer")
     prm.add_argument("--prompt-ids", metavar="IDS", type=_prompt_ids, help="prompt token ids, e.g. 1,2,3")
 
-    add_sampler_options(p)
+    add_method_options(p)
     keys = p.add_argument_group("chain keys")
     keys.add_argument("--seed", type=int, default=None, help="run seed (default: 0, or the resumed trace's)")
     keys.add_argument("--prompt-id", type=_prompt_id, default=None,
@@ -81,40 +81,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 # -- setup --------------------------------------------------------------------------
 def _encode(engine: Engine, args: argparse.Namespace) -> list[int]:
-    """The prompt ids as given (--prompt-ids) or encoded (--prompt); the sampler validates them."""
+    """The prompt ids as given (--prompt-ids) or encoded (--prompt); the method validates them."""
     if args.prompt_ids is not None:
         return list(args.prompt_ids)
-    encode = getattr(engine, "chat_prompt", None) if args.chat else None
-    encode = encode or getattr(engine, "encode", None)
-    if encode is None:
-        raise ValueError(f"`--prompt`: engine {args.engine!r} has no text encoder; pass --prompt-ids instead")
-    return list(encode(args.prompt)) if args.prompt else []  # empty text: no ids, not a chat template around nothing
+    if not engine.text.has_tokenizer:
+        raise ValueError(f"`--prompt`: engine {args.engine!r} has no tokenizer here; pass --prompt-ids instead")
+    return engine.text.prompt_ids(args.prompt or "", chat=args.chat)
 
 
-def _check_prompt(sampler: Sampler, ids: list[int], args: argparse.Namespace) -> list[int]:
-    """``sampler.check_prompt``, its messages naming the flag the user passed."""
-    flag = "--prompt-ids" if args.prompt_ids is not None else "--prompt"
+def _check_prompt(method: Method, ids: list[int], args: argparse.Namespace) -> list[int]:
+    """``method.check_prompt``, its messages naming the flag the user passed."""
+    given = "--prompt-ids" if args.prompt_ids is not None else "--prompt"
     try:
-        return list(sampler.check_prompt(ids))
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("`prompt`", f"`{flag}`")) from None
+        return list(method.check_prompt(ids))
+    except ConfigError as exc:
+        raise UsageError(exc.render(lambda p: given if p == "prompt" else flag(p), lambda n, v: f"{n} {v}")) from None
 
 
-def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Sampler, list[int], Any, Checkpoint | None]:
-    """(engine, sampler, prompt ids, open trace stream or None, checkpoint or None), or a UsageError.
+def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Method, list[int], Any, Checkpoint | None]:
+    """(engine, method, prompt ids, open trace stream or None, checkpoint or None), or a UsageError.
 
     Everything that can be rejected is checked before the trace file is opened, and
     only this setup maps ValueError/TypeError to exit code 2: the same exceptions
     from inside a run would be bugs and keep their traceback."""
     try:
         checkpoint = _checkpoint(args)
-        engine, sampler = build(args)
-        if checkpoint is not None and not isinstance(sampler, Sampler):
-            raise ValueError(f"`--resume`: the {args.sampler} baseline makes no MH transitions to resume; rerun it")
-        ids = list(checkpoint.run["prompt"]) if checkpoint is not None and not _has_prompt(args) else _encode(engine.inner, args)
-        prompt = _check_prompt(sampler, ids, args)
+        engine, method = build(args)
+        ids = list(checkpoint.run["prompt"]) if checkpoint is not None and not _has_prompt(args) else _encode(engine, args)
+        prompt = _check_prompt(method, ids, args)
         if checkpoint is not None:  # refused here, before the trace is touched, when the run differs
-            check_same_run(checkpoint.name, checkpoint.run, sampler.run_record(prompt, args.seed, args.prompt_id, _info(engine, args)))
+            check_same_run(checkpoint.name, checkpoint.run, method.run_record(prompt, args.seed, args.prompt_id, _info(engine, args)))
         stream = None
         path = args.resume or args.trace
         if path:
@@ -123,13 +119,13 @@ def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Sampler, list[int]
                     truncate(path, checkpoint.offset)  # what follows the last boundary is redone
                 stream = open(path, "a" if checkpoint is not None else "w", encoding="utf-8")
             except OSError as exc:
-                flag = "--resume" if checkpoint is not None else "--trace"
-                raise ValueError(f"`{flag}` cannot open {path!r}: {exc.strerror or exc}") from None
+                option = "--resume" if checkpoint is not None else "--trace"
+                raise ValueError(f"`{option}` cannot open {path!r}: {exc.strerror or exc}") from None
     except (ValueError, TypeError) as exc:
-        raise UsageError(cli_names(str(exc))) from exc
+        raise UsageError(cli_message(exc)) from exc
     except EngineError as exc:  # e.g. the SGLang server is unreachable
         raise UsageError(str(exc)) from exc
-    return engine, sampler, prompt, stream, checkpoint
+    return engine, method, prompt, stream, checkpoint
 
 
 def _has_prompt(args: argparse.Namespace) -> bool:
@@ -159,19 +155,18 @@ def _info(engine: CountingEngine, args: argparse.Namespace) -> dict[str, object]
 
 # -- run ----------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    engine, sampler, prompt, stream, checkpoint = _setup(args)
-    config = getattr(sampler, "config", None)  # None: a baseline, which makes no MH transitions
+    engine, method, prompt, stream, checkpoint = _setup(args)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
-    progress = Progress(sys.stderr, engine, config.steps * config.num_stages) if show and config else None
+    progress = Progress(sys.stderr, engine, method.transitions_per_run) if show and method.transitions_per_run else None
     if progress is not None and checkpoint is not None:
         progress.done = len(checkpoint.nodes)
     try:
         trace = TraceWriter(stream) if stream is not None else None
-        # Engines with server-side metrics (sglang) add a `server` record: KV-pool peak, prefix hits.
-        monitor = getattr(engine.inner, "monitor", None) if trace is not None else None
-        extra = {"resume": checkpoint, "info": _info(engine, args)} if config else {}
-        with monitor() if monitor is not None else contextlib.nullcontext() as server:
-            result = sampler.run(prompt, seed=args.seed, prompt_id=args.prompt_id, trace=trace, on_transition=progress, **extra)
+        # Engines with server-side metrics (sglang, vllm) add a `server` record: KV-pool peak, prefix hits.
+        monitored = trace is not None and isinstance(engine.inner, Monitored)
+        with engine.inner.monitor() if monitored else contextlib.nullcontext() as server:
+            result = method.run(prompt, seed=args.seed, prompt_id=args.prompt_id, trace=trace, on_transition=progress,
+                                resume=checkpoint, info=_info(engine, args))
         if trace is not None and server is not None:
             trace.write("server", server.summary().as_record())
     finally:
@@ -179,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             progress.close()
         if stream is not None:
             stream.close()
-    _print_result(args, engine.inner, sampler, result)
+    _print_result(args, engine, method, result)
     return 0
 
 
@@ -200,12 +195,10 @@ def _summary(metrics: PromptMetrics) -> str:
     )
 
 
-def _print_result(args: argparse.Namespace, engine: Engine, sampler: Sampler, result: SampleResult) -> None:
+def _print_result(args: argparse.Namespace, engine: Engine, method: Method, result: SampleResult) -> None:
     state = result.state
     # The chain runs with no EOS stop (fixed length T); the answer ends at the first stop token.
-    kept, eos_index = cut_at_stop(state.tokens, getattr(engine, "stop_token_ids", None))
-    decode = getattr(engine, "decode", None)
-    text = decode(list(kept)) if decode is not None else None
+    answer = engine.text.answer(state.tokens)
     if args.json:
         loglik = state.log_likelihood()
         payload: dict[str, Any] = {
@@ -214,15 +207,15 @@ def _print_result(args: argparse.Namespace, engine: Engine, sampler: Sampler, re
             "prompt_id": args.prompt_id,
             "prompt_ids": list(state.prompt),
             "response_ids": list(state.tokens),
-            "response_text": text,
-            "eos_index": eos_index,
-            "config": sampler.describe(),
+            "response_text": answer.text,
+            "eos_index": answer.eos_index,
+            "config": method.describe(),
             "metrics": asdict(result.metrics),
             "log_likelihood": loglik,
             "log_likelihood_per_token": loglik / state.length if state.length else 0.0,
         }
         print(json.dumps(payload))
     else:
-        print(text if text is not None else " ".join(map(str, state.tokens)))
+        print(answer.text)
         print()
         print(_summary(result.metrics))

@@ -1,7 +1,7 @@
 """``presto-sgl serve``: an OpenAI-compatible endpoint doing power sampling on one backend.
 
-The sampler flags set the defaults of what a request leaves out; the request's own
-fields (``alpha``, ``max_tokens``, ``block_size``, ``steps``, ``sampler``, ``rule``,
+The method flags set the defaults of what a request leaves out; the request's own
+fields (``alpha``, ``max_tokens``, ``block_size``, ``steps``, ``method``, ``rule``,
 ``budget``, ``seed``, ...) override them per request (:mod:`presto_sgl.serve`).
 """
 
@@ -11,11 +11,11 @@ import argparse
 import os
 import sys
 
-from ..baselines import BASELINES
+from .. import registry
 from ..errors import EngineError
-from .common import PROG, UsageError, cli_names
+from .common import PROG, UsageError, cli_message
 from .engines import ENGINES
-from .options import add_engine_options, add_sampler_options, configs, model_name
+from .options import add_engine_options, add_method_options, method_config, model_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Serve /v1/completions, /v1/chat/completions, /v1/models and /health; every "
                        "answer is power-sampled from p0^alpha on the --engine backend.")
     add_engine_options(p)
-    add_sampler_options(p)
+    add_method_options(p)
     srv = p.add_argument_group("server")
     srv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
@@ -52,26 +52,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _service(args: argparse.Namespace):
     """The service and its timeout, or a UsageError naming the flag."""
     from ..serve.params import Defaults
-    from ..serve.pool import ChainPool
+    from ..pool import ChainPool
     from ..serve.service import Service
 
-    if args.sampler in BASELINES:
-        raise ValueError(f"`--sampler` {args.sampler!r} is a baseline; serve runs the MH samplers "
-                         "(powermh, entropycut, multitry)")
+    spec = method_config(args)
+    if not spec.is_kernel:
+        raise ValueError(f"`--method` {spec.method!r} is a baseline; serve runs the MH kernels "
+                         f"({', '.join(registry.KERNELS)})")
     for flag, value in (("--port", args.port), ("--request-timeout", args.request_timeout)):
         if not value > 0:
             raise ValueError(f"`{flag}` (={value!r}) must be > 0")
     if not args.shutdown_grace >= 0:
         raise ValueError(f"`--shutdown-grace` (={args.shutdown_grace!r}) must be >= 0 (0: cancel at once)")
-    defaults = Defaults(*configs(args), seed=args.seed, max_n=args.max_n)
+    defaults = Defaults(spec.config, spec.presto, seed=args.seed, max_n=args.max_n)
     engine = ENGINES[args.engine](args)
     concurrency = args.concurrency
     if concurrency is None:
         concurrency = 8 if args.engine in ("sglang", "vllm") else 1
-    try:
-        pool = ChainPool(concurrency, args.queue_size)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("`concurrency`", "`--concurrency`").replace("`queue_size`", "`--queue-size`")) from None
+    pool = ChainPool(concurrency, args.queue_size)
     name = args.served_model_name or os.path.basename(model_name(engine, args).rstrip("/"))
     return Service(engine, defaults, pool, name)
 
@@ -86,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         service = _service(args)
     except (ValueError, TypeError) as exc:
-        raise UsageError(cli_names(str(exc))) from exc
+        raise UsageError(cli_message(exc)) from exc
     except EngineError as exc:  # the backend is not up
         raise UsageError(str(exc)) from exc
     app = create_app(service, request_timeout_s=args.request_timeout)

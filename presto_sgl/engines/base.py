@@ -13,9 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import EngineError
+
+if TYPE_CHECKING:
+    from .text import TextView
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,11 @@ class EngineCapabilities:
 
 @runtime_checkable
 class Engine(Protocol):
+    """The token-level seam: ``generate`` and ``capabilities``; ``text`` is the engine's text
+    view (:mod:`presto_sgl.engines.text`), which only front ends use."""
+
     capabilities: EngineCapabilities
+    text: TextView
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         """One model call: all ``requests`` in one batch, results in request order."""

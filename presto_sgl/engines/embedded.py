@@ -31,6 +31,7 @@ from radix import RadixTree
 from .base import Completion, EngineCapabilities, Request
 from .forward import BufferView, CausalLM
 from .text import TokenizerText
+from ..errors import ConfigError
 
 
 @dataclass
@@ -96,7 +97,7 @@ class EmbeddedEngine(TokenizerText):
             score_temperatures=None,
         )
         if cache_bytes < 0:
-            raise ValueError(f"`cache_bytes` (={cache_bytes}) must be >= 0")
+            raise ConfigError("cache_bytes", cache_bytes, f"{{cache_bytes}} (={cache_bytes}) must be >= 0")
         budget = cache_bytes // self.lm.kv_bytes_per_token
         self.cache = RadixTree(max_tokens=budget) if budget > 0 else None
         self._rng = torch.Generator(device="cpu")
@@ -116,7 +117,7 @@ class EmbeddedEngine(TokenizerText):
             return []
         for r in requests:
             if r.max_new_tokens < 1:
-                raise ValueError(f"`max_new_tokens` (={r.max_new_tokens}) must be >= 1 for the embedded engine")
+                raise ConfigError("max_new_tokens", r.max_new_tokens, f"{{max_new_tokens}} (={r.max_new_tokens}) must be >= 1 for the embedded engine")
             if len(r.prefix) < 1:
                 raise ValueError("a request `prefix` is empty; the embedded engine needs at least one prompt token")
             end = len(r.prefix) + r.max_new_tokens

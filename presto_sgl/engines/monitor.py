@@ -15,9 +15,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
-from ..errors import EngineError
+from ..errors import ConfigError, EngineError
 
 
 class _Stats(Protocol):
@@ -66,7 +66,7 @@ class ServerMonitor:
 
     def __init__(self, engine: LoadSource, interval_s: float = 0.25) -> None:
         if not interval_s > 0:
-            raise ValueError(f"`interval_s` (={interval_s!r}) must be > 0 seconds, e.g. 0.25")
+            raise ConfigError("interval_s", interval_s, f"{{interval_s}} (={interval_s!r}) must be > 0 seconds, e.g. 0.25")
         self.engine = engine
         self.interval_s = float(interval_s)
         self._samples: list[tuple[int, int, int, int, float]] = []  # used, capacity, running, waiting, hit rate
@@ -145,3 +145,10 @@ class ServerMonitor:
             prefix_hit_rate=cached / prompt if prompt else 0.0,
             reconnects=s.reconnects - self._start_stats[2],
         )
+
+
+@runtime_checkable
+class Monitored(Protocol):
+    """An engine whose server can be monitored (SGLang's and vLLM's server engines)."""
+
+    def monitor(self, interval_s: float = 0.25) -> ServerMonitor: ...

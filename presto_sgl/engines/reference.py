@@ -21,8 +21,10 @@ import numpy as np
 
 from radix import RadixTree
 
+from ..errors import ConfigError
 from ..keys import hash64, uniform01
 from .base import Completion, EngineCapabilities, Request
+from .text import TextView
 
 ALPHABET = " etaoinshrdlucmfwypvbgkjqxz.,!?'"
 """Characters of the text view, most frequent first; token id = index."""
@@ -33,11 +35,11 @@ class ReferenceLM:
 
     def __init__(self, vocab_size: int = 32, *, sharpness: float = 2.0, period: int = 7, seed: int = 0) -> None:
         if not isinstance(vocab_size, int) or vocab_size < 2:
-            raise ValueError(f"`vocab_size` (={vocab_size!r}) must be an integer >= 2")
+            raise ConfigError("vocab_size", vocab_size, f"{{vocab_size}} (={vocab_size!r}) must be an integer >= 2")
         if not (sharpness > 0 and math.isfinite(sharpness)):
-            raise ValueError(f"`sharpness` (={sharpness!r}) must be a finite number > 0")
+            raise ConfigError("sharpness", sharpness, f"{{sharpness}} (={sharpness!r}) must be a finite number > 0")
         if not isinstance(period, int) or period < 1:
-            raise ValueError(f"`period` (={period!r}) must be a positive integer")
+            raise ConfigError("period", period, f"{{period}} (={period!r}) must be a positive integer")
         rng = np.random.default_rng(seed)  # model weights only, local to this instance
         v = vocab_size
         self.vocab_size = v
@@ -97,6 +99,7 @@ class ReferenceEngine:
         self.capabilities = EngineCapabilities(
             seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, score_temperatures=None
         )
+        self.text = ReferenceView(self.lm.vocab_size)
         self._rng = np.random.default_rng(rng_seed)
         self._cache = RadixTree(max_tokens=cache_tokens)
         self._lock = threading.Lock()  # one call at a time: chains may share the engine across threads
@@ -141,11 +144,26 @@ class ReferenceEngine:
 
     # -- text view for the CLI and demos ---------------------------------------------
     def encode(self, text: str) -> list[int]:
-        alphabet = ALPHABET[: self.lm.vocab_size]
-        bad = sorted({ch for ch in text.lower() if ch not in alphabet})
+        return self.text.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.text.decode(ids)
+
+
+class ReferenceView(TextView):
+    """The reference LM's text: one character of :data:`ALPHABET` per token, no stop token."""
+
+    has_tokenizer = True
+
+    def __init__(self, vocab_size: int) -> None:
+        self.alphabet = ALPHABET[:vocab_size]
+
+    def encode(self, text: str, *, special: bool = False) -> list[int]:
+        bad = sorted({ch for ch in text.lower() if ch not in self.alphabet})
         if bad:
-            raise ValueError(f"`prompt` contains characters {bad} outside the reference vocabulary {alphabet!r}")
-        return [alphabet.index(ch) for ch in text.lower()]
+            raise ConfigError("prompt", text, f"{{prompt}} contains characters {bad} outside the reference vocabulary "
+                              f"{self.alphabet!r}")
+        return [self.alphabet.index(ch) for ch in text.lower()]
 
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(ALPHABET[i] if i < len(ALPHABET) else f"<{i}>" for i in ids)

@@ -1,17 +1,28 @@
-"""The text view of engines backed by a transformers tokenizer (CLI and demos only).
+"""The text view of an engine (``engine.text``): what every front end uses to go between text
+and token ids, and where an answer ends.
 
 Samplers never round-trip text: they work on token ids end to end. Chains run with no
 EOS stop (exactly ``max_new_tokens`` tokens); the *answer* ends at the first of the
-model's stop tokens, which :func:`cut_at_stop` finds: every EOS id of the tokenizer and
-of the model's generation config (an int or a list there), as ``stop_token_ids``.
+model's stop tokens (:meth:`TextView.answer`): every EOS id of the tokenizer and of the
+model's generation config (an int or a list there), as ``stop_ids``.
+
+* :class:`TokenizerView` -- a transformers tokenizer (embedded and server engines);
+* :class:`IdsView` -- no tokenizer on this machine (a server's model folder elsewhere, a
+  test double): prompts must be ids, answers are their ids as text.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..errors import ConfigError
+
+log = logging.getLogger("presto_sgl.engines")
 
 
 def eos_ids(value: Any) -> tuple[int, ...]:
@@ -23,9 +34,7 @@ def eos_ids(value: Any) -> tuple[int, ...]:
 
 
 def cut_at_stop(tokens: Sequence[int], stop_ids: Iterable[int] | None) -> tuple[tuple[int, ...], int | None]:
-    """``(tokens before the first stop token, its index)``, or ``(all tokens, None)`` without one.
-
-    The one place a response is cut at the model's stop tokens (the CLI and ``power_gen``)."""
+    """``(tokens before the first stop token, its index)``, or ``(all tokens, None)`` without one."""
     stops = set(stop_ids or ())
     for i, t in enumerate(tokens):
         if t in stops:
@@ -33,50 +42,124 @@ def cut_at_stop(tokens: Sequence[int], stop_ids: Iterable[int] | None) -> tuple[
     return tuple(tokens), None
 
 
-class TokenizerText:
-    """``encode`` / ``decode`` / ``chat_prompt`` / ``eos_token_id`` / ``stop_token_ids`` over ``self.tokenizer``."""
+@dataclass(frozen=True)
+class Answer:
+    """A response as the user reads it: its ids before the first stop token, that token's index
+    (None: the response has none; it ran to its length) and the decoded text."""
 
-    tokenizer: Any
-    _generation_stop_ids: tuple[int, ...] = ()
+    ids: tuple[int, ...]
+    eos_index: int | None
+    text: str
 
-    @property
-    def eos_token_id(self) -> int | None:
-        return getattr(self.tokenizer, "eos_token_id", None)
 
-    @property
-    def stop_token_ids(self) -> tuple[int, ...]:
-        """Every id that ends a response: the tokenizer's EOS and the generation config's EOS ids.
+class TextView:
+    """Text <-> ids for one model; subclasses say how. ``stop_ids`` end an answer."""
 
-        Engines set the generation-config part (``engine.stop_token_ids = eos_token_id``, an
-        int, a list or None); the tokenizer's EOS is always included."""
-        return tuple(sorted({*self._generation_stop_ids, *eos_ids(self.eos_token_id)}))
+    stop_ids: tuple[int, ...] = ()
+    has_tokenizer = False
+    has_chat_template = False
 
-    @stop_token_ids.setter
-    def stop_token_ids(self, value: Any) -> None:
-        self._generation_stop_ids = eos_ids(value)
+    def encode(self, text: str, *, special: bool = False) -> list[int]:
+        """``text`` as ids (a ConfigError naming `prompt` when it cannot be); ``special`` adds the
+        tokenizer's special tokens (a BOS), as a server tokenizes a text request."""
+        raise ConfigError("prompt", text, "this engine has no tokenizer here; send {prompt} as token ids")
 
-    def encode(self, text: str) -> list[int]:
-        if self.tokenizer is None:
-            raise ValueError("this engine has no tokenizer; pass token ids")
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(map(str, ids))
+
+    def chat_ids(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """The chat template applied straight to ids, with the generation prompt (no text round trip)."""
+        raise ConfigError("messages", messages, "this engine's model has no chat template; send a plain prompt")
+
+    def prompt_ids(self, text: str, *, chat: bool) -> list[int]:
+        """A user prompt as ids: in a user turn of the chat template when ``chat`` and the model
+        has one, else the plain text; empty text is no ids (not a template around nothing)."""
+        if not text:
+            return []
+        if chat and self.has_chat_template:
+            return self.chat_ids([{"role": "user", "content": text}])
+        return self.encode(text)
+
+    def answer(self, tokens: Sequence[int]) -> Answer:
+        """The response up to its first stop token, decoded."""
+        kept, eos_index = cut_at_stop(tokens, self.stop_ids)
+        return Answer(kept, eos_index, self.decode(kept))
+
+
+class IdsView(TextView):
+    """No tokenizer: prompts are ids, answers their ids as text; ``stop_ids`` from a generation config."""
+
+    def __init__(self, stop_ids: Iterable[int] = ()) -> None:
+        self.stop_ids = tuple(sorted(set(stop_ids)))
+
+
+class TokenizerView(TextView):
+    """A transformers tokenizer; ``stop_ids`` are its EOS and ``generation_eos`` (an int, a list or None)."""
+
+    has_tokenizer = True
+
+    def __init__(self, tokenizer: Any, generation_eos: Any = None) -> None:
+        self.tokenizer = tokenizer
+        self.stop_ids = tuple(sorted({*eos_ids(generation_eos), *eos_ids(getattr(tokenizer, "eos_token_id", None))}))
+        self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
+
+    def encode(self, text: str, *, special: bool = False) -> list[int]:
+        if special:
+            return list(self.tokenizer(text)["input_ids"])
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
-        if self.tokenizer is None:
-            return " ".join(map(str, ids))
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def chat_ids(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        if not self.has_chat_template:
+            return super().chat_ids(messages)
+        try:
+            ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+        except Exception as exc:  # the template's own checks (jinja2 raises e.g. on roles out of order)
+            raise ConfigError("messages", messages, f"the model's chat template refused {{messages}}: {exc}") from None
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+class TokenizerText:
+    """Mixin of engines with a transformers tokenizer (``self.tokenizer``): ``text`` is their
+    :class:`TokenizerView`; ``stop_token_ids`` set the generation config's EOS ids. ``encode``,
+    ``decode`` and ``chat_prompt`` are the view's, for library users."""
+
+    tokenizer: Any
+    _generation_eos: Any = None
+    _view: TextView | None = None
+
+    @property
+    def text(self) -> TextView:
+        if self._view is None:
+            self._view = TokenizerView(self.tokenizer, self._generation_eos) if self.tokenizer is not None else IdsView()
+        return self._view
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        return self.text.stop_ids
+
+    @stop_token_ids.setter
+    def stop_token_ids(self, value: Any) -> None:
+        self._generation_eos, self._view = value, None
+
+    def encode(self, text: str) -> list[int]:
+        return self.text.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.text.decode(ids)
 
     def chat_prompt(self, text: str) -> list[int]:
         """Prompt ids with the tokenizer's chat template when it has one, else plain text."""
-        tok = self.tokenizer
-        if tok is not None and getattr(tok, "chat_template", None):
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        return self.encode(text)
+        return self.text.prompt_ids(text, chat=True)
 
 
 class ModelFolder(TokenizerText):
     """A server engine's view of its model folder (``model_path``, as the server names it):
-    its JSON configs and its tokenizer, both read lazily on this machine."""
+    its JSON configs and its tokenizer, both read lazily on this machine. Without a tokenizer
+    here (the server runs elsewhere), ``text`` is an :class:`IdsView` with the generation
+    config's stop ids."""
 
     model_path: str | None = None
     _tokenizer: Any = None
@@ -95,3 +178,14 @@ class ModelFolder(TokenizerText):
 
             self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         return self._tokenizer
+
+    @property
+    def text(self) -> TextView:
+        if self._view is None:
+            try:
+                self._view = TokenizerView(self.tokenizer, self._generation_eos)
+            except Exception as exc:  # transformers raises OSError, ValueError, ... for a missing tokenizer
+                log.warning("no tokenizer for %s on this machine (%s): prompts must be token ids, answers are ids",
+                            self.model_path, exc)
+                self._view = IdsView(eos_ids(self._generation_eos))
+        return self._view

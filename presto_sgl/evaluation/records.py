@@ -12,22 +12,17 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from ..engines.text import cut_at_stop
-from ..samplers import SampleResult
+from ..engines.base import Engine
+from ..methods import SampleResult
 from ..tasks.base import Problem, Task
 from .rescore import Rescorer, statistics
 
 
-def response_text(engine: Any, tokens: tuple[int, ...]) -> tuple[str, int | None]:
-    kept, eos_index = cut_at_stop(tokens, getattr(engine, "stop_token_ids", None))
-    decode = getattr(engine, "decode", None)
-    return (decode(list(kept)) if decode is not None else " ".join(map(str, kept))), eos_index
-
-
-def make_record(problem: Problem, task: Task, engine: Any, result: SampleResult, *, seed: int,
+def make_record(problem: Problem, task: Task, engine: Engine, result: SampleResult, *, seed: int,
                 rescorer: Rescorer | None, seconds: float) -> dict[str, Any]:
     state = result.state
-    text, eos_index = response_text(engine, state.tokens)
+    answer = engine.text.answer(state.tokens)
+    text, eos_index = answer.text, answer.eos_index
     if rescorer is not None:
         scores = rescorer.score(state.prompt, state.tokens)
         stats = statistics(scores.logp, scores.entropy)

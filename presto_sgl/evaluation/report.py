@@ -1,6 +1,6 @@
 """``presto-sgl report RUN_DIR... --out DIR``: a Markdown report with tables and PNG figures.
 
-Runs are grouped by setting (dataset, seed, model, engine, chat, kernel, alpha, tau, T, B, K,
+Runs are grouped by setting (dataset, seed, model, engine, chat, method, alpha, tau, T, B, K,
 keys); in each group the sequential run is the reference of every PreSTO run. Figures (paper analogs):
 accuracy vs time per prompt for every method (Fig. 20), speedup vs prefetch budget
 (Fig. 5 / Table 2), calls reduction vs time-per-call ratio (Fig. 1), the eps-certainty
@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..registry import current_record
 from .equivalence import load_records
 
-SETTING = ("dataset", "seed", "model", "engine", "chat", "kernel", "alpha", "tau", "max_new_tokens", "block_size",
+SETTING = ("dataset", "seed", "model", "engine", "chat", "method", "alpha", "tau", "max_new_tokens", "block_size",
            "steps", "keying")
 
 
@@ -35,12 +36,22 @@ class Run:
         c = self.config
         if c.get("label"):
             return c["label"]
-        if c["sampler"] in ("sequential", "presto"):
-            if c["sampler"] == "sequential":
-                return f"{c['kernel']} sequential ({c['keying']} keys)"
-            return f"{c['kernel']} PreSTO {c['rule']}{' +cost' if c.get('cost_aware') else ''} N_pf={c['budget']}"
-        extra = {"bestofn": f" N={c.get('n')}", "powersmc": f" P={c.get('particles')}"}.get(c["sampler"], "")
-        return c["sampler"] + extra
+        if self.sequential:
+            return f"{c['method']} sequential ({c['keying']} keys)"
+        if self.presto:
+            return f"{c['method']} PreSTO {c['rule']}{' +cost' if c.get('cost_aware') else ''} N_pf={c['budget']}"
+        extra = {"bestofn": f" N={c.get('best_of')}", "powersmc": f" P={c.get('particles')}"}.get(c["method"], "")
+        return c["method"] + extra
+
+    @property
+    def sequential(self) -> bool:
+        """An MH run, one model call per transition."""
+        return self.config.get("rule") == "sequential"
+
+    @property
+    def presto(self) -> bool:
+        """An MH run by a PreSTO rule."""
+        return self.config.get("rule") not in (None, "sequential")
 
     @property
     def setting(self) -> tuple:
@@ -68,16 +79,16 @@ def load_run(path: str | Path) -> Run:
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     except OSError:
         raise ValueError(f"{str(path)!r}: no manifest.json (a `presto-sgl run --out` directory)") from None
-    return Run(path, manifest["config"], list(load_records(path).values()))
+    return Run(path, current_record(manifest["config"]), list(load_records(path).values()))
 
 
 def speedups(runs: list[Run]) -> list[dict[str, Any]]:
     """One row per PreSTO run with a sequential run of the same setting: per-prompt medians."""
-    seq = {r.setting: r for r in runs if r.config["sampler"] == "sequential"}
+    seq = {r.setting: r for r in runs if r.sequential}
     rows = []
     for r in runs:
         base = seq.get(r.setting)
-        if r.config["sampler"] != "presto" or base is None:
+        if not r.presto or base is None:
             continue
         a = {x["id"]: x["metrics"] for x in base.records}
         pairs = [(a[x["id"]], x["metrics"]) for x in r.records if x["id"] in a]
@@ -162,7 +173,7 @@ def write_report(paths: list[str | Path], out: str | Path) -> Path:
     counts = {r.label: c for r in runs if (c := certainty_counts(r))}
     if counts:
         figs.append(figures.certainty_histogram(counts, out / "certainty.png"))
-    traces = [f for r in runs if r.config["sampler"] == "presto" and r.config.get("keying") == "path"
+    traces = [f for r in runs if r.presto and r.config.get("keying") == "path"
               for f in sorted((r.path / "traces").glob("*.jsonl"))]
     if traces:
         figs.append(figures.prefetch_tree(traces, out / "prefetch_tree.png"))

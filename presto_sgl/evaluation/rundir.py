@@ -18,6 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..registry import current_record
+
 MANIFEST, RECORDS = "manifest.json", "records.jsonl"
 
 
@@ -46,7 +48,7 @@ class RunDir:
         manifest = self.path / MANIFEST
         config = json.loads(json.dumps(config))  # what a reread manifest would hold (tuples as lists)
         if manifest.exists():
-            old = json.loads(manifest.read_text(encoding="utf-8"))["config"]
+            old = current_record(json.loads(manifest.read_text(encoding="utf-8"))["config"])
             diff = {k: (old.get(k), config.get(k)) for k in sorted(set(old) | set(config)) if old.get(k) != config.get(k)}
             if diff:
                 named = "; ".join(f"{k}: {a!r} in the directory, {b!r} now" for k, (a, b) in diff.items())

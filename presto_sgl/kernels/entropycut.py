@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import check_beta
 from ..errors import EngineError
+from ..fields import Validated, number, option
 from ..keys import DecisionDraws
 from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
@@ -72,6 +72,16 @@ def race(entropy: Sequence[float], beta: float, upto: int, draws: DecisionDraws)
     return best_j
 
 
+BETA = number(0, strict=False, what="EntropyCut's cut-law power", example=4.0)
+
+
+@dataclass(frozen=True)
+class EntropyCutParams(Validated):
+    """EntropyCut's own parameter: the cut law's power."""
+
+    beta: float = option(4.0, "entropycut: power of the cut law, Delta^beta", BETA)
+
+
 @dataclass(frozen=True)
 class EntropyCutKernel:
     """EntropyCut as a :class:`~presto_sgl.kernels.base.Kernel` (module docstring)."""
@@ -84,7 +94,7 @@ class EntropyCutKernel:
     score_temperatures: ClassVar[tuple[float, ...]] = ()
 
     def __post_init__(self) -> None:
-        check_beta(self.beta)
+        BETA("beta", self.beta)
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
         c = race(_entropy(state), self.beta, state.length, draws)

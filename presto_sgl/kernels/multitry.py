@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import check_multitry
 from ..errors import EngineError
+from ..fields import Validated, integer, option, temperatures
 from ..keys import SEED_MASK, DecisionDraws, randbelow, uniform01
 from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
@@ -106,6 +106,19 @@ def _logq_at(name: str, values: tuple[tuple[float, ...], ...] | None, n: int, k:
     return values
 
 
+TRIES = integer(1, "MultiTryMH's candidates per transition", 4)
+TEMPERATURES = temperatures("(0.25, 0.5, 1.0)")
+
+
+@dataclass(frozen=True)
+class MultiTryParams(Validated):
+    """MultiTryMH's own parameters: m and the temperature set S."""
+
+    tries: int = option(4, "multitry: candidate suffixes per transition, m", TRIES)
+    try_temperatures: tuple[float, ...] = option((0.25, 0.5, 1.0), "multitry: the set each draw's temperature is "
+                                                 "drawn from", TEMPERATURES, metavar="T1,T2,...")
+
+
 @dataclass(frozen=True)
 class MultiTryKernel(UniformCut):
     """MultiTryMH as a :class:`~presto_sgl.kernels.base.Kernel` (module docstring).
@@ -121,8 +134,8 @@ class MultiTryKernel(UniformCut):
     needs_entropy: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        check_multitry(self.tries, self.temperatures)
-        object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        TRIES("tries", self.tries)
+        object.__setattr__(self, "temperatures", TEMPERATURES("temperatures", self.temperatures))
 
     @property
     def score_temperatures(self) -> tuple[float, ...]:

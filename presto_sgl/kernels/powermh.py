@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import EngineError
+from ..fields import Validated
 from ..keys import DecisionDraws
 from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
@@ -96,6 +97,11 @@ class UniformCut:
     def prefetch_cut(self, root: ChainState, shared: int, draws: DecisionDraws) -> int | None:
         c = draws.cut(root.length)
         return c if c <= shared else None
+
+
+@dataclass(frozen=True)
+class PowerMHParams(Validated):
+    """PowerMH has no parameters beyond the schedule's (alpha, tau)."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Planners: which requests a round sends (docs/design.md §5); :func:`make_planner` picks one.
+"""Planners: which requests a round sends (docs/design.md §5); a rule's entry in
+:mod:`presto_sgl.registry` picks one (:func:`presto_sgl.registry.make_planner`).
 
 * ``sequential`` -- the next decision only (PowerMH, paper Alg. 1): :mod:`.base`;
 * ``bfs`` -- the paper's breadth-first rule: :mod:`.bfs`;
@@ -12,7 +13,7 @@
 from __future__ import annotations
 
 from ..config import PrestoConfig
-from ..predictor import load_predictor
+from ..registry import RuleSpec, register_rule
 from .base import Planner, PlannedRequest, RoundContext, RoundFeedback, SequentialPlanner
 from .bfs import BFSPlanner
 from .costaware import CostAwareStepPlanner
@@ -31,20 +32,28 @@ __all__ = [
     "RoundFeedback",
     "SequentialPlanner",
     "StepPlanner",
-    "make_planner",
 ]
 
 
-def make_planner(presto: PrestoConfig) -> Planner:
-    """The planner of ``presto.rule`` (predictor-driven rules load their predictor)."""
-    if presto.rule == "sequential":
-        return SequentialPlanner()
-    if presto.cost_aware and presto.rule in ("bfs", "predictive"):
-        return CostAwarePathPlanner(presto.rule, load_predictor(presto.predictor, online=presto.online))
-    if presto.rule == "bfs":
-        return BFSPlanner()
-    if presto.rule == "predictive":
-        return PredictivePlanner(load_predictor(presto.predictor, online=presto.online))
-    if not presto.cost_aware:  # rule "step"
-        return StepPlanner()
-    return CostAwareStepPlanner(load_predictor(presto.predictor, online=presto.online))
+def _predictor(presto: PrestoConfig):
+    from ..predictor import load_predictor
+
+    return load_predictor(presto.predictor, online=presto.online)
+
+
+def _bfs(presto: PrestoConfig) -> Planner:
+    return CostAwarePathPlanner("bfs", _predictor(presto)) if presto.cost_aware else BFSPlanner()
+
+
+def _predictive(presto: PrestoConfig) -> Planner:
+    return CostAwarePathPlanner("predictive", _predictor(presto)) if presto.cost_aware else PredictivePlanner(_predictor(presto))
+
+
+def _step(presto: PrestoConfig) -> Planner:
+    return CostAwareStepPlanner(_predictor(presto)) if presto.cost_aware else StepPlanner()
+
+
+register_rule(RuleSpec("sequential", None, lambda presto: SequentialPlanner(), "PowerMH, one model call per transition"))
+register_rule(RuleSpec("bfs", "path", _bfs, "the paper's breadth-first rule over the path-keyed tree"))
+register_rule(RuleSpec("predictive", "path", _predictive, "the paper's DP over predicted branch probabilities"))
+register_rule(RuleSpec("step", "step", _step, "one shared request per depth, valid proposals carried over rounds"))

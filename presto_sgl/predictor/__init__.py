@@ -8,6 +8,7 @@ from __future__ import annotations
 from .certainty import CLASSES, EPS, ConstantPredictor, Observation, Predictor, certainty_class, h_plus
 from .model import DEFAULT_PATH, LogisticPredictor
 from .online import OnlinePredictor
+from ..errors import ConfigError
 
 __all__ = [
     "CLASSES",
@@ -28,12 +29,12 @@ def load_predictor(spec: str, *, online: bool = False) -> Predictor:
     """The predictor named by ``spec``: "default" (shipped with the package) or a saved file;
     ``online`` wraps it in an :class:`OnlinePredictor` that refits during the run."""
     if not isinstance(spec, str) or not spec:
-        raise ValueError(f"`predictor` (={spec!r}) must be 'default' or the path of a saved predictor")
+        raise ConfigError("predictor", spec, f"{{predictor}} (={spec!r}) must be 'default' or the path of a saved predictor")
     if spec == "default":
         base = LogisticPredictor.load(DEFAULT_PATH)
     else:
         try:
             base = LogisticPredictor.load(spec)
         except ValueError as exc:
-            raise ValueError(f"`predictor`: {exc}") from None
+            raise ConfigError("predictor", spec, f"{{predictor}}: {exc}") from None
     return OnlinePredictor(base) if online else base

@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from ..errors import ConfigError
 
 EPS = 0.01
 REJECT, UNCERTAIN, ACCEPT = 0, 1, 2
@@ -27,7 +28,7 @@ CLASSES = ("reject", "uncertain", "accept")
 def certainty_class(log_accept: float, eps: float = EPS) -> int:
     """REJECT if A <= eps, ACCEPT if A >= 1 - eps, else UNCERTAIN (A = exp(log_accept))."""
     if not 0.0 < eps < 0.5:
-        raise ValueError(f"`eps` (={eps!r}) must lie in (0, 0.5), e.g. 0.01")
+        raise ConfigError("eps", eps, f"{{eps}} (={eps!r}) must lie in (0, 0.5), e.g. 0.01")
     if math.isnan(log_accept):
         raise ValueError("`log_accept` is NaN; the kernel never produces NaN acceptance")
     if log_accept <= math.log(eps):

@@ -15,6 +15,7 @@ from ..trace import node_record, read_trace
 from .certainty import EPS, Observation, Predictor, certainty_class
 from .fitting import fit_logistic
 from .model import DEFAULT_FEATURES
+from ..errors import ConfigError
 
 def group_folds(groups: Sequence[str], folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, test) index arrays of ``folds``-fold CV holding out whole groups (prompts)."""
@@ -22,12 +23,10 @@ def group_folds(groups: Sequence[str], folds: int) -> list[tuple[np.ndarray, np.
 
     n_groups = len(set(groups))
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
-        raise ValueError(f"`folds` (={folds!r}) must be an integer >= 2, e.g. 5")
+        raise ConfigError("folds", folds, f"{{folds}} (={folds!r}) must be an integer >= 2, e.g. 5")
     if n_groups < folds:
-        raise ValueError(
-            f"`folds` (={folds}) exceeds the number of prompts in the traces ({n_groups}); "
-            f"use folds <= {n_groups} or add traces of more prompts"
-        )
+        raise ConfigError("folds", folds, f"{{folds}} (={folds}) exceeds the number of prompts in the traces "
+                          f"({n_groups}); use {{folds}} <= {n_groups} or add traces of more prompts")
     idx = np.arange(len(groups))
     return list(GroupKFold(n_splits=folds).split(idx, groups=list(groups)))
 

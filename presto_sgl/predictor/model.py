@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .certainty import CLASSES, EPS, Observation
+from ..errors import ConfigError
 
 FORMAT = "presto-sgl/certainty-predictor"
 VERSION = 1
@@ -46,9 +47,8 @@ def _check_features(features: Sequence[str]) -> tuple[str, ...]:
     features = tuple(features)
     unknown = [f for f in features if f not in FEATURES]
     if not features or unknown or len(set(features)) != len(features):
-        raise ValueError(
-            f"`features` (={list(features)!r}) must be distinct names from {sorted(FEATURES)}, e.g. ['cut_fraction']"
-        )
+        raise ConfigError("features", features, f"{{features}} (={list(features)!r}) must be distinct names from "
+                          f"{sorted(FEATURES)}, e.g. ['cut_fraction']")
     return features
 
 
@@ -84,7 +84,7 @@ class LogisticPredictor:
         if not all(math.isfinite(v) for v in (*self.intercept, *(w for r in self.coef for w in r))):
             raise ValueError("`coef` and `intercept` must be finite numbers")
         if not 0.0 < eps < 0.5:
-            raise ValueError(f"`eps` (={eps!r}) must lie in (0, 0.5), e.g. 0.01")
+            raise ConfigError("eps", eps, f"{{eps}} (={eps!r}) must lie in (0, 0.5), e.g. 0.01")
         self.eps = float(eps)
         self.training = dict(training or {})
         self._funcs = tuple(FEATURES[f] for f in self.features)
@@ -96,7 +96,7 @@ class LogisticPredictor:
         if hit is not None:
             return hit
         if not 0.0 <= cut_fraction <= 1.0:
-            raise ValueError(f"`cut_fraction` (={cut_fraction!r}) must lie in [0, 1] (c/T with 0 <= c < T)")
+            raise ConfigError("cut_fraction", cut_fraction, f"{{cut_fraction}} (={cut_fraction!r}) must lie in [0, 1] (c/T with 0 <= c < T)")
         f = [float(g(np.float64(cut_fraction))) for g in self._funcs]
         z = [b + sum(w * v for w, v in zip(row, f)) for b, row in zip(self.intercept, self.coef)]
         m = max(z)

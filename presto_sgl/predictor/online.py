@@ -18,6 +18,7 @@ import numpy as np
 
 from .certainty import Observation, Predictor
 from .model import DEFAULT_FEATURES, LogisticPredictor, design
+from ..errors import ConfigError
 
 def _newton_refit(
     X: np.ndarray, y: np.ndarray, w: np.ndarray, C: float, start: LogisticPredictor, training: Mapping[str, Any]
@@ -86,11 +87,11 @@ class OnlinePredictor:
         if isinstance(prior_weight, bool) or not isinstance(prior_weight, (int, float)) or not (
             math.isfinite(prior_weight) and prior_weight > 0
         ):
-            raise ValueError(f"`prior_weight` (={prior_weight!r}) must be a number > 0 (decisions the base counts as), e.g. 40")
+            raise ConfigError("prior_weight", prior_weight, f"{{prior_weight}} (={prior_weight!r}) must be a number > 0 (decisions the base counts as), e.g. 40")
         if isinstance(min_examples, bool) or not isinstance(min_examples, int) or min_examples < 1:
-            raise ValueError(f"`min_examples` (={min_examples!r}) must be an integer >= 1, e.g. 10")
+            raise ConfigError("min_examples", min_examples, f"{{min_examples}} (={min_examples!r}) must be an integer >= 1, e.g. 10")
         if isinstance(grid, bool) or not isinstance(grid, int) or grid < 2:
-            raise ValueError(f"`grid` (={grid!r}) must be an integer >= 2, e.g. 20")
+            raise ConfigError("grid", grid, f"{{grid}} (={grid!r}) must be an integer >= 2, e.g. 20")
         self.base = base
         features = base.features if isinstance(base, LogisticPredictor) else DEFAULT_FEATURES
         self.min_examples = min_examples

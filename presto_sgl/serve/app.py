@@ -24,9 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import BackendUnavailable, EngineError
+from ..errors import ConfigError, BackendUnavailable, EngineError
 from .params import ParamError, parse
-from .pool import Cancelled, Ticket
+from ..pool import Cancelled, Ticket
 from .responses import error_body, response, stream_events
 from .service import Service
 
@@ -91,7 +91,7 @@ async def _await_chains(request: Request, futures: Sequence[asyncio.Future], tic
 def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: float = 0.1) -> Starlette:
     """The app serving ``service``; requests time out after ``request_timeout_s`` (queue time included)."""
     if not request_timeout_s > 0:
-        raise ValueError(f"`request_timeout_s` (={request_timeout_s!r}) must be > 0")
+        raise ConfigError("request_timeout_s", request_timeout_s, f"{{request_timeout_s}} (={request_timeout_s!r}) must be > 0")
 
     async def serve(request: Request, kind: str) -> Response:
         try:

@@ -2,26 +2,41 @@
 :class:`ParamError` naming the request field (HTTP 400).
 
 The power-sampling parameters ride in the body next to the OpenAI ones (with the
-``openai`` client: ``extra_body={...}``): ``alpha``, ``tau``, ``block_size``, ``steps``,
-``sampler``, ``rule``, ``budget``, ``cost_aware``, ``beta``, ``tries``,
-``try_temperatures`` and ``seed``; ``max_tokens`` is the fixed response length T. They are
-checked by the library's own validators (:func:`presto_sgl.config.sampling_configs`), so a
-request is refused exactly where the library would refuse it, the message naming the
-request field.
+``openai`` client: ``extra_body={...}``): ``method`` (the MH kernel; old name ``sampler``),
+``rule``, the schedule (``alpha``, ``tau``, ``block_size``, ``steps``, ``keying``),
+``budget``, ``cost_aware``, every kernel's own parameters (e.g. ``beta``, ``tries``,
+``try_temperatures``) and ``seed``; ``max_tokens`` is the fixed response length T. The
+fields are generated from the registry (:func:`power_fields`) and checked by the library's
+own validators (:func:`presto_sgl.config.sampling_configs`), so a request is refused exactly
+where the library would refuse it, the :class:`~presto_sgl.errors.ConfigError` told in the
+request's field names.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import PowerConfig, PrestoConfig, sampling_configs
+from .. import registry
+from ..config import PowerConfig, PrestoConfig, parameters, with_options
+from ..errors import ConfigError
+from ..fields import params_of
 
-POWER_FIELDS = ("alpha", "tau", "block_size", "steps", "sampler", "rule", "budget", "cost_aware", "beta", "tries",
-                "try_temperatures")
-"""Power-sampling fields a request may set (the server's defaults otherwise)."""
+SERVER_SIDE = frozenset({"predictor", "online"})
+"""Parameters only the server's flags set (its files, its learners)."""
+
+LENGTH = "max_new_tokens"
+"""The library's response length, the request's ``max_tokens`` (chat: or ``max_completion_tokens``)."""
+
+
+def power_fields() -> tuple[str, ...]:
+    """The power-sampling request fields: the registry's MH parameters (every registered
+    kernel's included), less the length (``max_tokens``) and the server-side ones."""
+    baseline = {p.name for spec in registry.BASELINES.values() for p in params_of(spec.params)}
+    return tuple(p.name for p in parameters()
+                 if p.name not in SERVER_SIDE | baseline | {LENGTH}) + ("sampler",)
+
 
 IGNORED = frozenset({"temperature", "top_p", "user", "stream_options", "presence_penalty", "frequency_penalty",
                      "metadata", "store", "service_tier", "parallel_tool_calls"})
@@ -30,13 +45,16 @@ the sampling knobs of plain decoding do not apply (``tau`` sets the proposal tem
 ``presence_penalty`` / ``frequency_penalty`` are accepted only at 0."""
 
 COMMON = frozenset({"model", "max_tokens", "n", "seed", "stop", "stream", "return_token_ids", "logprobs", "logit_bias",
-                    *POWER_FIELDS, *IGNORED})
-FIELDS = {
+                    *IGNORED})
+KIND_FIELDS = {
     "completions": COMMON | {"prompt", "echo", "best_of", "suffix"},
     "chat": COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "response_format"},
 }
-LIBRARY_NAMES = {"max_new_tokens": "max_tokens"}
-"""Library parameter -> request field, where they differ."""
+
+
+def fields(kind: str) -> frozenset[str]:
+    """Every field a request of ``kind`` may send."""
+    return KIND_FIELDS[kind] | set(power_fields())
 
 
 class ParamError(ValueError):
@@ -58,9 +76,9 @@ class Defaults:
 
     def __post_init__(self) -> None:
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ValueError(f"`seed` (={self.seed!r}) must be an integer or None")
+            raise ConfigError("seed", self.seed, f"{{seed}} (={self.seed!r}) must be an integer or None")
         if isinstance(self.max_n, bool) or not isinstance(self.max_n, int) or self.max_n < 1:
-            raise ValueError(f"`max_n` (={self.max_n!r}) must be an integer >= 1 (chains per request)")
+            raise ConfigError("max_n", self.max_n, f"{{max_n}} (={self.max_n!r}) must be an integer >= 1 (chains per request)")
 
 
 @dataclass(frozen=True)
@@ -110,10 +128,10 @@ def _prompts(value: Any) -> tuple[Any, ...]:
 
 def _refuse(body: Mapping[str, Any], kind: str) -> None:
     """400 for fields this server does not serve, naming each."""
-    unknown = sorted(set(body) - FIELDS[kind])
+    unknown = sorted(set(body) - fields(kind))
     if unknown:
-        raise ParamError(unknown[0], f"unrecognized request field `{unknown[0]}`; the power-sampling fields are "
-                         f"{list(POWER_FIELDS) + ['seed', 'max_tokens']}")
+        listed = [f for f in power_fields() if f != "sampler"] + ["seed", "max_tokens"]
+        raise ParamError(unknown[0], f"unrecognized request field `{unknown[0]}`; the power-sampling fields are {listed}")
     unsupported = {
         "logprobs": body.get("logprobs") not in (None, False, 0),
         "top_logprobs": body.get("top_logprobs") not in (None, 0),
@@ -133,18 +151,11 @@ def _refuse(body: Mapping[str, Any], kind: str) -> None:
         raise ParamError("best_of", "`best_of` is not supported; power sampling returns each of its `n` chains")
 
 
-def field_names(message: str) -> str:
-    """A library message, its parameter names made request field names."""
-    for lib, field in LIBRARY_NAMES.items():
-        message = message.replace(lib, field)
-    return message
-
-
-def _library_error(exc: Exception) -> ParamError:
-    """A library ValueError / TypeError as a ParamError naming the first field it names."""
-    message = field_names(str(exc))
-    found = re.search(r"`([a-z_]+)`", message)
-    return ParamError(found.group(1) if found else None, message)
+def request_error(exc: ConfigError, names: Mapping[str, str]) -> ParamError:
+    """A library ConfigError as a ParamError: its parameters told as request fields (``names``
+    maps the library's names that differ, e.g. max_new_tokens -> max_tokens)."""
+    field = lambda p: names.get(p, p)  # noqa: E731
+    return ParamError(field(exc.param) if exc.param else None, exc.render(field))
 
 
 def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
@@ -170,25 +181,16 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
     for name in ("stream", "return_token_ids"):
         if not isinstance(body.get(name, False), bool):
             raise ParamError(name, f"`{name}` (={body[name]!r}) must be true or false")
-    config, presto = defaults.config, defaults.presto
-    power: dict[str, Any] = {
-        "alpha": config.alpha, "tau": config.tau, "block_size": config.block_size, "steps": config.steps,
-        "sampler": config.sampler, "beta": config.beta, "tries": config.tries,
-        "try_temperatures": config.try_temperatures, "rule": presto.rule, "budget": presto.budget,
-        "cost_aware": presto.cost_aware,
-    }
-    power.update({k: body[k] for k in POWER_FIELDS if body.get(k) is not None})
-    if isinstance(power["try_temperatures"], list):
-        power["try_temperatures"] = tuple(power["try_temperatures"])
-    max_tokens = _int(body, length, config.max_new_tokens, 1)
+    method_field = "method" if body.get("method") is not None or body.get("sampler") is None else "sampler"
+    names = {LENGTH: length, "kernel": method_field, "method": method_field}
+    overrides = {k: body[k] for k in power_fields() if k != "sampler" and body.get(k) is not None}
+    if body.get(method_field) is not None:
+        overrides["kernel"] = overrides.pop("method", body.get(method_field))
+    overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
+    max_tokens = _int(body, length, defaults.config.max_new_tokens, 1)
     try:
-        config, presto = sampling_configs(power.pop("rule"), budget=power.pop("budget"),
-                                          cost_aware=power.pop("cost_aware"), predictor=presto.predictor,
-                                          online=presto.online, max_new_tokens=max_tokens, **power)
-    except (ValueError, TypeError) as exc:
-        error = _library_error(exc)
-        if error.param == "max_tokens" and length != "max_tokens":
-            error = ParamError(length, str(error).replace("max_tokens", length))
-        raise error from None
+        config, presto = with_options(defaults.config, defaults.presto, {**overrides, LENGTH: max_tokens})
+    except ConfigError as exc:
+        raise request_error(exc, names) from None
     return ChainJob(kind, prompts, n, config, presto, seed, _stop(body.get("stop")), body.get("stream", False),
                     body.get("return_token_ids", False))

@@ -9,7 +9,6 @@ independent and share its prefix in the backend's KV cache.
 
 from __future__ import annotations
 
-import logging
 import secrets
 import threading
 from collections import OrderedDict
@@ -19,13 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engines.base import Engine
-from ..engines.text import cut_at_stop
-from ..samplers import SampleResult, Sampler, make_sampler
-from .params import ChainJob, Defaults, ParamError, field_names
-from .pool import ChainPool, GuardedEngine, Ticket
+from ..engines.server import ServerEngine
+from ..errors import ConfigError
+from ..methods import SampleResult
+from ..pool import ChainPool, GuardedEngine, Ticket
+from ..samplers import Sampler
+from .params import LENGTH, ChainJob, Defaults, ParamError, request_error
 
 ROLES = ("system", "developer", "user", "assistant")
-log = logging.getLogger("presto_sgl.serve")
 SAMPLERS_KEPT = 32
 """Samplers kept (one per distinct request config, least recently used dropped first)."""
 
@@ -56,18 +56,6 @@ def _turn(i: int, message: Any) -> dict[str, str]:
     return {"role": message["role"], "content": content}
 
 
-def _text_view(engine: Engine) -> tuple[Callable[[list[int]], str] | None, tuple[int, ...]]:
-    """The engine's ``decode`` and stop token ids. Without a tokenizer loadable here (a
-    server's model folder on another machine) there is no ``decode``, answers hold the
-    token ids as text, and the stop ids are the generation config's alone."""
-    try:
-        getattr(engine, "tokenizer", None)  # a server engine loads it from its model folder
-        return getattr(engine, "decode", None), tuple(getattr(engine, "stop_token_ids", None) or ())
-    except Exception as exc:  # transformers raises OSError, ValueError, ... for a missing tokenizer
-        log.warning("no tokenizer for the backend's model on this machine (%s): text fields hold token ids", exc)
-        return None, tuple(getattr(engine, "_generation_stop_ids", ()))
-
-
 class Service:
     """One backend ``engine`` serving requests: ``defaults`` fill what a request leaves out."""
 
@@ -76,7 +64,7 @@ class Service:
         self.defaults = defaults
         self.pool = pool
         self.model = model
-        self.decode, self.stop_ids = _text_view(engine)
+        self.text = engine.text  # a server engine loads its tokenizer here (or answers with ids)
         self._samplers: OrderedDict[tuple[Any, Any], Sampler] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
 
@@ -89,9 +77,9 @@ class Service:
                 self._samplers.move_to_end(key)
                 return self._samplers[key]
             try:
-                sampler = make_sampler(self.engine, job.config, job.presto)
-            except ValueError as exc:  # CapabilityError included: e.g. entropycut on an engine without entropy
-                raise ParamError("sampler", str(exc)) from None
+                sampler = Sampler(self.engine, job.config, job.presto)
+            except ValueError as exc:  # CapabilityError: e.g. entropycut on an engine without entropy
+                raise ParamError("method", str(exc)) from None
             self._samplers[key] = sampler
             if len(self._samplers) > SAMPLERS_KEPT:
                 self._samplers.popitem(last=False)
@@ -100,36 +88,27 @@ class Service:
     def prompt_ids(self, job: ChainJob, prompt: Any) -> tuple[int, ...]:
         """One prompt as token ids, checked by the sampler (400 naming the field otherwise)."""
         field = "messages" if job.kind == "chat" else "prompt"
-        if job.kind == "chat":
-            ids = self._chat_ids(prompt)
-        else:
-            ids = self._text_ids(prompt) if isinstance(prompt, str) else list(prompt)
         try:
+            if job.kind == "chat":
+                ids = self._chat_ids(prompt)
+            else:
+                ids = self._text_ids(prompt) if isinstance(prompt, str) else list(prompt)
             return self.sampler(job).check_prompt(ids)
-        except ParamError:
-            raise
-        except ValueError as exc:
-            raise ParamError(field, field_names(str(exc)).replace("`prompt`", f"`{field}`")) from None
+        except ConfigError as exc:
+            raise request_error(exc, {"prompt": field, LENGTH: "max_tokens"}) from None
 
     def _text_ids(self, text: str) -> list[int]:
-        encode = getattr(self.engine.inner, "encode", None)
-        if encode is None:
+        if not self.text.has_tokenizer:
             raise ParamError("prompt", "this backend has no tokenizer; send the prompt as a list of token ids")
         try:
-            return list(encode(text))
-        except ValueError as exc:  # e.g. no tokenizer, or characters outside the reference vocabulary
+            return self.text.encode(text)
+        except ConfigError as exc:  # e.g. characters outside the reference vocabulary
             raise ParamError("prompt", f"{exc}; or send the prompt as a list of token ids") from None
 
     def _chat_ids(self, messages: Sequence[Any]) -> list[int]:
-        tok = getattr(self.engine.inner, "tokenizer", None) if self.decode is not None else None
-        if tok is None or not getattr(tok, "chat_template", None):
+        if not self.text.has_chat_template:
             raise ParamError("messages", "this backend's model has no chat template; use /v1/completions")
-        turns = [_turn(i, m) for i, m in enumerate(messages)]
-        try:
-            ids = tok.apply_chat_template(turns, add_generation_prompt=True, tokenize=True)
-        except Exception as exc:  # the template's own checks (jinja2 raises e.g. on roles out of order)
-            raise ParamError("messages", f"the model's chat template refused `messages`: {exc}") from None
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return self.text.chat_ids([_turn(i, m) for i, m in enumerate(messages)])
 
     def start(self, job: ChainJob, ticket: Ticket) -> tuple[int, list[tuple[int, ...]], list[Future] | None]:
         """(seed, prompt ids, one future per chain), or futures None when the pool is full.
@@ -149,15 +128,14 @@ class Service:
 
     def choice(self, job: ChainJob, index: int, result: SampleResult) -> Choice:
         """The answer of one chain: cut at the first stop token, then at the first ``stop`` string."""
-        kept, eos_index = cut_at_stop(result.state.tokens, self.stop_ids)
-        text = self.decode(list(kept)) if self.decode is not None else " ".join(map(str, kept))
-        reason = "stop" if eos_index is not None else "length"
+        answer = self.text.answer(result.state.tokens)
+        text, reason = answer.text, "stop" if answer.eos_index is not None else "length"
         cuts = [text.index(s) for s in job.stop if s in text]
         if cuts:
             text, reason = text[: min(cuts)], "stop"
-        return Choice(index, text, tuple(kept), reason, result, eos_index)
+        return Choice(index, text, answer.ids, reason, result, answer.eos_index)
 
     def backend_healthy(self) -> bool:
         """The backend answers ``/health`` (server engines), or is in process."""
-        wait = getattr(self.engine.inner, "wait_healthy", None)
-        return bool(wait(0.0)) if wait is not None else True
+        inner = self.engine.inner
+        return inner.wait_healthy(0.0) if isinstance(inner, ServerEngine) else True

@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from ..errors import ConfigError
 
 __all__ = [
     "ALPHABET",
@@ -82,7 +83,7 @@ def make_problem(rng: random.Random, digits: tuple[int, int] = (2, 3)) -> Proble
     """A random problem; each operand's digit count is uniform in ``digits`` (inclusive)."""
     lo, hi = digits
     if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
-        raise ValueError(f"`digits` (={digits!r}) must be (lo, hi) with 1 <= lo <= hi")
+        raise ConfigError("digits", digits, f"{{digits}} (={digits!r}) must be (lo, hi) with 1 <= lo <= hi")
     na, nb = rng.randint(lo, hi), rng.randint(lo, hi)
     a = rng.randint(10 ** (na - 1) if na > 1 else 0, 10**na - 1)
     b = rng.randint(10 ** (nb - 1) if nb > 1 else 0, 10**nb - 1)
@@ -119,4 +120,4 @@ def is_correct(problem: Problem, completion_text: str) -> bool:
 
 def _check_operand(x: int, name: str) -> None:
     if not isinstance(x, int) or isinstance(x, bool) or x < 0:
-        raise ValueError(f"`{name}` (={x!r}) must be a non-negative integer")
+        raise ConfigError(name, x, f"{{{name}}} (={x!r}) must be a non-negative integer")

@@ -19,7 +19,7 @@ from presto_sgl.config import sampling_configs
 from presto_sgl.engines.base import Engine
 from presto_sgl.serve.app import create_app
 from presto_sgl.serve.params import Defaults
-from presto_sgl.serve.pool import ChainPool
+from presto_sgl.pool import ChainPool
 from presto_sgl.serve.service import Service
 from .mutants import cli_command
 from .servers import free_port

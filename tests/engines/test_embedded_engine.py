@@ -9,9 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH  # noqa: E402
+from presto_sgl import PowerConfig, PrestoConfig  # noqa: E402
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.engines.embedded import EmbeddedEngine  # noqa: E402
+from presto_sgl import Sampler
 
 TOL = 2e-5  # float32: our forward vs transformers' forward, per-token log-probabilities
 
@@ -205,7 +206,7 @@ def test_coupling_on_the_embedded_engine(which, rule, budget):
     keying = PrestoConfig(rule).keying
     cfg = PowerConfig(alpha=4.0, tau=tau, max_new_tokens=16, block_size=8, steps=6, keying=keying)
     runs = []
-    for sampler in (PowerMH(EmbeddedEngine(model), cfg), PrestoPowerMH(EmbeddedEngine(model), cfg, PrestoConfig(rule, budget))):
+    for sampler in (Sampler(EmbeddedEngine(model), cfg, PrestoConfig("sequential")), Sampler(EmbeddedEngine(model), cfg, PrestoConfig(rule, budget))):
         seen = []
         res = sampler.run(prompt, seed=5, on_transition=lambda s, k, st, tr: seen.append((s, k, st, tr.accepted)))
         runs.append((seen, res))

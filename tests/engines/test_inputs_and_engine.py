@@ -13,18 +13,16 @@ import pytest
 from presto_sgl import (
     EngineError,
     PowerConfig,
-    PowerMH,
     PrestoConfig,
-    PrestoPowerMH,
     Request,
     TraceWriter,
-    make_sampler,
     metrics_from_trace,
     read_trace,
     sampling_configs,
 )
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.planners import BFSPlanner, SequentialPlanner, StepPlanner
+from presto_sgl import Sampler
 
 
 @pytest.mark.parametrize(
@@ -59,7 +57,7 @@ def test_presto_config_errors(kwargs, name):
 
 def test_rule_and_keying_must_match():
     with pytest.raises(ValueError, match="keying='path'"):
-        PrestoPowerMH(ReferenceEngine(), PowerConfig(keying="step"), PrestoConfig("bfs"))
+        Sampler(ReferenceEngine(), PowerConfig(keying="step"), PrestoConfig("bfs"))
 
 
 @pytest.mark.parametrize(
@@ -78,7 +76,7 @@ def test_sampling_configs_pick_the_rule_keying_and_make_sampler_its_planner():
                                   ("step", "step", StepPlanner)]:
         config, presto = sampling_configs(rule, budget=5, max_new_tokens=8, block_size=4, steps=3)
         assert (config.keying, presto.rule, presto.budget, config.max_new_tokens) == (keying, rule, 5, 8)
-        sampler = make_sampler(engine, config, presto)
+        sampler = Sampler(engine, config, presto)
         assert type(sampler.planner) is planner and sampler.name == ("sequential" if rule == "sequential" else "presto")
     config, presto = sampling_configs("sequential", keying="path")  # sequential runs with either keying
     assert config.keying == "path" and presto.sequential
@@ -88,24 +86,24 @@ def test_injected_planner_and_configs_are_checked():
     engine = ReferenceEngine()
     config, presto = sampling_configs("sequential", keying="path")
     with pytest.raises(ValueError, match="keying='step'"):
-        make_sampler(engine, config, presto, planner=StepPlanner())  # the planner's keys, not the rule's
+        Sampler(engine, config, presto, planner=StepPlanner())  # the planner's keys, not the rule's
     planner = BFSPlanner()
-    assert make_sampler(engine, config, presto, planner=planner).planner is planner
+    assert Sampler(engine, config, presto, planner=planner).planner is planner
     with pytest.raises(TypeError, match="`config`"):
-        make_sampler(engine, presto, presto)
+        Sampler(engine, presto, presto)
     with pytest.raises(TypeError, match="`presto`"):
-        make_sampler(engine, config, config)
+        Sampler(engine, config, config)
 
 
 @pytest.mark.parametrize("prompt, match", [([], "empty"), ([0, 32], "outside the vocabulary"), ([-1], "outside"), ([1.0], "outside")])
 def test_prompt_errors(prompt, match):
     with pytest.raises(ValueError, match=match):
-        PowerMH(ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1)).run(prompt, seed=0)
+        Sampler(ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1), PrestoConfig("sequential")).run(prompt, seed=0)
 
 
 def test_seed_must_be_an_integer():
     with pytest.raises(ValueError, match="`seed`"):
-        PowerMH(ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1)).run([1], seed="x")
+        Sampler(ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1), PrestoConfig("sequential")).run([1], seed="x")
 
 
 # -- the reference engine --------------------------------------------------------------
@@ -183,7 +181,7 @@ def test_bad_engine_results_raise_and_do_not_advance(mode, rule):
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, keying=keying)
 
     def sampler(engine):
-        return PowerMH(engine, cfg) if rule is None else PrestoPowerMH(engine, cfg, PrestoConfig(rule, budget=4))
+        return Sampler(engine, cfg, PrestoConfig("sequential")) if rule is None else Sampler(engine, cfg, PrestoConfig(rule, budget=4))
 
     good: list = []
     sampler(FaultyEngine(mode, bad_call=10**9)).run([1, 2], seed=4, on_transition=lambda *a: good.append(a[2]))
@@ -200,7 +198,7 @@ def test_trace_reproduces_metrics(rule):
     keying = "path" if rule == "bfs" else "step"
     cfg = PowerConfig(alpha=4.0, max_new_tokens=32, block_size=16, steps=12, keying=keying)
     eng = ReferenceEngine()
-    sampler = PowerMH(eng, cfg) if rule is None else PrestoPowerMH(eng, cfg, PrestoConfig(rule, budget=6))
+    sampler = Sampler(eng, cfg, PrestoConfig("sequential")) if rule is None else Sampler(eng, cfg, PrestoConfig(rule, budget=6))
     buf = io.StringIO()
     results = [sampler.run([1, 2, 3], seed=s, trace=TraceWriter(buf)) for s in (0, 1)]
     records = read_trace(io.StringIO(buf.getvalue()))

@@ -16,10 +16,11 @@ import time
 
 import pytest
 
-from presto_sgl import EngineError, PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
+from presto_sgl import EngineError, PowerConfig, PrestoConfig
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import SGLangEngine
 from tests.support.sglang_standin import StandIn
+from presto_sgl import Sampler
 
 
 @pytest.fixture
@@ -121,8 +122,8 @@ def test_samplers_run_on_the_http_engine(stand_in, rule):
     eng = SGLangEngine(stand_in().url)
     keying = PrestoConfig(rule).keying
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=5, keying=keying)
-    seq = PowerMH(eng, cfg).run([1, 2, 3], seed=0)
-    pre = PrestoPowerMH(eng, cfg, PrestoConfig(rule, budget=6)).run([1, 2, 3], seed=0)
+    seq = Sampler(eng, cfg, PrestoConfig("sequential")).run([1, 2, 3], seed=0)
+    pre = Sampler(eng, cfg, PrestoConfig(rule, budget=6)).run([1, 2, 3], seed=0)
     assert seq.metrics.transitions == pre.metrics.transitions == 10
     assert pre.metrics.model_calls < seq.metrics.model_calls
     assert pre.metrics.cached_tokens > 0
@@ -138,13 +139,13 @@ def test_many_prompts_in_flight_keep_every_chain_exact(stand_in, tmp_path):
 
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=5, keying="step")
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [2, 2]]
-    sampler = PrestoPowerMH(ReferenceEngine(), cfg, PrestoConfig("step", budget=4))
+    sampler = Sampler(ReferenceEngine(), cfg, PrestoConfig("step", budget=4))
     one_by_one = [sampler.run(p, seed=3, prompt_id=i).state for i, p in enumerate(prompts)]
     done = []
     results = run_prompts(sampler.run, prompts, seed=3, workers=1, on_done=lambda i, r: done.append(i))
     assert [r.state for r in results] == one_by_one and sorted(done) == [0, 1, 2, 3]
 
-    http = PrestoPowerMH(SGLangEngine(stand_in().url), cfg, PrestoConfig("step", budget=4))
+    http = Sampler(SGLangEngine(stand_in().url), cfg, PrestoConfig("step", budget=4))
     results = run_prompts(http.run, prompts, seed=3, workers=4, trace_dir=tmp_path / "traces")
     assert all(r.metrics.transitions == 10 for r in results)
     for i, r in enumerate(results):
@@ -166,7 +167,7 @@ def test_a_server_restart_mid_call_is_waited_out_and_redrawn(stand_in, one_pass)
     srv = stand_in(one_pass=one_pass)
     eng = SGLangEngine(srv.url, restart_timeout_s=30)
     cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=4, keying="step")
-    sampler = PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=3))
+    sampler = Sampler(eng, cfg, PrestoConfig("step", budget=3))
     calls = []
     real_generate = eng.generate
 
@@ -200,7 +201,7 @@ def test_the_monitor_samples_kv_use_and_prefix_hits(stand_in):
     eng = SGLangEngine(srv.url)
     cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
     with eng.monitor(interval_s=0.01) as mon:
-        result = PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0)
+        result = Sampler(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0)
     s = mon.summary()
     assert s.samples > 5 and s.missed == 0 and s.kv_capacity == 1000
     assert s.kv_tokens_peak >= 10 and s.kv_tokens_peak >= s.kv_tokens_mean > 0
@@ -232,7 +233,7 @@ def test_a_router_url_works_with_shared_sampling_params(stand_in):
     assert decode == [(1, 2), (2, 5)]  # the two equal requests share a body
     assert eng.server_loads()[0]["max_total_num_tokens"] == 1000  # the worker's /v1/loads
     cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=3, keying="step")
-    assert PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0).metrics.transitions == 6
+    assert Sampler(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0).metrics.transitions == 6
     worker.go_away(1.0)  # the router answers HTTP 500 until its worker is back
     assert len(eng.generate(reqs)) == 3 and eng.stats.reconnects == 1 and not worker.down
 
@@ -270,7 +271,7 @@ def test_each_chain_sends_its_calls_under_one_routing_key(stand_in):
     n = len(router.bodies)
     cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=3, keying="step")
     prompts = [[1, 2, 3], [4, 5]]
-    run_prompts(PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4)).run, prompts, seed=3, workers=2)
+    run_prompts(Sampler(eng, cfg, PrestoConfig("step", budget=4)).run, prompts, seed=3, workers=2)
     sent = list(zip(router.bodies[n:], router.routes[n:]))
     assert len(sent) > 8
     for body, route in sent:

@@ -2,7 +2,7 @@
 
 The stand-in speaks vLLM's ``/v1/completions`` shapes over the seeded reference engine:
 token-id prompts, ``return_tokens_as_token_ids``, per-request seeds, and either the
-``presto_onepass`` plugin's logprobs layout (:mod:`presto_sgl.engines.vllm.layout`) or a
+``presto_onepass`` plugin's logprobs layout (:mod:`presto_sgl.wire`) or a
 stock server's (raw logprobs, or temperature-scaled with ``--logprobs-mode
 processed_logprobs``; raw ``prompt_logprobs`` for scoring). It checks parsing in both
 modes, that a stock raw server is refused, retries decided by the finish reason (abort:
@@ -19,12 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from presto_sgl import EngineError, make_sampler, sampling_configs
+from presto_sgl import EngineError, sampling_configs, wire
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.engines.server import EngineHTTPError, EngineUnreachable
 from presto_sgl.engines.vllm import layout
 from presto_sgl.engines.vllm.http import VLLMEngine
+from presto_sgl import Sampler
 
 V = 16
 TEMPS = (0.25, 0.5, 1.0)
@@ -110,9 +111,9 @@ class StandIn:
             own = logq[i] if self.kind == "processed" else logp[i]
             top = {f"token_id:{s}": own}
             if self.kind == "plugin" and k:
-                fields = [layout.SIGNATURE + len(TEMPS), logq[i], c.entropy[i], *TEMPS,
+                fields = [wire.SIGNATURE + len(TEMPS), logq[i], c.entropy[i], *TEMPS,
                           *(logp[i] / t - q for t, q in zip(TEMPS, c.logq_at[i]))]
-                top.update({f"token_id:{j}": v for j, v in zip(layout.field_ids(s, k, V), fields[:k])})
+                top.update({f"token_id:{j}": v for j, v in zip(wire.field_ids(s, k, V), fields[:k])})
             elif k:
                 dist = self.lm.distribution(prompt + tokens[:i], temp if self.kind == "processed" else 1.0)[1 if self.kind == "processed" else 0]
                 best = int(dist.argmax())
@@ -154,9 +155,9 @@ def stand_in(tmp_path):
 
 
 def test_layout_round_trip():
-    ids = layout.field_ids(15, layout.width(2), V)
+    ids = wire.field_ids(15, wire.width(2), V)
     assert ids == [0, 1, 2, 3, 4, 5, 6] and 15 not in ids
-    vals = [layout.SIGNATURE + 2, -0.5, 1.25, 0.5, 1.0, -0.75, 0.0]
+    vals = [wire.SIGNATURE + 2, -0.5, 1.25, 0.5, 1.0, -0.75, 0.0]
     f = layout.parse_fields(15, -0.4, dict(zip(ids, vals)), V)
     assert f == layout.Fields(15, -0.4, -0.5, 1.25, (0.5, 1.0), (-0.75, 0.0))
     assert f.logq_at((1.0, 0.5)) == (-0.4, -0.8 + 0.75) and f.logq_at((0.25,)) is None
@@ -185,7 +186,7 @@ def test_both_modes_give_exact_scores(stand_in, kind):
     decode = next(b for b in srv.bodies if b.get("seed") == 7)
     assert decode["prompt"] == [1, 2, 3] and decode["ignore_eos"] and decode["return_tokens_as_token_ids"]
     assert (decode["top_k"], decode["top_p"], decode["min_p"], decode["repetition_penalty"]) == (-1, 1.0, 0.0, 1.0)
-    assert decode["logprobs"] == (layout.width(3) if kind == "plugin" else 0)
+    assert decode["logprobs"] == (wire.width(3) if kind == "plugin" else 0)
     if kind == "processed":
         scores = [b["prompt"] for b in srv.bodies if b.get("prompt_logprobs") == 0]
         assert [1, 2, 3, *comps[0].tokens] in scores and [1, 2, 3, 4, 5, 6, *comps[1].tokens] in scores
@@ -280,8 +281,8 @@ def test_presto_equals_sequential_through_the_stand_in(stand_in, sampler, rule, 
     runs = {}
     for r in ("sequential", rule):
         cfg, presto = sampling_configs(r, keying=keying, budget=5, alpha=4.0, max_new_tokens=8, block_size=4,
-                                       steps=3, sampler=sampler)
-        runs[r] = make_sampler(eng, cfg, presto).run([1, 2, 3], seed=4)
+                                       steps=3, kernel=sampler)
+        runs[r] = Sampler(eng, cfg, presto).run([1, 2, 3], seed=4)
     assert runs[rule].state == runs["sequential"].state
     assert runs[rule].metrics.model_calls < runs["sequential"].metrics.model_calls == 6
 
@@ -294,7 +295,7 @@ def test_cli_samples_on_vllm_with_a_server_record(stand_in, tmp_path, monkeypatc
     srv = stand_in()
     trace = tmp_path / "t.jsonl"
     argv = ["sample", "--engine", "vllm", "--url", srv.url, "--prompt-ids", "1,2,3", "--max-new-tokens", "8",
-            "--block-size", "8", "--steps", "3", "--sampler", "multitry", "--trace", str(trace)]
+            "--block-size", "8", "--steps", "3", "--method", "multitry", "--trace", str(trace)]
     assert cli.main(argv) == 0
     records = read_trace(trace.read_text().splitlines())
     (server,) = [r for r in records if r["type"] == "server"]
@@ -306,7 +307,7 @@ def test_prompts_that_do_not_fit_the_served_model_are_refused_before_any_call(st
     srv = stand_in()
     eng = VLLMEngine(srv.url)
     cfg, presto = sampling_configs("step", budget=4, max_new_tokens=16, block_size=8, steps=2)
-    sampler = make_sampler(eng, cfg, presto)
+    sampler = Sampler(eng, cfg, presto)
     sent = len(srv.bodies)
     with pytest.raises(ValueError, match="vocabulary"):
         sampler.run([1, 2, V], seed=0)

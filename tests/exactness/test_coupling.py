@@ -81,7 +81,7 @@ def test_presto_visits_the_sequential_states(
 ):
     n, B, K = schedule
     engine, prompt, power = engine_case.setup(request, setting)
-    cfg, presto = rule.configs(budget, max_new_tokens=n, block_size=B, steps=K, **power)
+    cfg, presto = rule.configs(budget, **kernel_case.options(max_new_tokens=n, block_size=B, steps=K, **power))
     kernel = kernel_case.make(cfg)
     outcomes = set()
     for seed in SEEDS:
@@ -112,7 +112,7 @@ def lm12():
 @pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
 def test_some_chains_accept_and_reject(kernel_case, reference_engine, lm12):
     """Guard: the coupling configurations exercise both outcomes (else equality is trivial)."""
-    cfg, _ = RULES["sequential-step"].configs(alpha=4.0, max_new_tokens=24, block_size=8, steps=12)
+    cfg, _ = RULES["sequential-step"].configs(**kernel_case.options(alpha=4.0, max_new_tokens=24, block_size=8, steps=12))
     seen, _ = run_states(sequential_sampler(reference_engine(lm12), cfg, kernel_case.make(cfg)), [1, 2, 3], 0)
     outcomes = {acc for *_, acc in seen}
     assert outcomes == {True, False}
@@ -124,7 +124,7 @@ def test_keyings_give_different_chains(kernel_case, reference_engine, lm12):
     engine = reference_engine(lm12)
     states = {}
     for keying in ("path", "step"):
-        cfg, _ = RULES[f"sequential-{keying}"].configs(alpha=4.0, max_new_tokens=24, block_size=8, steps=12)
+        cfg, _ = RULES[f"sequential-{keying}"].configs(**kernel_case.options(alpha=4.0, max_new_tokens=24, block_size=8, steps=12))
         states[keying] = sequential_sampler(engine, cfg, kernel_case.make(cfg)).run([1, 2, 3], seed=0).state
     assert states["path"] != states["step"]
 
@@ -137,7 +137,7 @@ def traced_run(sampler, prompt, seed):
 
 def long_run(rule: RuleCase, budget: int, kernel_case: KernelCase, engine):
     """The sampler of the longest coupling schedule (n30-B10-K25, alpha 4)."""
-    cfg, presto = rule.configs(budget, alpha=4.0, max_new_tokens=30, block_size=10, steps=25)
+    cfg, presto = rule.configs(budget, **kernel_case.options(alpha=4.0, max_new_tokens=30, block_size=10, steps=25))
     return rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
 
 

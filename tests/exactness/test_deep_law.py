@@ -69,7 +69,7 @@ def events(trace_text: str) -> Counter:
 @pytest.mark.parametrize("rule_name", sorted(CHAINS))
 def test_deep_unseeded_chains_follow_the_exact_law(reference_engine, rule_name):
     model, kernel_case, rule = lm(), KERNELS[0], RULES[rule_name]
-    cfg, presto = rule.configs(BUDGET, alpha=4.0, **SCHEDULE)
+    cfg, presto = rule.configs(BUDGET, **kernel_case.options(alpha=4.0, **SCHEDULE))
     engine = reference_engine(model, seeded=False)
     sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
     chains = CHAINS[rule_name]

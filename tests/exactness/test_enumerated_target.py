@@ -39,7 +39,7 @@ def sample_counts(kernel_case: KernelCase, sampler_name: str, engine, cfg, prest
 @pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
 def test_enumerated_kernel_leaves_target_invariant(kernel_case, alpha, length):
     model = lm()
-    cfg = PowerConfig(alpha=alpha, max_new_tokens=length, block_size=length, tries=TRIES[length])
+    cfg = kernel_case.config(alpha=alpha, max_new_tokens=length, block_size=length, tries=TRIES[length])
     P = kernel_case.matrix(model, PROMPT, length, kernel_case.make(cfg))
     pi = exact.target(model, PROMPT, length, alpha)
     assert np.allclose(P.sum(axis=1), 1.0, atol=1e-12) and P.min() >= 0
@@ -61,7 +61,7 @@ def law_cases():
 @pytest.mark.parametrize("kernel_case,sampler_name,schedule,alpha,seeded", law_cases())
 def test_final_states_follow_exact_law(reference_engine, kernel_case, sampler_name, schedule, alpha, seeded):
     model = lm()
-    cfg, presto = config(schedule, alpha, sampler_name)
+    cfg, presto = config(schedule, alpha, sampler_name, kernel_case)
     counts = sample_counts(kernel_case, sampler_name, reference_engine(model, seeded=seeded), cfg, presto)
     law = exact_law(kernel_case, cfg)
     p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), CHAINS)
@@ -72,7 +72,7 @@ def test_final_states_follow_exact_law(reference_engine, kernel_case, sampler_na
 def test_wrong_acceptance_breaks_invariance(monkeypatch, kernel_case):
     kernel_case.sabotage(monkeypatch)
     model = lm()
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=3, block_size=3, tries=TRIES[3])
+    cfg = kernel_case.config(alpha=4.0, max_new_tokens=3, block_size=3, tries=TRIES[3])
     P = kernel_case.sabotaged_matrix(model, PROMPT, 3, kernel_case.make(cfg))
     pi = exact.target(model, PROMPT, 3, 4.0)
     assert np.abs(pi @ P - pi).max() > 1e-3

@@ -91,7 +91,7 @@ def cases():
 def test_a_run_interrupted_anywhere_resumes_to_the_same_chain(tmp_path, reference_engine, kernel_case: KernelCase,
                                                               rule: RuleCase, points: int):
     """Half the points cut a trace write (mid-line), half die inside an engine call."""
-    cfg, presto = rule.configs(4, alpha=4.0, max_new_tokens=16, block_size=8, steps=6)
+    cfg, presto = rule.configs(4, **kernel_case.options(alpha=4.0, max_new_tokens=16, block_size=8, steps=6))
     model = ReferenceLM(12, sharpness=2.0, seed=3)
 
     def make(engine=None):

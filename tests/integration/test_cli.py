@@ -48,7 +48,7 @@ def test_json_output_sequential(capsys):
     assert m["transitions"] == STEPS * STAGES
     assert m["model_calls"] == STEPS * STAGES
     assert m["extend_calls"] == STAGES
-    assert data["config"]["sampler"] == "sequential"
+    assert data["config"]["rule"] == "sequential" and data["config"]["method"] == "powermh"
     assert data["config"]["keying"] == "step"
     assert data["config"]["tau"] == pytest.approx(0.25)
     assert data["log_likelihood"] < 0
@@ -256,7 +256,7 @@ def test_module_entry_point_subprocess(tmp_path):
 
 def test_entropycut_sampler_from_the_command_line(capsys):
     base = ["sample", "--engine", "reference", "--prompt-ids", "1,2,3", "--max-new-tokens", "16", "--block-size", "8",
-            "--steps", "6", "--sampler", "entropycut", "--json"]
+            "--steps", "6", "--method", "entropycut", "--json"]
     assert cli.main([*base, "--rule", "sequential", "--keying", "path"]) == 0
     seq = json.loads(capsys.readouterr().out)
     assert cli.main([*base, "--rule", "bfs"]) == 0
@@ -269,7 +269,7 @@ def test_entropycut_sampler_from_the_command_line(capsys):
 
 def test_multitry_sampler_from_the_command_line(capsys, tmp_path):
     base = ["sample", "--engine", "reference", "--prompt-ids", "1,2,3", "--max-new-tokens", "16", "--block-size", "8",
-            "--steps", "6", "--sampler", "multitry", "--tries", "3", "--try-temperatures", "0.5,1", "--json"]
+            "--steps", "6", "--method", "multitry", "--tries", "3", "--try-temperatures", "0.5,1", "--json"]
     assert cli.main([*base, "--rule", "sequential"]) == 0
     seq = json.loads(capsys.readouterr().out)
     trace = tmp_path / "mtm.jsonl"

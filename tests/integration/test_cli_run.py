@@ -78,8 +78,8 @@ def test_bad_lines_of_a_prompt_file_are_reported_and_the_rest_run(capsys, tmp_pa
 def test_baselines_and_the_report(capsys, tmp_path):
     runs = {"sequential": ["--rule", "sequential", "--keying", "path"], "bfs": ["--rule", "bfs", "--budget", "6"],
             "step": ["--rule", "step", "--label", "my step run"],
-            "lowtemp": ["--sampler", "lowtemp"], "bestofn": ["--sampler", "bestofn", "--best-of", "4"],
-            "powersmc": ["--sampler", "powersmc", "--particles", "4"]}
+            "lowtemp": ["--method", "lowtemp"], "bestofn": ["--method", "bestofn", "--best-of", "4"],
+            "powersmc": ["--method", "powersmc", "--particles", "4"]}
     for name, extra in runs.items():
         rc = cli.main([*TINY, "--dataset", "addition", "--limit", "4", *extra, "--traces", "--out", str(tmp_path / name)])
         assert rc == 0, capsys.readouterr().err

@@ -17,10 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from presto_sgl import PowerMH, metrics_from_trace, read_trace, sampling_configs
+from presto_sgl import metrics_from_trace, read_trace, sampling_configs
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.runner import run_prompts
-from presto_sgl.samplers import make_sampler
+from presto_sgl.samplers import Sampler
+from presto_sgl import PrestoConfig
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [2, 2], [3, 1, 4, 1], [5, 9], [11, 0, 7]]
 SEED = 7
@@ -42,7 +43,7 @@ def engine(reference_engine):
 
 def sampler_of(engine, rule: str):
     cfg, presto = sampling_configs(**RULES[rule], **POWER)
-    return make_sampler(engine, cfg, presto)
+    return Sampler(engine, cfg, presto)
 
 
 def one_at_a_time(sampler):
@@ -58,7 +59,7 @@ def test_threaded_chains_equal_one_at_a_time_and_sequential(engine, rule):
     sampler = sampler_of(engine, rule)
     threaded = run_prompts(sampler.run, PROMPTS, seed=SEED, workers=4)
     alone = one_at_a_time(sampler_of(engine, rule))
-    sequential = one_at_a_time(PowerMH(engine, sampler.config))  # same keying, same keys
+    sequential = one_at_a_time(Sampler(engine, sampler.config, PrestoConfig("sequential")))  # same keying, same keys
     assert len(threaded) == len(alone) == len(sequential) == len(PROMPTS)
     for i, (t, a, s) in enumerate(zip(threaded, alone, sequential)):
         assert t.state.prompt == tuple(PROMPTS[i])

@@ -17,7 +17,7 @@ import pytest
 from presto_sgl.config import sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.engines.sglang.http import SGLangEngine
-from presto_sgl.samplers import make_sampler
+from presto_sgl.samplers import Sampler
 from presto_sgl.testing.serving import client, health, make_service, serve_cli, serving, wait_for
 from tests.support.sglang_standin import StandIn
 
@@ -33,7 +33,7 @@ def reference() -> ReferenceEngine:
 def library_chain(prompt, seed, prompt_id, rule="step", **power):
     """The response the library's own sampler draws for this chain (reference engine, seeded)."""
     config, presto = sampling_configs(rule, **power)
-    return make_sampler(reference(), config, presto).run(prompt, seed=seed, prompt_id=prompt_id)
+    return Sampler(reference(), config, presto).run(prompt, seed=seed, prompt_id=prompt_id)
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +97,10 @@ BAD = [
     ({"extra_body": {"alpha": -1}}, "alpha"),
     ({"extra_body": {"rule": "dfs"}}, "rule"),
     ({"extra_body": {"sampler": "beam"}}, "sampler"),
+    ({"extra_body": {"method": "beam"}}, "method"),
     ({"extra_body": {"budget": 0}}, "budget"),
     ({"extra_body": {"steps": -1}}, "steps"),
-    ({"extra_body": {"tries": 0, "sampler": "multitry"}}, "tries"),
+    ({"extra_body": {"tries": 0, "method": "multitry"}}, "tries"),
     ({"extra_body": {"cost_aware": True, "rule": "sequential"}}, "cost_aware"),
     ({"n": 0}, "n"),
     ({"n": 17}, "n"),
@@ -289,7 +290,7 @@ def test_the_default_embedded_engine_serves_the_librarys_chain():
     engine = models.embedded_engine("tiny-adder")
     config, presto = sampling_configs("step", max_new_tokens=12, block_size=12, steps=4)
     prompt = engine.encode("Q:47+385=")
-    want = make_sampler(engine, config, presto).run(prompt, seed=2, prompt_id=0)
+    want = Sampler(engine, config, presto).run(prompt, seed=2, prompt_id=0)
     ch = r.choices[0]
     assert ch.prompt_token_ids == prompt and ch.model_extra["presto"]["response_ids"] == list(want.state.tokens)
     assert ch.text == engine.decode(ch.token_ids)

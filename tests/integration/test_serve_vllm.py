@@ -19,7 +19,7 @@ MESSAGES = [{"role": "user", "content": "Name a prime number."}]
 
 def test_served_chains_are_the_librarys_chains_on_the_same_server(server_url, engine, hf_model):
     from presto_sgl.config import sampling_configs
-    from presto_sgl.samplers import make_sampler
+    from presto_sgl.samplers import Sampler
 
     flags = ("--engine", "vllm", "--url", server_url, "--max-new-tokens", "16", "--block-size", "8", "--steps", "3")
     with serve_cli(*flags) as (url, _):
@@ -27,7 +27,7 @@ def test_served_chains_are_the_librarys_chains_on_the_same_server(server_url, en
         r = c.chat.completions.create(model=c.models.list().data[0].id, messages=MESSAGES, n=2, seed=4,
                                       extra_body={"budget": 6, "return_token_ids": True})
     config, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=3, budget=6)
-    sampler = make_sampler(engine, config, presto)
+    sampler = Sampler(engine, config, presto)
     prompt = engine.chat_prompt(MESSAGES[0]["content"])
     for ch in r.choices:
         assert ch.prompt_token_ids == list(prompt)

@@ -31,7 +31,7 @@ def test_chains_in_flight_survive_a_killed_server(server_url, hf_model, tmp_path
     from presto_sgl import sampling_configs
     from presto_sgl.engines.sglang.http import SGLangEngine
     from presto_sgl.runner import run_prompts
-    from presto_sgl.samplers import make_sampler
+    from presto_sgl.samplers import Sampler
     from presto_sgl.trace import read_trace, state_record
 
     prompts = [SGLangEngine(server_url).chat_prompt(q) for q in QUESTIONS]
@@ -43,7 +43,7 @@ def test_chains_in_flight_survive_a_killed_server(server_url, hf_model, tmp_path
         with Wiretap(f"http://127.0.0.1:{port}", prompts) as tap:
             engine = SGLangEngine(tap.url, restart_timeout_s=600, max_retries=4)
             cfg, presto = sampling_configs(rule="step", budget=6, alpha=4.0, max_new_tokens=16, block_size=8, steps=3)
-            sampler = make_sampler(engine, cfg, presto)
+            sampler = Sampler(engine, cfg, presto)
             killed = threading.Event()
 
             def killer() -> None:  # once a third of the chains' first items are answered

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from presto_sgl.testing.forward import (  # the transformers fp32 forward
+from presto_sgl import Sampler
     TOL,
     assert_extras_match,
     assert_matches_forward,
@@ -109,12 +110,12 @@ class TestInProcessEngine:
         assert engine.stats.calls >= 1 and engine.stats.cached_tokens > 0
 
     def test_sequential_and_presto(self, engine):
-        from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
+        from presto_sgl import PowerConfig, PrestoConfig
 
         cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
         prompt = engine.chat_prompt("Name a prime number.")
-        seq = PowerMH(engine, cfg).run(prompt, seed=1)
-        pre = PrestoPowerMH(engine, cfg, PrestoConfig("step", budget=4)).run(prompt, seed=1)
+        seq = Sampler(engine, cfg, PrestoConfig("sequential")).run(prompt, seed=1)
+        pre = Sampler(engine, cfg, PrestoConfig("step", budget=4)).run(prompt, seed=1)
         assert seq.metrics.transitions == pre.metrics.transitions == 4
         assert pre.metrics.model_calls < seq.metrics.model_calls == 4
         assert pre.metrics.cached_tokens > 0
@@ -124,12 +125,12 @@ class TestInProcessEngine:
     def test_paper_samplers(self, engine, hf_model, sampler):
         """The plugin in the scheduler subprocess returns entropy and log q at the score
         temperatures: both samplers run in process, their states scored like a fresh forward."""
-        from presto_sgl import make_sampler, sampling_configs
+        from presto_sgl import sampling_configs
 
         temps = (0.25, 0.5, 1.0)
         assert engine.capabilities.scores_at(temps)
-        cfg, presto = sampling_configs("step", budget=3, alpha=4.0, max_new_tokens=8, block_size=8, steps=3, sampler=sampler)
-        st = make_sampler(engine, cfg, presto).run(engine.chat_prompt("Name a prime number."), seed=1).state
+        cfg, presto = sampling_configs("step", budget=3, alpha=4.0, max_new_tokens=8, block_size=8, steps=3, kernel=sampler)
+        st = Sampler(engine, cfg, presto).run(engine.chat_prompt("Name a prime number."), seed=1).state
         assert_scores_match(hf_model, st.prompt, st.tokens, st.logp)
         assert_extras_match(hf_model, st.prompt, st.tokens, st.logq_at, temps, st.entropy)
 
@@ -226,7 +227,7 @@ def test_power_gen_on_forks_runs_one_chain_each(backend):
 
 
 def test_power_gen_runs_the_papers_samplers(backend, hf_model):
-    """``power_gen(sampler=...)``: MultiTryMH and EntropyCut in a program, recorded in the meta info."""
+    """``power_gen(method=...)``: MultiTryMH and EntropyCut in a program, recorded in the meta info."""
     import sglang as sgl
 
     from presto_sgl.frontend import power_gen
@@ -235,13 +236,14 @@ def test_power_gen_runs_the_papers_samplers(backend, hf_model):
     def qa(s, sampler):
         s += sgl.user("Name a prime number.")
         s += sgl.assistant_begin()
-        power_gen(s, "answer", max_new_tokens=8, block_size=8, steps=2, seed=3, sampler=sampler, tries=3)
+        extra = {"tries": 3} if sampler == "multitry" else {}  # a kernel's own parameter goes with its kernel
+        power_gen(s, "answer", max_new_tokens=8, block_size=8, steps=2, seed=3, method=sampler, **extra)
 
     for sampler in ("multitry", "entropycut"):
         meta = qa.run(sampler=sampler, backend=backend).get_meta_info("answer")
-        assert meta["sampler"]["kernel"] == sampler and meta["transitions"] == 2
+        assert meta["config"]["method"] == sampler and meta["transitions"] == 2
         if sampler == "multitry":
-            assert meta["sampler"]["tries"] == 3
+            assert meta["config"]["tries"] == 3
         assert_scores_match(hf_model, meta["prompt_ids"], meta["output_ids"], meta["output_token_logp"])
 
 
@@ -260,7 +262,9 @@ def test_power_gen_errors_name_the_argument(backend):
     with pytest.raises(ValueError, match="`max_new_tokens`"):
         bad.run(block_size=3, backend=backend)
     with pytest.raises(ValueError, match=r"`tries` \(=0\)"):
-        bad.run(sampler="multitry", tries=0, backend=backend)
+        bad.run(method="multitry", tries=0, backend=backend)
+    with pytest.raises(ValueError, match="`beta` is a parameter of entropycut"):
+        bad.run(beta=2.0, backend=backend)
 
     @sgl.function
     def empty(s):

@@ -16,6 +16,7 @@ import pytest
 
 from presto_sgl.testing.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly, assert_scores_match
 from presto_sgl.testing.servers import free_port, run_through_a_restart, server_script
+from presto_sgl import PrestoConfig, Sampler
 
 pytestmark = pytest.mark.sglang
 
@@ -45,15 +46,15 @@ def test_text_round_trip_changes_tokens_but_the_engine_keeps_ids(server_url):
 
 @pytest.mark.parametrize("rule", ["bfs", "step"])
 def test_power_sampling_on_the_server(server_url, rule):
-    from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
+    from presto_sgl import PowerConfig, PrestoConfig
     from presto_sgl.engines.sglang.http import SGLangEngine
 
     eng = SGLangEngine(server_url)
     keying = PrestoConfig(rule).keying
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying=keying)
     prompt = eng.chat_prompt("Name a prime number.")
-    seq = PowerMH(eng, cfg).run(prompt, seed=1)
-    pre = PrestoPowerMH(eng, cfg, PrestoConfig(rule, budget=6)).run(prompt, seed=1)
+    seq = Sampler(eng, cfg, PrestoConfig("sequential")).run(prompt, seed=1)
+    pre = Sampler(eng, cfg, PrestoConfig(rule, budget=6)).run(prompt, seed=1)
     assert seq.metrics.transitions == pre.metrics.transitions == 6
     assert pre.metrics.model_calls < seq.metrics.model_calls == 6
     assert pre.metrics.cached_tokens > 0
@@ -66,7 +67,7 @@ def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
     temperature come from the decode pass and match a fresh fp32 forward; sequential and
     the step rule each finish K transitions, PreSTO in fewer calls. A two-pass server
     (stock SGLang) has neither and is refused before any call."""
-    from presto_sgl import CapabilityError, make_sampler, sampling_configs
+    from presto_sgl import CapabilityError, sampling_configs
     from presto_sgl.engines.base import Request
     from presto_sgl.engines.sglang.http import SGLangEngine
 
@@ -80,8 +81,8 @@ def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
     assert_extras_match(hf_model, prompt, comp.tokens, comp.logq_at, temps, comp.entropy)
     results = {}
     for rule in ("sequential", "step"):
-        cfg, presto = sampling_configs(rule, budget=4, alpha=4.0, max_new_tokens=12, block_size=12, steps=4, sampler=sampler)
-        results[rule] = make_sampler(eng, cfg, presto).run(prompt, seed=1)
+        cfg, presto = sampling_configs(rule, budget=4, alpha=4.0, max_new_tokens=12, block_size=12, steps=4, kernel=sampler)
+        results[rule] = Sampler(eng, cfg, presto).run(prompt, seed=1)
     for r in results.values():
         st = r.state
         assert r.metrics.transitions == 4 and len(st.tokens) == 12
@@ -89,7 +90,7 @@ def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
         assert_extras_match(hf_model, st.prompt, st.tokens, st.logq_at, temps, st.entropy)
     assert results["step"].metrics.model_calls < results["sequential"].metrics.model_calls == 4
     with pytest.raises(CapabilityError):
-        make_sampler(SGLangEngine(server_url, mode="two-pass"), cfg, presto)
+        Sampler(SGLangEngine(server_url, mode="two-pass"), cfg, presto)
 
 
 ROUTER_URL = os.environ.get("PRESTO_SGL_ROUTER_URL")
@@ -106,7 +107,7 @@ def router_url(server_url):
 
 def test_sampling_through_the_router(router_url, hf_model):
     """sglang-router takes one sampling_params per body: requests go grouped, concurrently."""
-    from presto_sgl import PowerConfig, PowerMH, PrestoConfig, PrestoPowerMH
+    from presto_sgl import PowerConfig, PrestoConfig
     from presto_sgl.engines.sglang.http import SGLangEngine
     from presto_sgl.runner import run_prompts
 
@@ -114,8 +115,8 @@ def test_sampling_through_the_router(router_url, hf_model):
     assert eng.server_loads() and eng.server_info()["model_path"] == eng.model_path  # from the worker
     cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
     prompts = [eng.chat_prompt(q) for q in ("Name a prime number.", "What is 6 times 7?", "Say hi.")]
-    seq = PowerMH(eng, cfg).run(prompts[0], seed=1)
-    presto = PrestoPowerMH(eng, cfg, PrestoConfig("step", budget=4))
+    seq = Sampler(eng, cfg, PrestoConfig("sequential")).run(prompts[0], seed=1)
+    presto = Sampler(eng, cfg, PrestoConfig("step", budget=4))
     with eng.monitor() as mon:
         results = run_prompts(presto.run, prompts, seed=1, workers=3)
     assert seq.metrics.transitions == 4 and seq.metrics.model_calls == 4
@@ -131,13 +132,13 @@ def test_a_chain_survives_a_server_restart(server_url, hf_model):
     """Own server on a spare port; stopped while the chain's third call is in flight (the
     fourth waits until it is down) and started again: the chain waits, re-draws what was
     pending, and ends with states that a fresh forward pass scores the same."""
-    from presto_sgl import PowerConfig, PowerMH
+    from presto_sgl import PowerConfig
     from presto_sgl.engines.sglang.http import SGLangEngine
 
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
     result = run_through_a_restart(
         "sglang_server.sh", lambda url: SGLangEngine(url, restart_timeout_s=600),
-        lambda eng: PowerMH(eng, cfg).run(eng.chat_prompt("Name a prime number."), seed=2))
+        lambda eng: Sampler(eng, cfg, PrestoConfig("sequential")).run(eng.chat_prompt("Name a prime number."), seed=2))
     assert result.metrics.transitions == 6 and result.state.length == 16
     assert_scored_exactly(hf_model, result.state, cfg.temperature)
 

@@ -17,6 +17,7 @@ from tests.support.coupling import assert_same_states, run_states
 
 from presto_sgl.testing.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
 from presto_sgl.testing.servers import run_through_a_restart
+from presto_sgl import PrestoConfig, Sampler
 
 pytestmark = pytest.mark.vllm
 
@@ -63,7 +64,7 @@ def test_presto_visits_the_sequential_states_on_the_server(engine, kernel_case, 
     """Coupling on the real server: with the same keys, every PreSTO rule takes the states of
     sequential execution, transition by transition (tokens and decisions identical, log-probs
     within float32 batch numerics), in fewer calls, with both outcomes occurring."""
-    cfg, presto = rule.configs(6, alpha=4.0, max_new_tokens=16, block_size=8, steps=6, tau=0.5)
+    cfg, presto = rule.configs(6, **kernel_case.options(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, tau=0.5))
     kernel = kernel_case.make(cfg)
     prompt = engine.chat_prompt("Name a prime number.")
     seq, seq_result = run_states(sequential_sampler(engine, cfg, kernel), prompt, 1)
@@ -81,14 +82,14 @@ def test_a_chain_survives_a_server_restart(engine, hf_model):
     """Own server on a spare port; stopped while the chain's third call is in flight (the
     fourth waits until it is down) and started again: the chain waits, re-draws what was
     pending with the same seeds, and ends in exactly the state of an uninterrupted run."""
-    from presto_sgl import PowerConfig, PowerMH
+    from presto_sgl import PowerConfig
     from presto_sgl.engines.vllm.http import VLLMEngine
 
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
     prompt = engine.chat_prompt("Name a prime number.")
     result = run_through_a_restart("vllm_server.sh", lambda url: VLLMEngine(url, restart_timeout_s=600),
-                                   lambda eng: PowerMH(eng, cfg).run(prompt, seed=2))
+                                   lambda eng: Sampler(eng, cfg, PrestoConfig("sequential")).run(prompt, seed=2))
     assert result.metrics.transitions == 6 and result.state.length == 16
     assert_scored_exactly(hf_model, result.state, cfg.temperature)
-    uninterrupted = PowerMH(engine, cfg).run(prompt, seed=2)  # the shared server: same model, same seeds
+    uninterrupted = Sampler(engine, cfg, PrestoConfig("sequential")).run(prompt, seed=2)  # the shared server: same model, same seeds
     assert uninterrupted.state.tokens == result.state.tokens

@@ -8,11 +8,13 @@ from collections.abc import Sequence
 
 from tests.support.predictors import CutPredictor, predictive_planner
 
-from presto_sgl import PowerConfig, PrestoConfig, PrestoPowerMH
+from presto_sgl import PowerConfig, PrestoConfig
 from presto_sgl.engines.base import Engine
 from presto_sgl.kernels import Kernel
-from presto_sgl.planners import CostAwarePathPlanner, CostAwareStepPlanner, Planner, make_planner
+from presto_sgl.planners import CostAwarePathPlanner, CostAwareStepPlanner, Planner
+from presto_sgl.registry import make_planner
 from presto_sgl.planners.timemodel import CallTimeModel
+from presto_sgl import Sampler
 
 CPU_LAW = (0.02, 0.005, 0.06, 0.006)
 """Seconds per (call, row, decode step, decoded token): a CPU-like engine (docs/design.md §5, cost-aware)."""
@@ -44,6 +46,6 @@ def stub_planner(presto: PrestoConfig) -> Planner:
 
 def presto_sampler(
     engine: Engine, config: PowerConfig, presto: PrestoConfig, *, kernel: Kernel | None = None
-) -> PrestoPowerMH:
-    """``PrestoPowerMH`` with the :func:`stub_planner` of ``presto`` (and ``kernel``, if given)."""
-    return PrestoPowerMH(engine, config, presto, planner=stub_planner(presto), kernel=kernel)
+) -> Sampler:
+    """A ``Sampler`` with the :func:`stub_planner` of ``presto`` (and ``kernel``, if given)."""
+    return Sampler(engine, config, presto, planner=stub_planner(presto), kernel=kernel)

@@ -7,7 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from presto_sgl.baselines import BestOfN, LowTemperature, PowerSMC
+from presto_sgl import ConfigError, make_method
+from presto_sgl.baselines import BestOfN, BestOfNParams
 from presto_sgl.baselines.smc import pick, systematic
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
@@ -21,9 +22,14 @@ def engine(vocab: int = 8, seed: int = 0) -> ReferenceEngine:
     return ReferenceEngine(ReferenceLM(vocab, seed=seed))
 
 
+def baseline(eng: ReferenceEngine, method: str, **options):
+    """The baseline ``method`` with flat ``options``, as every front end builds it."""
+    return make_method(eng, {"method": method, **options})
+
+
 def test_low_temperature_is_one_keyed_draw_at_one_over_alpha():
     eng = engine()
-    result = LowTemperature(eng, max_new_tokens=6, alpha=4.0).run(PROMPT, seed=3, prompt_id="p")
+    result = baseline(eng, "lowtemp", max_new_tokens=6, alpha=4.0).run(PROMPT, seed=3, prompt_id="p")
     (want,) = eng.generate([Request(PROMPT, 6, 0.25, ChainKeys(3, "p").extension_seed(1))])
     assert result.state.tokens == want.tokens and result.state.logq == want.logq
     m = result.metrics
@@ -34,7 +40,8 @@ def test_low_temperature_is_one_keyed_draw_at_one_over_alpha():
 def test_best_of_n_keeps_the_highest_score_over_the_answer(select):
     eng = engine()
     stop = 3
-    bon = BestOfN(eng, n=6, select=select, max_new_tokens=8, alpha=4.0, stop_token_ids=[stop])
+    bon = BestOfN(eng, baseline(eng, "bestofn", max_new_tokens=8).config, BestOfNParams(best_of=6, select=select),
+                  stop_token_ids=[stop])
     keys = ChainKeys(1, 0)
     draws = eng.generate([Request(PROMPT, 8, 0.25, keys.decision(1, f"best-of:{i}").seed) for i in range(6)])
 
@@ -68,7 +75,7 @@ def test_power_smc_approaches_the_power_law_where_low_temperature_does_not():
     pi = target(lm, prompt, T, alpha)
     xs = sequences(4, T)
     low = np.array([np.exp(sum(per_token(lm, prompt, x, 1 / alpha)[0])) for x in xs])
-    smc = PowerSMC(eng, particles=32, block_size=1, ramp_tokens=0, max_new_tokens=T, alpha=alpha)
+    smc = baseline(eng, "powersmc", particles=32, block_size=1, ramp_tokens=0, max_new_tokens=T, alpha=alpha)
     counts = Counter(smc.run(prompt, seed=s).state.tokens for s in range(800))
     law = np.array([counts[x] for x in xs]) / 800
     assert 0.5 * np.abs(law - pi).sum() < 0.08
@@ -77,7 +84,7 @@ def test_power_smc_approaches_the_power_law_where_low_temperature_does_not():
 
 def test_power_smc_ramp_resampling_and_cost():
     eng = engine()
-    smc = PowerSMC(eng, particles=4, block_size=4, ramp_tokens=8, max_new_tokens=16, alpha=4.0)
+    smc = baseline(eng, "powersmc", particles=4, block_size=4, ramp_tokens=8, max_new_tokens=16, alpha=4.0)
     assert [smc.exponent(t) for t in (0, 4, 8, 16)] == [1.0, 2.5, 4.0, 4.0]
     result = smc.run(PROMPT, seed=0)
     m = result.metrics
@@ -85,12 +92,15 @@ def test_power_smc_ramp_resampling_and_cost():
     assert m.cached_tokens >= 0 and smc.describe()["particles"] == 4
 
 
-@pytest.mark.parametrize("kw, message", [
-    ({"particles": 0}, "`particles`"), ({"block_size": 5}, "multiple of `block_size`"),
-    ({"ramp_tokens": -1}, "`ramp_tokens`"), ({"ess_fraction": 0}, "`ess_fraction`"), ({"alpha": 0}, "`alpha`"),
+@pytest.mark.parametrize("kw, param, message", [
+    ({"particles": 0}, "particles", "`particles`"), ({"block_size": 5}, "max_new_tokens", "multiple of `block_size`"),
+    ({"ramp_tokens": -1}, "ramp_tokens", "`ramp_tokens`"), ({"ramp_tokens": 17}, "ramp_tokens", "<= `max_new_tokens`"),
+    ({"ess_fraction": 0}, "ess_fraction", "`ess_fraction`"), ({"alpha": 0}, "alpha", "`alpha`"),
+    ({"beta": 2.0}, "beta", "parameter of entropycut, not of 'powersmc'"), ({"rule": "bfs"}, "rule", "baseline"),
 ])
-def test_bad_baseline_settings_are_named(kw, message):
-    with pytest.raises(ValueError, match=message):
-        PowerSMC(engine(), **{"max_new_tokens": 16, "block_size": 4, **kw})
-    with pytest.raises(ValueError, match="`select`"):
-        BestOfN(engine(), n=2, select="best", max_new_tokens=4)
+def test_bad_baseline_settings_are_named(kw, param, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        baseline(engine(), "powersmc", **{"max_new_tokens": 16, "block_size": 4, **kw})
+    assert info.value.param == param
+    with pytest.raises(ConfigError, match="`select`"):
+        baseline(engine(), "bestofn", best_of=2, select="best", max_new_tokens=4)

@@ -14,12 +14,13 @@ import random
 import numpy as np
 import pytest
 
-import presto_sgl.planners
-from presto_sgl import ChainState, PrestoPowerMH, TraceWriter, make_sampler, read_trace, sampling_configs
+import presto_sgl.predictor
+from presto_sgl import ChainState, TraceWriter, read_trace, sampling_configs
 from presto_sgl.config import PrestoConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
-from presto_sgl.planners import CostAwareStepPlanner, RoundContext, RoundFeedback, StepPlanner, make_planner
+from presto_sgl.planners import CostAwareStepPlanner, RoundContext, RoundFeedback, StepPlanner
+from presto_sgl.registry import make_planner
 from presto_sgl.planners.costaware import BASES, EXPLORE, MatchRate
 from presto_sgl.planners.timemodel import MIN_TIME_S, CallTimeModel
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation, h_plus
@@ -27,6 +28,7 @@ from presto_sgl.proposals import ProposalStore, StoredProposal
 from tests.support.predictors import CutPredictor
 from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampler
 from tests.support.planning import KERNEL, Forced, random_context, random_theta
+from presto_sgl import Sampler
 
 
 def brute_force_cost(ctx: RoundContext, first: list, budget: int, theta: np.ndarray, bits: tuple[int, ...]) -> float:
@@ -185,7 +187,7 @@ def test_make_planner_loads_the_predictor(monkeypatch):
         loaded.append((spec, online))
         return ConstantPredictor()
 
-    monkeypatch.setattr(presto_sgl.planners, "load_predictor", load_predictor)  # the name make_planner calls
+    monkeypatch.setattr(presto_sgl.predictor, "load_predictor", load_predictor)  # the name the rules call
     planner = make_planner(PrestoConfig("step", predictor="mine.json", online=True, cost_aware=True))
     assert isinstance(planner, CostAwareStepPlanner) and loaded == [("mine.json", True)]
     assert planner.keying == "step" and planner.carries_over
@@ -244,10 +246,10 @@ def test_rate_on_a_cpu_like_clock():
     """
     engine = ReferenceEngine(ReferenceLM(12, sharpness=2.0, seed=3))
     power = dict(alpha=4.0, max_new_tokens=30, block_size=10, steps=25)
-    one = synthetic_rate(make_sampler(engine, *sampling_configs("step", budget=1, **power)), range(4))
+    one = synthetic_rate(Sampler(engine, *sampling_configs("step", budget=1, **power)), range(4))
     cfg, presto = sampling_configs("step", budget=20, cost_aware=True, **power)
     assert cfg.keying == "step"
     sampler = presto_sampler(engine, cfg, presto)
-    assert isinstance(sampler, PrestoPowerMH) and isinstance(sampler.planner, CostAwareStepPlanner)
+    assert isinstance(sampler, Sampler) and isinstance(sampler.planner, CostAwareStepPlanner)
     cost = synthetic_rate(sampler, range(4))
     assert cost > 1.5 * one

@@ -10,11 +10,12 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from presto_sgl import CapabilityError, PowerConfig, PowerMHKernel, make_sampler, sampling_configs
+from presto_sgl import CapabilityError, PowerConfig, PowerMHKernel, sampling_configs
 from presto_sgl.engines.base import EngineCapabilities
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.keys import hash64
 from presto_sgl.kernels import SuffixDraw
+from presto_sgl import Sampler
 
 pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
 
@@ -55,8 +56,8 @@ def test_multi_draw_kernel_runs_through_every_rule(rule):
     config, presto = sampling_configs(rule, budget=5, alpha=4.0, max_new_tokens=12, block_size=6, steps=8)
     engine = _engine()
     prompt = [1, 2, 3]
-    plain = make_sampler(engine, config, presto).run(prompt, seed=5)
-    two = make_sampler(engine, config, presto, kernel=TwoDrawKernel(config.alpha, config.temperature)).run(prompt, seed=5)
+    plain = Sampler(engine, config, presto).run(prompt, seed=5)
+    two = Sampler(engine, config, presto, kernel=TwoDrawKernel(config.alpha, config.temperature)).run(prompt, seed=5)
     assert two.state.tokens == plain.state.tokens and two.state.logp == plain.state.logp
     assert two.metrics.transitions == plain.metrics.transitions
     assert two.metrics.model_calls == plain.metrics.model_calls
@@ -82,7 +83,7 @@ def test_entropy_kernel_on_an_engine_without_entropy_fails_before_any_call():
     engine = NoEntropy()
     config, presto = sampling_configs("step", alpha=4.0, max_new_tokens=4, block_size=4, steps=2)
     with pytest.raises(CapabilityError, match="entropy"):
-        make_sampler(engine, config, presto, kernel=TwoDrawKernel(config.alpha, config.temperature))
+        Sampler(engine, config, presto, kernel=TwoDrawKernel(config.alpha, config.temperature))
     assert engine.calls == 0
 
 
@@ -105,7 +106,7 @@ def test_keying_must_fit_the_rule():
     with pytest.raises(ValueError, match="keying"):
         sampling_configs("bfs", keying="step")
     with pytest.raises(ValueError, match="keying"):
-        make_sampler(_engine(), PowerConfig(keying="step"), sampling_configs("bfs")[1])
+        Sampler(_engine(), PowerConfig(keying="step"), sampling_configs("bfs")[1])
     assert sampling_configs("sequential")[0].keying == "step"
     assert sampling_configs("sequential", keying="path")[0].keying == "path"
     assert math.isclose(sampling_configs("step", alpha=2.0)[0].temperature, 0.5)
@@ -116,7 +117,7 @@ def test_entropycut_beta_is_validated(beta):
     from presto_sgl.kernels import EntropyCutKernel
 
     with pytest.raises(ValueError, match="beta"):
-        PowerConfig(sampler="entropycut", beta=beta)
+        sampling_configs(kernel="entropycut", beta=beta)[0]
     with pytest.raises(ValueError, match="beta"):
         EntropyCutKernel(4.0, 0.25, beta)
 

@@ -9,13 +9,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from presto_sgl import CapabilityError, EngineError, MultiTryKernel, PowerConfig, PowerMHKernel, Request, make_sampler, sampling_configs
+from presto_sgl import CapabilityError, EngineError, MultiTryKernel, PowerConfig, PowerMHKernel, Request, sampling_configs
 from presto_sgl.engines.base import EngineCapabilities
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
 from presto_sgl.kernels.multitry import log_acceptance, log_weight, select
 from presto_sgl.keys import ChainKeys, DecisionDraws
 from presto_sgl.state import ChainState
+from presto_sgl import Sampler
 
 pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rest
 @pytest.mark.parametrize("tries", [0, -1, 1.5, "4", True, None])
 def test_tries_is_validated(tries):
     with pytest.raises(ValueError, match="`tries`"):
-        PowerConfig(sampler="multitry", tries=tries)
+        sampling_configs(kernel="multitry", tries=tries)[0]
     with pytest.raises(ValueError, match="`tries`"):
         MultiTryKernel(4.0, (0.5,), tries)
 
@@ -31,15 +32,15 @@ def test_tries_is_validated(tries):
 @pytest.mark.parametrize("temps", [(), [], (0.0,), (-0.5, 1.0), (math.inf,), (math.nan,), "0.5", (0.5, 0.5), (True,)])
 def test_temperature_set_is_validated(temps):
     with pytest.raises(ValueError, match="`try_temperatures`"):
-        PowerConfig(sampler="multitry", try_temperatures=temps)
+        sampling_configs(kernel="multitry", try_temperatures=temps)[0]
     with pytest.raises(ValueError, match="`temperatures`"):
         MultiTryKernel(4.0, temps)
 
 
 def test_config_defaults_are_the_papers():
-    cfg = PowerConfig(sampler="multitry")
-    assert (cfg.tries, cfg.try_temperatures) == (4, (0.25, 0.5, 1.0))
-    assert PowerConfig(sampler="multitry", try_temperatures=[1, 2]).try_temperatures == (1.0, 2.0)
+    cfg = sampling_configs(kernel="multitry")[0]
+    assert (cfg.params.tries, cfg.params.try_temperatures) == (4, (0.25, 0.5, 1.0))
+    assert sampling_configs(kernel="multitry", try_temperatures=[1, 2])[0].params.try_temperatures == (1.0, 2.0)
 
 
 def test_draws_are_keyed_candidates_then_references():
@@ -168,8 +169,8 @@ def test_engine_without_score_temperatures_fails_before_any_call():
         def generate(self, requests):
             raise AssertionError("no model call may happen")
 
-    cfg, presto = sampling_configs("step", sampler="multitry")
+    cfg, presto = sampling_configs("step", kernel="multitry")
     with pytest.raises(CapabilityError, match=r"temperatures \[0.25, 0.5, 1.0\]"):
-        make_sampler(NoScores(), cfg, presto)
-    fine = PowerConfig(sampler="multitry", try_temperatures=(0.25,), keying="step")
-    make_sampler(NoScores(), fine, presto)  # a set the engine covers is accepted
+        Sampler(NoScores(), cfg, presto)
+    fine = sampling_configs("step", kernel="multitry", try_temperatures=(0.25,))[0]
+    Sampler(NoScores(), fine, presto)  # a set the engine covers is accepted

@@ -9,7 +9,8 @@ import pytest
 from tests.support.planning import CUTS, ctx
 
 from presto_sgl import PrestoConfig
-from presto_sgl.planners import BFSPlanner, CostAwarePathPlanner, make_planner
+from presto_sgl.planners import BFSPlanner, CostAwarePathPlanner
+from presto_sgl.registry import make_planner
 from presto_sgl.planners.predictive import allocate, candidate_tree
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor.certainty import ConstantPredictor, h_plus

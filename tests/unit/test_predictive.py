@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
-import presto_sgl.planners
+import presto_sgl.predictor
 from presto_sgl.config import PrestoConfig
-from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, RoundFeedback, make_planner
+from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, RoundFeedback
+from presto_sgl.registry import make_planner
 from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation
 from presto_sgl.proposals import ProposalStore
@@ -199,7 +200,7 @@ def test_make_planner_builds_the_predictive_rule(monkeypatch):
         loaded.append((spec, online))
         return ConstantPredictor()
 
-    monkeypatch.setattr(presto_sgl.planners, "load_predictor", load_predictor)  # the name make_planner calls
+    monkeypatch.setattr(presto_sgl.predictor, "load_predictor", load_predictor)  # the name the rules call
     planner = make_planner(PrestoConfig("predictive", predictor="saved.json", online=True))
     assert isinstance(planner, PredictivePlanner) and planner.keying == "path" and not planner.carries_over
     assert loaded == [("saved.json", True)]

@@ -213,7 +213,7 @@ def test_fit_and_eval_predictor_commands(traces, tmp_path, capsys):
     assert "decisions 96 from 4 prompts" in text and "2-fold CV" in text and f"saved {out}" in text
     saved = LogisticPredictor.load(out)
     assert saved.training["note"] == "reference LM" and saved.training["examples"] == 96
-    assert saved.training["settings"][0]["sampler"] == "sequential"
+    assert saved.training["settings"][0]["rule"] == "sequential"
     assert saved.training["cross_validation"]["folds"] == 2
     assert cli.main(["eval-predictor", *traces, "--folds", "2", "--predictor", str(out), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

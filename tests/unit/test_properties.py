@@ -14,32 +14,40 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from presto_sgl import PowerConfig, PrestoConfig, TraceWriter
+from presto_sgl import ConfigError, PowerConfig, PrestoConfig, TraceWriter, sampling_configs
 from presto_sgl.cli.sample import _prompt_ids
 from presto_sgl.engines.reference import ReferenceEngine
 from presto_sgl.resume import EmptyTrace, read_checkpoint
-from presto_sgl.samplers import make_sampler
+from presto_sgl.samplers import Sampler
 from presto_sgl.trace import metrics_from_trace, read_trace
 from radix.tree import RadixTree, TreeFullError
 
 RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 """No deadlines or speed checks: the machine may be shared; the properties, not the timing, are tested."""
 
-FIELDS = ("alpha", "max_new_tokens", "block_size", "steps", "tau", "keying", "sampler", "beta", "tries",
+FIELDS = ("alpha", "max_new_tokens", "block_size", "steps", "tau", "keying", "kernel", "beta", "tries",
           "try_temperatures")
 anything = st.one_of(st.none(), st.booleans(), st.integers(-5, 300), st.floats(allow_nan=True, allow_infinity=True),
                      st.text(max_size=4), st.lists(st.floats(0.01, 2.0), max_size=3).map(tuple))
 
 
 # -- config validators ----------------------------------------------------------------
+def cfg_default(name: str):
+    return getattr(PowerConfig(), name, None)
+
+
 @settings(RELAXED, max_examples=400)
 @given(st.dictionaries(st.sampled_from(FIELDS), anything, max_size=4))
 def test_power_config_is_valid_or_names_the_bad_argument(kwargs):
+    """Flat options (the schedule, a kernel and kernels' own parameters) make a valid config or
+    a ConfigError whose ``param`` is one given, named first in its message."""
     try:
-        cfg = PowerConfig(**kwargs)
-    except (ValueError, TypeError) as exc:
+        cfg, _ = sampling_configs("sequential", **kwargs)
+    except ConfigError as exc:
         named = re.findall(r"`(\w+)`", str(exc))
-        assert named and named[0] in kwargs or named[0] in FIELDS, str(exc)
+        given = kwargs.get(exc.param, cfg_default(exc.param))
+        assert named[0] == exc.param and (exc.value is given or exc.value == given), str(exc)
+        assert exc.param in kwargs or (exc.param == "max_new_tokens" and "block_size" in kwargs), str(exc)
         return
     assert cfg.alpha > 0 and math.isfinite(cfg.alpha) and cfg.temperature > 0
     assert cfg.max_new_tokens % cfg.block_size == 0 and cfg.num_stages >= 1 and cfg.steps >= 0
@@ -157,7 +165,7 @@ def _trace() -> str:
 
     cfg, presto = sampling_configs("bfs", budget=4, max_new_tokens=8, block_size=4, steps=4)
     stream = io.StringIO()
-    make_sampler(ReferenceEngine(), cfg, presto).run([1, 2], seed=3, trace=TraceWriter(stream))
+    Sampler(ReferenceEngine(), cfg, presto).run([1, 2], seed=3, trace=TraceWriter(stream))
     return stream.getvalue()
 
 

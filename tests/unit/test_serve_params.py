@@ -21,12 +21,20 @@ def test_defaults_fill_what_the_request_leaves_out_or_sends_as_null():
 
 def test_request_fields_override_the_defaults():
     job = parse({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 48, "n": 3, "seed": 1,
-                 "alpha": 2.0, "block_size": 8, "steps": 2, "rule": "sequential", "sampler": "multitry",
+                 "alpha": 2.0, "block_size": 8, "steps": 2, "rule": "sequential", "method": "multitry",
                  "try_temperatures": [0.5, 1.0], "stop": "\n"}, "chat", DEFAULTS)
     assert (job.config.max_new_tokens, job.config.block_size, job.config.steps, job.config.alpha) == (48, 8, 2, 2.0)
-    assert job.presto.rule == "sequential" and job.config.sampler == "multitry"
-    assert job.config.try_temperatures == (0.5, 1.0) and job.stop == ("\n",) and job.n == 3 and job.seed == 1
+    assert job.presto.rule == "sequential" and job.config.kernel == "multitry"
+    assert job.config.params.try_temperatures == (0.5, 1.0) and job.stop == ("\n",) and job.n == 3 and job.seed == 1
     assert job.prompts == ([{"role": "user", "content": "hi"}],)
+
+
+def test_the_old_sampler_field_still_names_the_kernel():
+    job = parse({"prompt": [1], "sampler": "entropycut", "beta": 2.0}, "completions", DEFAULTS)
+    assert job.config.kernel == "entropycut" and job.config.params.beta == 2.0
+    with pytest.raises(ParamError) as err:
+        parse({"prompt": [1], "sampler": "beam"}, "completions", DEFAULTS)
+    assert err.value.param == "sampler" and "`sampler` (='beam')" in str(err.value)
 
 
 @pytest.mark.parametrize("body, kind, param", [
@@ -42,7 +50,10 @@ def test_request_fields_override_the_defaults():
     ({"prompt": [1, True]}, "completions", "prompt"),
     ({}, "completions", "prompt"),
     ({"prompt": [1], "tau": 0}, "completions", "tau"),
-    ({"prompt": [1], "try_temperatures": [0.5, 0.5], "sampler": "multitry"}, "completions", "try_temperatures"),
+    ({"prompt": [1], "try_temperatures": [0.5, 0.5], "method": "multitry"}, "completions", "try_temperatures"),
+    ({"prompt": [1], "method": "beam"}, "completions", "method"),
+    ({"prompt": [1], "beta": 2.0}, "completions", "beta"),  # a parameter of another kernel (entropycut)
+    ({"prompt": [1], "keying": "path"}, "completions", "keying"),  # the step rule couples with step keys
 ])
 def test_bad_fields_name_themselves(body, kind, param):
     with pytest.raises(ParamError) as err:
@@ -60,7 +71,8 @@ def test_a_body_that_is_not_an_object_is_refused():
     (["--queue-size", "-1"], "--queue-size"),
     (["--max-n", "0"], "--max-n"),
     (["--max-new-tokens", "20"], "--max-new-tokens"),
-    (["--sampler", "bestofn"], "--sampler"),
+    (["--method", "bestofn"], "--method"),
+    (["--beta", "2"], "--beta"),  # a parameter of entropycut, not of the default powermh
     (["--request-timeout", "0"], "--request-timeout"),
     (["--shutdown-grace", "-1"], "--shutdown-grace"),
 ])

@@ -1,5 +1,9 @@
 """The chains in flight: a bounded pool of worker threads, one chain each, sharing one backend.
 
+The one chain pool of the package: ``presto-sgl run`` (a dataset's prompts), ``serve``
+(requests) and :func:`presto_sgl.runner.run_prompts` (``power_gen``'s forks, the library's
+many-prompt helper) all run their chains here.
+
 Admission is all or nothing per request: its chains are admitted when running + waiting
 chains stay within ``concurrency + queue_size``, else the request is refused (HTTP 429)
 before anything runs. Every chain carries its request's :class:`Ticket`; the backend is
@@ -18,7 +22,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..engines.base import Completion, Engine, EngineCapabilities, Request
+from .engines.base import Completion, Engine, EngineCapabilities, Request
+from .engines.text import TextView
+from .errors import ConfigError
 
 
 class Cancelled(Exception):
@@ -56,8 +62,7 @@ _current = threading.local()
 class GuardedEngine:
     """The backend, seen by the chains: checks the calling thread's ticket before each call.
 
-    Other attributes (tokenizer, ``decode``, ``stop_token_ids``, ``model_path``,
-    ``wait_healthy``) are the backend's."""
+    Other attributes (``model_path``, ``wait_healthy``) are the backend's."""
 
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
@@ -67,6 +72,10 @@ class GuardedEngine:
     @property
     def capabilities(self) -> EngineCapabilities:
         return self.inner.capabilities
+
+    @property
+    def text(self) -> TextView:
+        return self.inner.text
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         ticket: Ticket | None = getattr(_current, "ticket", None)
@@ -96,7 +105,7 @@ class ChainPool:
     def __init__(self, concurrency: int, queue_size: int) -> None:
         for name, value, low in (("concurrency", concurrency, 1), ("queue_size", queue_size, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"`{name}` (={value!r}) must be an integer >= {low}")
+                raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be an integer >= {low}")
         self.concurrency = concurrency
         self.queue_size = queue_size
         self.stats = PoolStats()

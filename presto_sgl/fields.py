@@ -1,0 +1,167 @@
+"""Declared parameters: dataclass fields that carry their help and their check.
+
+Every configuration class (:class:`~presto_sgl.config.PowerConfig`, each kernel's and each
+baseline's parameters, :class:`~presto_sgl.config.PrestoConfig`) declares its fields with
+:func:`option`. The front ends (CLI flags, ``serve`` request fields, ``power_gen`` keyword
+arguments) are generated from these declarations by :mod:`presto_sgl.registry`, and the
+checks run at construction (:class:`Validated`), raising a :class:`ConfigError` that names
+the parameter, its value and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any
+
+from .errors import ConfigError
+
+Check = Callable[[str, Any], Any]
+"""``check(name, value)`` -> the value to store (normalized), or a :class:`ConfigError`."""
+
+
+def option(default: Any, doc: str, check: Check | None = None, *, flag: str | None = None, metavar: str | None = None,
+           choices: Callable[[], Sequence[str]] | Sequence[str] | None = None) -> Any:
+    """A declared parameter: its ``default``, one-line ``doc`` (the CLI help and the docs),
+    its ``check``, and for the CLI an optional ``flag`` (default ``--name-with-dashes``),
+    ``metavar`` and ``choices`` (a sequence, or a callable read when the parser is built)."""
+    meta = {"doc": doc, "check": check, "flag": flag, "metavar": metavar, "choices": choices}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One declared parameter of a configuration class, as front ends see it."""
+
+    name: str
+    default: Any
+    doc: str
+    owner: str  # the class that declares it, e.g. "PowerConfig", "EntropyCutParams"
+    check: Check | None = None
+    kind: str = "str"  # "bool", "tuple" (of floats), "float", "int" or "str": from the annotation
+    flag: str | None = None
+    metavar: str | None = None
+    choices: Callable[[], Sequence[str]] | Sequence[str] | None = None
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def choice_list(self) -> tuple[str, ...] | None:
+        if self.choices is None:
+            return None
+        return tuple(self.choices() if callable(self.choices) else self.choices)
+
+
+def params_of(cls: type) -> tuple[Param, ...]:
+    """The declared parameters (fields made with :func:`option`) of a dataclass ``cls``."""
+    out = []
+    for f in fields(cls):
+        if "doc" not in f.metadata:
+            continue
+        m = f.metadata
+        out.append(Param(f.name, _default(f), m["doc"], cls.__name__, m["check"], _kind(f.type), m["flag"], m["metavar"],
+                         m["choices"]))
+    return tuple(out)
+
+
+def _kind(annotation: Any) -> str:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return next((k for k in ("bool", "tuple", "float", "int") if k in text), "str")
+
+
+def _default(f: Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not MISSING else None  # type: ignore[misc]
+
+
+class Validated:
+    """Mixin for frozen dataclasses: each declared field's check runs at construction and
+    its normalized value is stored; then :meth:`_check` runs for checks across fields."""
+
+    def __post_init__(self) -> None:
+        for p in params_of(type(self)):
+            if p.check is not None:
+                object.__setattr__(self, p.name, p.check(p.name, getattr(self, p.name)))
+        self._check()
+
+    def _check(self) -> None:
+        """Checks across fields (none by default)."""
+
+
+# -- checks -------------------------------------------------------------------------------
+def is_int(value: object) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite_number(value: object) -> bool:
+    """An int or float (not a bool) that is finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def integer(low: int, what: str = "", example: int | None = None) -> Check:
+    """An integer >= ``low`` (``what`` says what it counts; ``example`` a good value)."""
+    def check(name: str, value: Any) -> int:
+        if not is_int(value) or value < low:
+            hint = (f" ({what})" if what else "") + (f", e.g. {{{name}={example}}}" if example is not None else "")
+            kind = "a positive integer" if low == 1 and not what else f"an integer >= {low}"
+            raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be {kind}{hint}")
+        return int(value)
+    return check
+
+
+def number(low: float, *, strict: bool, what: str = "", example: float | None = None, optional: str = "") -> Check:
+    """A finite number > ``low`` (``strict``) or >= ``low``, stored as a float; None allowed
+    when ``optional`` says what None means."""
+    def check(name: str, value: Any) -> float | None:
+        if value is None and optional:
+            return None
+        if not is_finite_number(value) or (value <= low if strict else value < low):
+            bound = f"{'>' if strict else '>='} {low:g}"
+            tail = f"{' (' + what + ')' if what else ''}" + (f", or None for {optional}" if optional else "")
+            tail += f", e.g. {{{name}={example}}}" if example is not None else ""
+            raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a finite number {bound}{tail}")
+        return float(value)
+    return check
+
+
+def one_of(choices: Callable[[], Sequence[str]] | Sequence[str]) -> Check:
+    """One of ``choices`` (a sequence, or a callable read at check time: a registry)."""
+    def check(name: str, value: Any) -> str:
+        allowed = list(choices() if callable(choices) else choices)
+        if value not in allowed:
+            raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be one of {allowed}")
+        return value
+    return check
+
+
+def boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be True or False")
+    return value
+
+
+def temperatures(example: str) -> Check:
+    """A non-empty set of distinct finite temperatures > 0, stored as a tuple of floats."""
+    def check(name: str, value: Any) -> tuple[float, ...]:
+        hint = f"e.g. {{{name}={example}}}"
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+            raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty sequence of temperatures > 0, {hint}")
+        bad = [t for t in value if not is_finite_number(t) or t <= 0]
+        if bad:
+            raise ConfigError(name, value, f"{{{name}}} (={tuple(value)!r}) has {bad}: each must be a finite number > 0, {hint}")
+        if len(set(value)) != len(value):
+            raise ConfigError(name, value, f"{{{name}}} (={tuple(value)!r}) repeats a value; list each temperature once")
+        return tuple(float(t) for t in value)
+    return check
+
+
+def nonempty_text(what: str) -> Check:
+    def check(name: str, value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be {what}")
+        return value
+    return check

@@ -1,0 +1,139 @@
+"""The method protocol: what every way of drawing a response (an MH sampler or a baseline)
+offers the front ends, and what they share.
+
+A :class:`Method` validates its prompt (:meth:`check_prompt`), describes itself (the trace's
+run record and the manifest's config, :meth:`describe`), and draws one response with
+:meth:`run`, which returns a :class:`SampleResult` and writes the same trace records
+whatever the method: ``run`` first (or ``resume``), then ``call`` (and, for MH, ``node`` and
+``state``) records, the method's own declared records (:data:`presto_sgl.trace.RECORD_TYPES`),
+and ``summary`` last. So ``read_trace``, ``metrics_from_trace`` and ``resume`` accept the
+trace of every method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .engines.base import Completion, Engine, Request
+from .errors import ConfigError
+from .executor import OnTransition, Recorder
+from .metrics import CallRecord, PromptMetrics, RequestRecord, summarize
+from .resume import Checkpoint, check_same_run
+from .state import ChainState
+from .trace import TraceWriter
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    state: ChainState
+    metrics: PromptMetrics
+
+
+@runtime_checkable
+class Method(Protocol):
+    name: str  # the method: a kernel's name (run by a rule) or a baseline's
+    engine: Engine
+    transitions_per_run: int  # MH transitions one run makes (0 for a baseline): progress bars
+
+    def describe(self) -> dict[str, object]:
+        """The method's config: the trace's run record and the run directory's manifest."""
+        ...
+
+    def check_prompt(self, prompt: Sequence[int]) -> tuple[int, ...]:
+        """The prompt as a tuple of ids, or a ConfigError naming `prompt`."""
+        ...
+
+    def run_record(self, prompt: Sequence[int], seed: int, prompt_id: int | str,
+                   info: Mapping[str, object] | None = None) -> dict[str, object]:
+        """The trace's ``run`` record: what identifies the chain (compared on resume)."""
+        ...
+
+    def run(self, prompt: Sequence[int], *, seed: int, prompt_id: int | str = 0, trace: TraceWriter | None = None,
+            on_transition: OnTransition | None = None, resume: Checkpoint | None = None,
+            info: Mapping[str, object] | None = None) -> SampleResult:
+        """Draw one response of ``max_new_tokens`` tokens for ``prompt``."""
+        ...
+
+
+def check_prompt(engine: Engine, prompt: Sequence[int], max_new_tokens: int) -> tuple[int, ...]:
+    """The prompt as a tuple of ids, or a ConfigError naming `prompt` if it cannot be sampled from.
+
+    The one place a prompt is validated (samplers, baselines, the CLI, ``serve`` and ``power_gen``)."""
+    if isinstance(prompt, (str, bytes)):
+        raise ConfigError("prompt", prompt, "{prompt} must be token ids, not text; encode it with the engine's tokenizer")
+    if len(prompt) == 0:
+        raise ConfigError("prompt", prompt, "{prompt} (=[]) is empty; pass at least one token id (e.g. a BOS or "
+                          "chat-template prefix)")
+    vocab_size = engine.capabilities.vocab_size
+    bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int) or not (0 <= t < vocab_size)]
+    if bad:
+        raise ConfigError("prompt", prompt, f"{{prompt}} has token ids {bad[:5]} outside the vocabulary "
+                          f"[0, {vocab_size}); tokenize with the engine's tokenizer")
+    limit = engine.capabilities.context_length
+    if limit is not None and len(prompt) + max_new_tokens > limit:
+        raise ConfigError("max_new_tokens", max_new_tokens,
+                          f"{{max_new_tokens}} (={max_new_tokens}) plus the prompt ({len(prompt)} tokens) exceeds the "
+                          f"model context ({limit}); use {{max_new_tokens}} <= {max(0, limit - len(prompt))} or a "
+                          "shorter prompt")
+    return tuple(int(t) for t in prompt)
+
+
+def check_seed(seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError("seed", seed, f"{{seed}} (={seed!r}) must be an integer")
+    return seed
+
+
+class MethodBase:
+    """What methods share: the prompt check, the run record, the trace's opening and closing."""
+
+    name: str
+    engine: Engine
+    max_new_tokens: int
+    transitions_per_run = 0
+
+    def describe(self) -> dict[str, object]:
+        raise NotImplementedError
+
+    def check_prompt(self, prompt: Sequence[int]) -> tuple[int, ...]:
+        return check_prompt(self.engine, prompt, self.max_new_tokens)
+
+    def run_record(self, prompt: Sequence[int], seed: int, prompt_id: int | str,
+                   info: Mapping[str, object] | None = None) -> dict[str, object]:
+        return {**self.describe(), "seed": seed, "prompt_id": prompt_id, "prompt_len": len(prompt), "prompt": list(prompt),
+                "vocab_size": self.engine.capabilities.vocab_size, **(info or {})}
+
+    def open_trace(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str,
+                   info: Mapping[str, object] | None, resume: Checkpoint | None) -> None:
+        """Write the run record, or check ``resume`` is this run and carry its records over
+        (a ``resume`` record marks where the trace goes on)."""
+        trace = rec.trace
+        if resume is not None:
+            check_same_run(resume.name, resume.run, self.run_record(prompt, seed, prompt_id, info))
+            rec.calls, rec.nodes = list(resume.calls), list(resume.nodes)
+            if trace:
+                trace.write("resume", {"stage": resume.stage, "k": resume.k, "calls": len(rec.calls)})
+        elif trace:
+            trace.write("run", self.run_record(prompt, seed, prompt_id, info))
+
+    @staticmethod
+    def close_trace(rec: Recorder, state: ChainState) -> SampleResult:
+        metrics = summarize(rec.calls, rec.nodes)
+        if rec.trace:
+            rec.trace.write("summary", {"metrics": metrics.__dict__, "tokens": list(state.tokens)})
+        return SampleResult(state, metrics)
+
+
+def extend(rec: Recorder, stage: int, cut: int, requests: Sequence[Request]) -> list[Completion]:
+    """One plain generation call (a block extension, a baseline's draws), recorded as a call of
+    kind ``extend``: ``cut`` response tokens kept before each request's new ones."""
+    comps, elapsed = rec.call(requests)
+    records = tuple(
+        RequestRecord(decision=None, cut=cut, prefix_len=len(r.prefix), new_tokens=r.max_new_tokens,
+                      cached_tokens=c.cached_tokens, reachable=True, temperature=r.temperature, seed=r.seed)
+        for r, c in zip(requests, comps, strict=True)
+    )
+    rec.record_call(CallRecord(index=len(rec.calls), stage=stage, kind="extend", k0=0, requests=records, time_s=elapsed))
+    return comps

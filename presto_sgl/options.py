@@ -1,0 +1,65 @@
+"""Flat options -> a method: what the front ends (CLI, ``serve``, ``power_gen``) build runs from.
+
+Flat options are one mapping of the registry's parameters (:func:`presto_sgl.config.parameters`):
+``method`` (a kernel or a baseline; default ``powermh``), ``rule``, the schedule, PrestoConfig's
+and the method's own. :func:`method_config` validates them without touching an engine;
+:func:`make_method` builds the method on one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import registry
+from .config import PRESTO, PowerConfig, PrestoConfig, sampling_configs, split_options
+from .engines.base import Engine
+from .errors import ConfigError
+from .methods import Method
+from .samplers import Sampler
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """A validated method: its name and schedule, and for an MH kernel its PrestoConfig (None
+    for a baseline) or for a baseline its own parameters."""
+
+    method: str
+    config: PowerConfig
+    presto: PrestoConfig | None = None
+    params: Any = None
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.presto is not None
+
+
+def method_config(options: Mapping[str, Any]) -> MethodConfig:
+    """The validated method of flat ``options``; a ConfigError names the first bad one."""
+    opts = dict(options)
+    method = opts.pop("method", "powermh")
+    if method in registry.KERNELS:
+        config, presto = sampling_configs(opts.pop("rule", "step"), kernel=method, **opts)
+        return MethodConfig(method, config, presto)
+    spec = registry.spec_of(method)
+    for name in ("rule", *PRESTO):
+        if name in opts:
+            raise ConfigError(name, opts[name], f"{{{name}}} applies to the MH kernels {list(registry.KERNELS)}, not "
+                              f"to the baseline {method!r}; drop it")
+    schedule, params = split_options(method, opts)
+    if "block_size" not in spec.uses:  # one block: the whole response
+        schedule["block_size"] = schedule.get("max_new_tokens", PowerConfig.max_new_tokens)
+    config = PowerConfig(**schedule)
+    if spec.check is not None:
+        spec.check(config, params)
+    return MethodConfig(method, config, params=params)
+
+
+def make_method(engine: Engine, spec: MethodConfig | Mapping[str, Any]) -> Method:
+    """The method of ``spec`` (a :class:`MethodConfig`, or flat options) on ``engine``: a
+    :class:`~presto_sgl.samplers.Sampler` for a kernel, the baseline's class otherwise."""
+    m = spec if isinstance(spec, MethodConfig) else method_config(spec)
+    if m.presto is not None:
+        return Sampler(engine, m.config, m.presto)
+    return registry.BASELINES[m.method].make(engine, m.config, m.params)
