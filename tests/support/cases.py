@@ -17,7 +17,8 @@ import pytest
 from tests.support import exact
 from tests.support.timing import stub_planner
 
-from presto_sgl import PowerConfig, PrestoConfig, Sampler, sampling_configs
+from presto_sgl import PowerConfig, PrestoConfig, Sampler, registry, sampling_configs
+from presto_sgl.config import split_options
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.kernels import EntropyCutKernel, Kernel, MultiTryKernel, PowerMHKernel, entropycut, multitry, powermh
@@ -41,6 +42,16 @@ class KernelCase:
 
     def __str__(self) -> str:
         return self.name
+
+    def options(self, **power: object) -> dict[str, object]:
+        """Flat options for this kernel: ``power`` less other kernels' parameters, with ``kernel``."""
+        other = {k for k, owner in registry.declared().items() if owner != self.name}
+        return {"kernel": self.name, **{k: v for k, v in power.items() if k not in other}}
+
+    def config(self, **power: object) -> PowerConfig:
+        """The PowerConfig of this kernel with ``power`` (the schedule and, of kernels' parameters, its own)."""
+        schedule, params = split_options(self.name, self.options(**power))
+        return PowerConfig(**schedule, params=params)
 
 
 def _flip_powermh_q_term(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,7 +90,7 @@ KERNELS = [
     ),
     KernelCase(
         "entropycut",
-        lambda cfg: EntropyCutKernel(cfg.alpha, cfg.temperature, cfg.beta),
+        lambda cfg: EntropyCutKernel(cfg.alpha, cfg.temperature, cfg.params.beta),
         exact.entropycut_matrix,
         _flip_entropycut_cut_term,
         lambda lm, prompt, T, kernel: exact.entropycut_matrix(lm, prompt, T, kernel, inverted=True),
@@ -87,7 +98,7 @@ KERNELS = [
     ),
     KernelCase(
         "multitry",
-        lambda cfg: MultiTryKernel(cfg.alpha, cfg.try_temperatures, cfg.tries),
+        lambda cfg: MultiTryKernel(cfg.alpha, cfg.params.try_temperatures, cfg.params.tries),
         exact.multitry_matrix,
         _wrong_multitry_weight,
         lambda lm, prompt, T, kernel: exact.multitry_matrix(lm, prompt, T, kernel, wrong_weight=True),

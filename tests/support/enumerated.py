@@ -14,7 +14,7 @@ from scipy import stats
 from presto_sgl import PowerConfig
 from presto_sgl.engines.reference import ReferenceLM
 from tests.support import exact
-from tests.support.cases import RULES, KernelCase
+from tests.support.cases import KERNELS, RULES, KernelCase
 
 SIGNIFICANCE = 1e-3
 CHAINS = 3000
@@ -37,10 +37,10 @@ def lm() -> ReferenceLM:
     return ReferenceLM(3, sharpness=1.0, seed=1)
 
 
-def config(schedule: str, alpha: float, sampler_name: str):
+def config(schedule: str, alpha: float, sampler_name: str, kernel_case: KernelCase = KERNELS[0]):
     n, B, K, m = SCHEDULES[schedule]
     rule, budget = SAMPLERS[sampler_name]
-    return rule.configs(budget, alpha=alpha, max_new_tokens=n, block_size=B, steps=K, tries=m)
+    return rule.configs(budget, **kernel_case.options(alpha=alpha, max_new_tokens=n, block_size=B, steps=K, tries=m))
 
 
 @functools.cache
