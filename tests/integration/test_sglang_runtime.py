@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from presto_sgl.testing.forward import (  # the transformers fp32 forward
 from presto_sgl import Sampler
+from presto_sgl.testing.forward import (  # the transformers fp32 forward
     TOL,
     assert_extras_match,
     assert_matches_forward,
