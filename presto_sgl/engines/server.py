@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendUnavailable, EngineError
-from .base import Completion, Request
+from .base import Completion, Request, validate_completion
 
 
 class EngineHTTPError(EngineError):
@@ -73,6 +73,34 @@ def map_keeping_lost(fn: Callable[[Any], Any], items: Sequence[Any], max_workers
     if answers and all(isinstance(a, Lost) for a in answers):
         raise answers[0].cause
     return answers
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One request's answer as a server engine decoded it, before it is a :class:`Completion`.
+
+    ``logq``: log q_tau of each token (the decode pass); ``logp``: log p0, None until a
+    second, scoring pass fills it (two-pass mode); ``entropy``: the p0 entropy (one pass
+    only); ``cached_tokens``: the prompt tokens the server's prefix cache served;
+    ``logq_at``: per token, log q at the request's score temperatures (one pass, when asked)."""
+
+    tokens: tuple[int, ...]
+    logq: tuple[float, ...]
+    logp: tuple[float, ...] | None
+    entropy: tuple[float, ...] | None
+    cached_tokens: int
+    logq_at: tuple[tuple[float, ...], ...] | None = None
+
+    def completion(self, request: Request, vocab_size: int) -> Completion:
+        """The validated completion (entropy only when ``request`` asks for it); EngineError
+        when it is not whole."""
+        if self.logp is None:
+            raise EngineError("a decoded answer has no log p0 (its scoring pass never ran)")
+        comp = Completion(tokens=self.tokens, logq=self.logq, logp=self.logp,
+                          entropy=self.entropy if request.return_entropy else None,
+                          cached_tokens=self.cached_tokens, logq_at=self.logq_at)
+        validate_completion(request, comp, vocab_size)
+        return comp
 
 
 @dataclass

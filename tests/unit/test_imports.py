@@ -128,13 +128,32 @@ def test_optional_heavy_dependencies_are_imported_lazily():
     """The package, its planners and predictor, the plugin and the frontend import without
     loading sglang (optional) or scikit-learn (fitting only), in a fresh interpreter."""
     code = (
-        "import sys, presto_sgl, presto_sgl.planners, presto_sgl.predictor, presto_sgl.engines.sglang.plugin, "
-        "presto_sgl.frontend, presto_sgl.cli; "
-        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sglang', 'sklearn'}); "
+        "import sys, presto_sgl, presto_sgl.planners, presto_sgl.predictor, presto_sgl.server_side.sglang.plugin, "
+        "presto_sgl.server_side.vllm.plugin, presto_sgl.frontend, presto_sgl.cli; "
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sglang', 'sklearn', 'vllm'}); "
         "assert not loaded, f'imported at import time: {loaded}'"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+SERVER_SIDE = "presto_sgl.server_side"
+WIRE = "presto_sgl.wire"
+
+
+def test_server_side_boundary():
+    """Code run inside the SGLang / vLLM servers (``presto_sgl.server_side``) and the rest of
+    the library meet only in ``presto_sgl.wire`` (the shared wire format, a leaf): no module
+    outside the server-side package imports it, and it imports nothing of the project but
+    itself and the wire module (anywhere in a file, lazy imports included)."""
+    graph = import_graph()
+    assert any(m.startswith(SERVER_SIDE + ".") for m in graph), "no server-side modules found"
+    inside = {m for m in graph if m == SERVER_SIDE or m.startswith(SERVER_SIDE + ".")}
+    into = {m: sorted(graph[m] & inside) for m in sorted(set(graph) - inside) if graph[m] & inside}
+    assert not into, f"modules outside {SERVER_SIDE} import it: {into}"
+    out = {m: sorted(graph[m] - inside - {WIRE}) for m in sorted(inside) if graph[m] - inside - {WIRE}}
+    assert not out, f"server-side modules import the library beyond {WIRE}: {out}"
+    assert graph[WIRE] == set(), f"{WIRE} must stay a leaf: {sorted(graph[WIRE])}"
 
 
 def test_graph_reads_relative_lazy_and_type_checking_imports():

@@ -1,4 +1,3 @@
-"""The SGLang engines: the HTTP server engine (:mod:`.http`), the in-process
-``sglang.Engine`` (:mod:`.inproc`), the server monitor (:mod:`.monitor`) and the
-one-pass plugin the server loads (:mod:`.plugin`). Nothing is imported here: SGLang's
-processes load the plugin module alone."""
+"""The SGLang client engines: the HTTP server engine (:mod:`.http`, with :mod:`.transport`
+and :mod:`.lognorm`) and the in-process ``sglang.Engine`` (:mod:`.inproc`). What runs
+inside the server's processes is in :mod:`presto_sgl.server_side.sglang`."""

@@ -36,15 +36,17 @@ calls stay on the worker that holds its prefixes; ``/model_info`` falls back to 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
-from ..base import Completion, EngineCapabilities, Request, validate_completion
+from ...wire import RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
+from ..base import Completion, EngineCapabilities, Request
 from ..text import ModelFolder
-from ..server import EngineHTTPError, EngineUnreachable, Lost, map_keeping_lost
+from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, map_keeping_lost
 from .lognorm import logq_at, parse_lognorm
 from .transport import ServerClient
 
@@ -103,29 +105,26 @@ class SGLangEngine(ServerClient, ModelFolder):
         """One try at every request: a validated completion, or None where the server aborted it."""
         decoded = self._decode(requests)
         lost = next((d.cause for d in decoded if isinstance(d, Lost)), None)
-        good = [(i, d) for i, d in enumerate(decoded) if isinstance(d, tuple)]
+        good = [(i, d) for i, d in enumerate(decoded) if isinstance(d, Decoded)]
         if self._mode == "two-pass" and good:
-            raws = self._score([requests[i] for i, _ in good], [d[0] for _, d in good])
+            raws = self._score([requests[i] for i, _ in good], [d.tokens for _, d in good])
         else:
-            raws = [d[2] for _, d in good]
+            raws = [d.logp for _, d in good]
         out: list[Completion | None] = [None] * len(requests)
-        for (i, (tokens, logq, _, entropy, cached, lognorm)), logp in zip(good, raws, strict=True):
+        for (i, d), logp in zip(good, raws, strict=True):
             if isinstance(logp, Lost):
                 lost = lost or logp.cause
                 continue
             if logp is None:  # the scoring pass was aborted
                 continue
-            # log q at the score temperatures from the decode pass's row: one-pass only (never mix passes)
-            at = logq_at(logp, lognorm, requests[i].score_temperatures) if self._mode == "one-pass" else None
-            comp = Completion(tokens, logq, logp, entropy if requests[i].return_entropy else None, cached, at)
-            validate_completion(requests[i], comp, self.capabilities.vocab_size)  # finished: whole, else an error
-            out[i] = comp
+            # finished: whole, else an error
+            out[i] = dataclasses.replace(d, logp=logp).completion(requests[i], self.capabilities.vocab_size)
         if lost is not None:  # part of the attempt never came back: keep the rest
             raise EngineUnreachable(str(lost), done=out)
         return out
 
     # -- passes ----------------------------------------------------------------------------------
-    def _decode(self, requests: Sequence[Request]) -> list[tuple | Lost | None]:
+    def _decode(self, requests: Sequence[Request]) -> list[Decoded | Lost | None]:
         items = []
         for r in requests:
             p = {"temperature": r.temperature, "max_new_tokens": r.max_new_tokens, "ignore_eos": True,
@@ -133,7 +132,7 @@ class SGLangEngine(ServerClient, ModelFolder):
             if self._seeded and r.seed is not None:
                 p["sampling_seed"] = int(r.seed % (1 << 31))
             items.append((list(r.prefix), p, None, r.route))
-        out: list[tuple | Lost | None] = []
+        out: list[Decoded | Lost | None] = []
         for r, res in zip(requests, self._generate(items), strict=True):
             if isinstance(res, Lost):
                 out.append(res)
@@ -150,8 +149,8 @@ class SGLangEngine(ServerClient, ModelFolder):
                     f"and {len(lps)} log-probs (or log-probs of other tokens); a length-finished response must be whole"
                 )
             logq = tuple(_as_float(e[0]) for e in lps)
-            raw = meta.get("raw_logprob")
-            ent = meta.get("raw_entropy")
+            raw = meta.get(RAW_LOGPROB_KEY)
+            ent = meta.get(RAW_ENTROPY_KEY)
             if self._mode == "one-pass" and (raw is None or len(raw) != len(ids)):
                 raise EngineError(
                     f"SGLang server {self.url} returned {'no' if raw is None else len(raw)} raw log-probs for "
@@ -159,11 +158,15 @@ class SGLangEngine(ServerClient, ModelFolder):
                 )
             raw_t = tuple(_as_float(x) for x in raw) if raw is not None and len(raw) == len(ids) else None
             ent_t = tuple(float(x) for x in ent) if ent is not None and len(ent) == len(ids) else None
-            lognorm = parse_lognorm(meta, len(ids))
+            # log q at the score temperatures from the decode pass's row: one-pass only (never mix passes)
+            at = None
+            if self._mode == "one-pass" and raw_t is not None:  # (one pass: raw_t is whole, checked above)
+                at = logq_at(raw_t, parse_lognorm(meta, len(ids)), r.score_temperatures)
             with self._stats_lock:
                 self.stats.cached_tokens += int(meta.get("cached_tokens", 0))
                 self.stats.prompt_tokens += len(r.prefix)
-            out.append((tuple(ids), logq, raw_t, ent_t, int(meta.get("cached_tokens", 0)), lognorm))
+            out.append(Decoded(tokens=tuple(ids), logq=logq, logp=raw_t, entropy=ent_t,
+                               cached_tokens=int(meta.get("cached_tokens", 0)), logq_at=at))
         return out
 
     def _score(self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]) -> list[tuple[float, ...] | Lost | None]:
@@ -256,7 +259,7 @@ class SGLangEngine(ServerClient, ModelFolder):
             raise EngineError(f"SGLang server {self.url} answered a probe /generate with {str(res)[:200]!r}")
         meta = res[0].get("meta_info", {})
         lognorm = parse_lognorm(meta, 1)
-        return list_params, "raw_logprob" in meta, lognorm[0] if lognorm else ()
+        return list_params, RAW_LOGPROB_KEY in meta, lognorm[0] if lognorm else ()
 
     # -- server facts and text -------------------------------------------------------------------
     def monitor(self, interval_s: float = 0.25) -> ServerMonitor:

@@ -38,10 +38,10 @@ from types import TracebackType
 from typing import Any, Self
 
 from ...errors import EngineError
+from ...wire import SGLANG_PLUGIN
 from .http import SGLangEngine
 from .transport import EngineHTTPError
 
-PLUGIN = "presto_raw_logprob"
 CPU_ENGINE_ARGS: dict[str, Any] = {
     "device": "cpu",
     "attention_backend": "torch_native",
@@ -133,7 +133,7 @@ class SGLangInProcessEngine(SGLangEngine):
     def _start(self) -> Any:
         if self._engine_args["device"] == "cpu":
             os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-        os.environ.setdefault("SGLANG_PLUGINS", PLUGIN)
+        os.environ.setdefault("SGLANG_PLUGINS", SGLANG_PLUGIN)
         try:
             from sglang.srt.entrypoints.engine import Engine
             from sglang.srt.utils.common import is_cpu

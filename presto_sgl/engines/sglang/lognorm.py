@@ -1,6 +1,6 @@
 """The plugin's score-temperature output as the client reads it (standard library only).
 
-The one-pass plugin (:mod:`.plugin`) returns, per output token, the log-normalizers
+The one-pass plugin (:mod:`presto_sgl.server_side.sglang.plugin`) returns, per output token, the log-normalizers
 Z_t = log sum_u p0(u)^(1/t) at the server's score temperatures under the key
 ``raw_lognorm@T1,T2,...``; with log p0 of the token from the same logits row,
 log q_t(token) = log p0(token) / t - Z_t (MultiTryMH's temperature mixture).
@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-LOGNORM_KEY = "raw_lognorm@"
-"""Prefix of the per-token log-normalizer key; the score temperatures follow it."""
+from ...wire import LOGNORM_KEY
 
 Lognorm = tuple[tuple[float, ...], list[list[float]]]
 

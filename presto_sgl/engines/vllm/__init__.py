@@ -1,2 +1,3 @@
 """The vLLM engine: ``python -m vllm.entrypoints.openai.api_server`` through ``/v1/completions``
-(:mod:`.http`), and the server-side one-pass plugin (:mod:`.plugin`)."""
+(:mod:`.http`, reading the plugin's fields with :mod:`.layout`). The server-side one-pass
+plugin is :mod:`presto_sgl.server_side.vllm.plugin`."""

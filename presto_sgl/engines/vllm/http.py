@@ -9,7 +9,7 @@ exactly ``max_tokens`` tokens with ``ignore_eos``.
 
 log q_tau and log p0:
 - one pass (the server loads this package's plugin ``presto_onepass``, see
-  :mod:`.plugin`): ``logprobs = layout.width(m)`` returns raw log p0 of each sampled
+  :mod:`presto_sgl.server_side.vllm.plugin`): ``logprobs = wire.width(m)`` returns raw log p0 of each sampled
   token, log q_tau, the p0 entropy and the score-temperature normalizers from the same
   logits row;
 - two passes (a stock server started with ``--logprobs-mode processed_logprobs``): the
@@ -26,15 +26,17 @@ draw; anything else is an error. A lost connection waits for the server to come 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import EngineError
-from ..base import Completion, EngineCapabilities, Request, validate_completion
-from ..server import EngineHTTPError, EngineUnreachable, Lost, ServerEngine, map_keeping_lost
+from ...wire import width
+from ..base import Completion, EngineCapabilities, Request
+from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, ServerEngine, map_keeping_lost
 from ..text import ModelFolder
-from .layout import parse_fields, signature_count, width
+from .layout import parse_fields, signature_count
 
 if TYPE_CHECKING:
     from ..monitor import ServerMonitor
@@ -118,24 +120,19 @@ class VLLMEngine(ServerEngine, ModelFolder):
 
     # -- the protocol (ServerEngine.generate calls _attempt) -------------------------------
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
-        decoded = map_keeping_lost(self._decode, requests, self.max_concurrency)
+        decoded: list[Decoded | Lost | None] = map_keeping_lost(self._decode, requests, self.max_concurrency)
         if self._mode == "two-pass":
-            kept = [i for i, d in enumerate(decoded) if isinstance(d, tuple)]
-            scores = map_keeping_lost(self._score, [(requests[i], decoded[i][0]) for i in kept], self.max_concurrency)  # type: ignore[index]
-            for i, logp in zip(kept, scores, strict=True):
-                tokens, logq, _, _, _, cached = decoded[i]  # type: ignore[misc]
-                decoded[i] = logp if logp is None or isinstance(logp, Lost) else (tokens, logq, logp, None, None, cached)
+            kept = [(i, d) for i, d in enumerate(decoded) if isinstance(d, Decoded)]
+            scores = map_keeping_lost(self._score, [(requests[i], d.tokens) for i, d in kept], self.max_concurrency)
+            for (i, d), logp in zip(kept, scores, strict=True):
+                decoded[i] = logp if logp is None or isinstance(logp, Lost) else dataclasses.replace(d, logp=logp)
         lost = next((d.cause for d in decoded if isinstance(d, Lost)), None)
         out: list[Completion | None] = []
         for r, d in zip(requests, decoded, strict=True):
-            if not isinstance(d, tuple):  # aborted, or lost
+            if not isinstance(d, Decoded):  # aborted, or lost
                 out.append(None)
                 continue
-            tokens, logq, logp, entropy, at, cached = d
-            comp = Completion(tokens, logq, logp, entropy if r.return_entropy else None, cached,
-                              at if r.score_temperatures else None)
-            validate_completion(r, comp, self._vocab)  # a finished response must be whole: else an error
-            out.append(comp)
+            out.append(d.completion(r, self._vocab))  # a finished response must be whole: else an error
         if lost is not None:  # part of the attempt never came back: keep the rest
             raise EngineUnreachable(str(lost), done=out)
         return out
@@ -165,7 +162,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
             self.stats.cached_tokens += cached
         return choice, cached
 
-    def _decode(self, r: Request) -> tuple | None:
+    def _decode(self, r: Request) -> Decoded | None:
         body: dict[str, Any] = {"prompt": list(r.prefix), "max_tokens": r.max_new_tokens, "temperature": r.temperature,
                                 "logprobs": width(self._m or 0) if self._mode == "one-pass" else 0}
         if self._seeded and r.seed is not None:
@@ -178,17 +175,18 @@ class VLLMEngine(ServerEngine, ModelFolder):
         tokens = tuple(_token_id(t) for t in lp.get("tokens") or [])
         values = tuple(_as_float(x) for x in lp.get("token_logprobs") or [])
         if self._mode == "two-pass":
-            return tokens, values, None, None, None, cached
+            return Decoded(tokens=tokens, logq=values, logp=None, entropy=None, cached_tokens=cached)
         tops = lp.get("top_logprobs") or []
-        fields = [parse_fields(t, v, _top(top), self._vocab) for t, v, top in zip(tokens, values, tops, strict=False)]
-        if len(fields) != len(tokens) or any(f is None for f in fields):
+        parsed = [parse_fields(t, v, _top(top), self._vocab) for t, v, top in zip(tokens, values, tops, strict=False)]
+        fields = [f for f in parsed if f is not None]
+        if len(fields) != len(tokens):
             raise EngineError(
                 f"{self.KIND} {self.url} returned no presto_onepass fields for a request (a restart without the "
                 "plugin?); start it with `bash scripts/vllm_server.sh start`"
             )
-        return (tokens, tuple(f.logq for f in fields), values, tuple(f.entropy for f in fields),  # type: ignore[union-attr]
-                tuple(f.logq_at(r.score_temperatures) for f in fields) if r.score_temperatures else None,  # type: ignore[union-attr]
-                cached)
+        at = tuple(f.logq_at(r.score_temperatures) for f in fields) if r.score_temperatures else None
+        return Decoded(tokens=tokens, logq=tuple(f.logq for f in fields), logp=values,
+                       entropy=tuple(f.entropy for f in fields), cached_tokens=cached, logq_at=at)
 
     def _score(self, item: tuple[Request, tuple[int, ...]]) -> tuple[float, ...] | None:
         """log p0 of ``tokens`` after the request's prefix (raw ``prompt_logprobs``)."""

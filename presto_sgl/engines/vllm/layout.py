@@ -1,16 +1,8 @@
-"""How the one-pass plugin packs its per-token fields into vLLM's logprobs (standard library only).
+"""The one-pass plugin's fields read back from vLLM's logprobs (standard library only).
 
-vLLM returns, per output token, the sampled token's log-probability and a dict of "top"
-entries keyed by token id. With the plugin (:mod:`.plugin`), a request that asks for
-``logprobs = width(m)`` gets, per output token with sampled id s in a vocabulary of V:
-- the sampled entry: log p0(s), raw (before temperature);
-- top entry i (i = 0, 1, ...) under the token id (s + 1 + i) mod V, never s itself:
-  0: SIGNATURE + m, where m is the number of score temperatures (a stock server's
-     logprobs are <= 0, so a positive value proves the plugin);
-  1: log q_T(s) at the request's own temperature T, from the same logits row;
-  2: the p0 entropy at this position;
-  3 .. 3+m-1: the score temperatures t_1..t_m;
-  3+m .. 3+2m-1: the log-normalizers Z_t = log sum_u p0(u)^(1/t).
+The plugin (:mod:`presto_sgl.server_side.vllm.plugin`) packs, per output token, raw log p0,
+log q at the request's temperature, the p0 entropy, the score temperatures and their
+log-normalizers into the logprobs vLLM returns; the layout is :mod:`presto_sgl.wire`'s.
 Then log q_t(s) = log p0(s) / t - Z_t (MultiTryMH's temperature mixture).
 """
 
@@ -19,18 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-SIGNATURE = 10000.0
-FIXED = 3  # signature, log q at the request's temperature, entropy
-
-
-def width(m: int) -> int:
-    """The ``logprobs`` count that carries every field for m score temperatures."""
-    return FIXED + 2 * m
-
-
-def field_ids(sampled: int, n: int, vocab_size: int) -> list[int]:
-    """Token ids under which the first n fields travel."""
-    return [(sampled + 1 + i) % vocab_size for i in range(n)]
+from ...wire import FIXED, SIGNATURE, field_ids, width
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ before the original divides the logits by the temperature in place, it computes
 log-probability of each sampled token in ``logits_output.customized_info``, which SGLang
 returns as ``meta_info.raw_logprob`` / ``meta_info.raw_entropy`` (one value per output
 token). ``output_token_logprobs`` stay log q_tau, so q and p0 come from the same logits
-row. Installed into the server's environment only; never imported by the client.
+row. Installed into the server's environment only; never imported by the client (the
+key names are :mod:`presto_sgl.wire`'s).
 
 For MultiTryMH's temperature mixture it also records, per output token, the log-normalizers
 Z_t = log sum_u p0(u)^(1/t) at each score temperature t (env ``PRESTO_SGL_SCORE_TEMPERATURES``,
@@ -18,19 +19,12 @@ the set: the client then has log q_t(token) = log p0(token) / t - Z_t from the s
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from .lognorm import LOGNORM_KEY
+from ...wire import LOGNORM_KEY, RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
+from ..temperatures import score_temperatures
 
 TARGET = "sglang.srt.layers.sampler.Sampler.forward"
-DEFAULT_SCORE_TEMPERATURES = "0.25,0.5,1.0"
-
-
-def score_temperatures() -> tuple[float, ...]:
-    """The server's score temperatures (``PRESTO_SGL_SCORE_TEMPERATURES``)."""
-    text = os.environ.get("PRESTO_SGL_SCORE_TEMPERATURES", DEFAULT_SCORE_TEMPERATURES).strip()
-    return tuple(float(t) for t in text.split(",")) if text else ()
 
 
 def register() -> None:
@@ -62,8 +56,8 @@ def around_sampler_forward(original: Any, sampler: Any, logits_output: Any, *arg
     ids = next_ids[0] if isinstance(next_ids, tuple) else next_ids
     chosen = raw.gather(1, ids.view(-1, 1).long().to(raw.device)).view(-1)
     info = dict(logits_output.customized_info or {})
-    info["raw_logprob"] = chosen.tolist()
-    info["raw_entropy"] = entropy.tolist()
+    info[RAW_LOGPROB_KEY] = chosen.tolist()
+    info[RAW_ENTROPY_KEY] = entropy.tolist()
     temps = score_temperatures()
     if temps:
         lognorm = torch.stack([torch.logsumexp(raw / t, dim=-1) for t in temps], dim=-1)

@@ -7,7 +7,7 @@ original divides the logits by the temperature in place, it takes ``log_softmax`
 raw logits and, per row, the entropy, log q at the row's own temperature and the
 log-normalizers Z_t at the score temperatures (env ``PRESTO_SGL_SCORE_TEMPERATURES``,
 default ``0.25,0.5,1.0``); after sampling it writes them into the returned logprobs as
-:mod:`.layout` describes (the sampled token's own entry becomes raw log p0). Every
+:mod:`presto_sgl.wire` describes (the sampled token's own entry becomes raw log p0). Every
 request on such a server that asks for ``logprobs`` gets these fields in place of its
 top entries: run it as presto-sgl's server. Installed into the server's environment
 only; never imported by the client.
@@ -16,18 +16,10 @@ only; never imported by the client.
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
-from .layout import SIGNATURE
-
-DEFAULT_SCORE_TEMPERATURES = "0.25,0.5,1.0"
-
-
-def score_temperatures() -> tuple[float, ...]:
-    """The server's score temperatures (``PRESTO_SGL_SCORE_TEMPERATURES``)."""
-    text = os.environ.get("PRESTO_SGL_SCORE_TEMPERATURES", DEFAULT_SCORE_TEMPERATURES).strip()
-    return tuple(float(t) for t in text.split(",")) if text else ()
+from ...wire import SIGNATURE
+from ..temperatures import score_temperatures
 
 
 def register() -> None:
@@ -52,8 +44,8 @@ def register() -> None:
 
 
 def _fields(logits: Any, temperature: Any) -> tuple[Any, Any]:
-    """Per row: the fields of :mod:`.layout` but the sampled token's own (known after sampling),
-    with the raw log-probabilities."""
+    """Per row: the fields of :mod:`presto_sgl.wire`'s vLLM layout but the sampled token's
+    own (known after sampling), with the raw log-probabilities."""
     import torch
 
     raw = torch.log_softmax(logits.float(), dim=-1)

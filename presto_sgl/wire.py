@@ -1,0 +1,57 @@
+"""The wire format between presto-sgl's server plugins and its client engines (standard library only).
+
+The one leaf module both sides import: the server-side plugins
+(:mod:`presto_sgl.server_side`) write these names and layouts, the client engines
+(:mod:`presto_sgl.engines`) read them; neither imports the other.
+
+Both plugins
+    ``SGLANG_PLUGIN`` / ``VLLM_PLUGIN``: the entry point names (``pyproject.toml``) that
+    ``SGLANG_PLUGINS`` / ``VLLM_PLUGINS`` select. The score temperatures come from the
+    server's environment, ``SCORE_TEMPERATURES_ENV`` (comma-separated, default
+    ``DEFAULT_SCORE_TEMPERATURES``; empty: none).
+
+SGLang (``meta_info`` of each ``/generate`` answer, one value per output token)
+    ``RAW_LOGPROB_KEY``: log p0 of the sampled token (before temperature);
+    ``RAW_ENTROPY_KEY``: the p0 entropy; ``LOGNORM_KEY`` followed by the score temperatures
+    (``raw_lognorm@0.25,0.5,1.0``): per token, the log-normalizers
+    Z_t = log sum_u p0(u)^(1/t) at each of them.
+
+vLLM (the logprobs of each output token, sampled id s in a vocabulary of V)
+    A request that asks for ``logprobs = width(m)`` gets the sampled entry as log p0(s),
+    raw, and top entry i (i = 0, 1, ...) under the token id (s + 1 + i) mod V
+    (``field_ids``), never s itself:
+    0: SIGNATURE + m, where m is the number of score temperatures (a stock server's
+       logprobs are <= 0, so a positive value proves the plugin);
+    1: log q_T(s) at the request's own temperature T, from the same logits row;
+    2: the p0 entropy at this position;
+    3 .. 3+m-1: the score temperatures t_1..t_m;
+    3+m .. 3+2m-1: the log-normalizers Z_t.
+
+Either way log q_t(s) = log p0(s) / t - Z_t (MultiTryMH's temperature mixture).
+"""
+
+from __future__ import annotations
+
+SGLANG_PLUGIN = "presto_raw_logprob"
+VLLM_PLUGIN = "presto_onepass"
+
+SCORE_TEMPERATURES_ENV = "PRESTO_SGL_SCORE_TEMPERATURES"
+DEFAULT_SCORE_TEMPERATURES = "0.25,0.5,1.0"
+
+RAW_LOGPROB_KEY = "raw_logprob"
+RAW_ENTROPY_KEY = "raw_entropy"
+LOGNORM_KEY = "raw_lognorm@"
+"""Prefix of the per-token log-normalizer key; the score temperatures follow it."""
+
+SIGNATURE = 10000.0
+FIXED = 3  # signature, log q at the request's temperature, entropy
+
+
+def width(m: int) -> int:
+    """The ``logprobs`` count that carries every field for m score temperatures."""
+    return FIXED + 2 * m
+
+
+def field_ids(sampled: int, n: int, vocab_size: int) -> list[int]:
+    """Token ids under which the first n fields travel."""
+    return [(sampled + 1 + i) % vocab_size for i in range(n)]
