@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from presto_sgl import sampling_configs
+from presto_sgl import Sampler, registry, sampling_configs
+from presto_sgl.fields import params_of
 from presto_sgl.predictor.certainty import CLASSES, certainty_class
-from presto_sgl import Sampler
 
 PROMPTS = [
     "What is 17 + 25? Answer with the number.",
@@ -52,7 +52,7 @@ class Method:
     predictor: str = "default"
     online: bool = False
     cost_aware: bool = False
-    kernel: str = "powermh"  # the MH kernel (PowerConfig.sampler)
+    kernel: str = "powermh"  # the MH kernel (PowerConfig.kernel)
 
     @property
     def sequential(self) -> bool:
@@ -60,12 +60,14 @@ class Method:
 
     def sampler(self, engine, args):
         """The sampler of this method on ``engine`` (``args``: T, K, alpha; blocks of ``args.B``
-        tokens, default one block of T; optionally beta, tries, try_temperatures for the kernel)."""
-        kernel = {k: getattr(args, k) for k in ("beta", "tries", "try_temperatures") if hasattr(args, k)}
+        tokens, default one block of T; the kernel's own parameters, e.g. beta, tries, try_temperatures, when
+        ``args`` has them)."""
+        own = [p.name for p in params_of(registry.KERNELS[self.kernel].params)]
+        kernel = {k: getattr(args, k) for k in own if hasattr(args, k)}
         config, presto = sampling_configs(
             self.rule, keying=self.keying, budget=self.budget, predictor=self.predictor, online=self.online,
             cost_aware=self.cost_aware, alpha=args.alpha, max_new_tokens=args.T, block_size=getattr(args, "B", args.T), steps=args.K,
-            sampler=self.kernel, **kernel,
+            kernel=self.kernel, **kernel,
         )
         return Sampler(engine, config, presto)
 

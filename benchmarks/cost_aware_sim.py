@@ -22,12 +22,11 @@ import io
 import threading
 import time
 
-from presto_sgl import TraceWriter, read_trace, sampling_configs
+from presto_sgl import Sampler, TraceWriter, read_trace, sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.planners import CostAwareStepPlanner, RoundFeedback
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor import ConstantPredictor, OnlinePredictor, load_predictor
-from presto_sgl import Sampler
 
 LAWS = {
     # seconds per (call, row, decode step, decoded token)

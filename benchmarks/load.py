@@ -57,9 +57,9 @@ from presto_sgl.engines.sglang.http import SGLangEngine
 from presto_sgl.runner import run_prompts
 from presto_sgl.samplers import Sampler
 from presto_sgl.tasks.registry import load_task
-from presto_sgl.trace import read_trace, state_record
 from presto_sgl.testing.servers import free_port, kill_server, server_script
 from presto_sgl.testing.wiretap import Wiretap, asked
+from presto_sgl.trace import read_trace, state_record
 
 POWER = dict(alpha=4.0, max_new_tokens=32, block_size=16, steps=4)
 BUDGET = 20

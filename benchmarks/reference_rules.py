@@ -15,9 +15,8 @@ import math
 import time
 from pathlib import Path
 
-from presto_sgl import sampling_configs
+from presto_sgl import Sampler, sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl import Sampler
 
 BUDGETS = (4, 8, 10, 16, 20)
 EPS = 0.01

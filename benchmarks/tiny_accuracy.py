@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from presto_sgl import sampling_configs
+from presto_sgl import Sampler, sampling_configs
 from presto_sgl.engines.base import Request
 from presto_sgl.models import embedded_engine
 from presto_sgl.tasks.addition import is_correct, make_problems
-from presto_sgl import Sampler
 
 
 def main() -> None:

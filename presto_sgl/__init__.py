@@ -9,13 +9,13 @@ One public way to build a sampler: ``Sampler(engine, *sampling_configs(rule, **o
 ``make_method(engine, options)`` builds any method (a sampler or a baseline) from flat options.
 """
 
+from . import baselines as _baselines  # noqa: F401 (registers the baselines)
 from .config import PowerConfig, PrestoConfig, sampling_configs
 from .engines.base import Completion, Engine, EngineCapabilities, Request
 from .errors import BackendUnavailable, CapabilityError, ConfigError, EngineError
 from .kernels import EntropyCutKernel, Kernel, MultiTryKernel, PowerMHKernel, accepts, log_acceptance, mh_step
 from .methods import Method, SampleResult
 from .metrics import PromptMetrics
-from . import baselines as _baselines  # noqa: F401 (registers the baselines)
 from .options import make_method, method_config
 from .registry import BaselineSpec, KernelSpec, RuleSpec, make_kernel, register_baseline, register_kernel, register_rule
 from .samplers import Sampler

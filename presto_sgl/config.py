@@ -12,13 +12,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any
 
 from . import registry
 from .errors import ConfigError
 from .fields import Param, Validated, boolean, integer, nonempty_text, number, one_of, option, params_of
 
-Keying = Literal["path", "step"]
+Keying = registry.Keying
 
 
 def _kernels() -> tuple[str, ...]:
@@ -188,7 +188,7 @@ def sampling_configs(rule: str = "step", **options: Any) -> tuple[PowerConfig, P
     presto = PrestoConfig(rule=rule, **{k: options.pop(k) for k in PRESTO if k in options and k != "rule"})
     check_keying(presto.keying, options.get("keying"), f"`rule` {rule!r}")
     kernel = options.get("kernel", "powermh")
-    if kernel not in registry.KERNELS:
+    if not isinstance(kernel, str) or kernel not in registry.KERNELS:
         raise ConfigError("kernel", kernel, f"{{kernel}} (={kernel!r}) must be one of {list(registry.KERNELS)}")
     schedule, params = split_options(kernel, options)
     schedule.setdefault("keying", presto.keying or "step")
@@ -206,9 +206,12 @@ def config_options(config: PowerConfig, presto: PrestoConfig | None = None) -> d
 
 def with_options(config: PowerConfig, presto: PrestoConfig, overrides: Mapping[str, Any]) -> tuple[PowerConfig, PrestoConfig]:
     """``config`` / ``presto`` with ``overrides`` (flat options) applied; a kernel change
-    drops the other kernel's parameters (the new kernel's defaults apply)."""
+    drops the other kernel's parameters (the new kernel's defaults apply), a rule change the
+    keying (the new rule's keys apply)."""
     base = config_options(config, presto)
     if overrides.get("kernel", config.kernel) != config.kernel:
         base = {k: v for k, v in base.items() if k in SCHEDULE or k in PRESTO}
+    if "rule" in overrides and "keying" not in overrides:
+        base.pop("keying")  # the new rule's own keys
     merged = {**base, **overrides}
     return sampling_configs(merged.pop("rule"), **merged)

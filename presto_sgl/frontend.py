@@ -41,11 +41,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from .config import parameters
-from .options import MethodConfig, make_method
-from .options import method_config as _method_config
 from .engines.sglang.http import SGLangEngine
 from .errors import ConfigError
 from .methods import Method, SampleResult
+from .options import MethodConfig, make_method
+from .options import method_config as _method_config
 from .runner import run_prompts
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ def method_config(options: Mapping[str, Any]) -> MethodConfig:
     """The validated method of flat ``options``; a ConfigError names the first bad one."""
     opts = dict(options)
     method = opts.pop("method", "powermh")
-    if method in registry.KERNELS:
+    if isinstance(method, str) and method in registry.KERNELS:
         config, presto = sampling_configs(opts.pop("rule", "step"), kernel=method, **opts)
         return MethodConfig(method, config, presto)
     spec = registry.spec_of(method)

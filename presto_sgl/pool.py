@@ -60,9 +60,8 @@ _current = threading.local()
 
 
 class GuardedEngine:
-    """The backend, seen by the chains: checks the calling thread's ticket before each call.
-
-    Other attributes (``model_path``, ``wait_healthy``) are the backend's."""
+    """The backend, seen by the chains: checks the calling thread's ticket before each call and
+    counts the calls; the backend itself is ``inner``."""
 
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
@@ -84,9 +83,6 @@ class GuardedEngine:
         with self._lock:
             self.calls += 1
         return self.inner.generate(requests)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 @dataclass

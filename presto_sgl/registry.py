@@ -116,7 +116,7 @@ def methods() -> tuple[str, ...]:
 
 def spec_of(method: str) -> KernelSpec | BaselineSpec:
     """The registry entry of ``method``, or a ConfigError naming it."""
-    spec = KERNELS.get(method) or BASELINES.get(method)
+    spec = (KERNELS.get(method) or BASELINES.get(method)) if isinstance(method, str) else None
     if spec is None:
         raise ConfigError("method", method, f"{{method}} (={method!r}) must be one of {list(methods())}")
     return spec

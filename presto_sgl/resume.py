@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import ConfigError
 from .metrics import CallRecord, NodeRecord
 from .state import ChainState
 from .trace import TraceLineError, call_record, node_record, state_record, trace_records
@@ -99,13 +100,11 @@ def check_same_run(name: str, recorded: Mapping[str, Any], current: Mapping[str,
 
     recorded, current = current_record(recorded), current_record(current)
     keys = sorted((set(recorded) | set(current)) - set(IDENTITY_FREE))
-    diff = [f"`{k}` (trace {recorded.get(k, '(none)')!r}, now {current.get(k, '(none)')!r})"
-            for k in keys if recorded.get(k) != current.get(k)]
-    if diff:
-        raise ValueError(
-            f"trace {name} is from another run ({'; '.join(diff)}): resume with the options, prompt, model and "
-            "engine it was written with"
-        )
+    differ = [k for k in keys if recorded.get(k) != current.get(k)]
+    if differ:
+        diff = "; ".join(f"{{{k}}} (trace {recorded.get(k, '(none)')!r}, now {current.get(k, '(none)')!r})" for k in differ)
+        raise ConfigError(differ[0], current.get(differ[0]), f"trace {name} is from another run ({diff}): resume with "
+                          "the options, prompt, model and engine it was written with")
 
 
 def truncate(path: str | Path, offset: int) -> None:

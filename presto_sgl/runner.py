@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .errors import ConfigError
 from .methods import SampleResult
 from .pool import ChainPool, Ticket
 from .trace import TraceWriter
-from .errors import ConfigError
 
 
 def run_prompts(

@@ -24,9 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from presto_sgl import models, sampling_configs  # noqa: E402
+from presto_sgl import Sampler, models, sampling_configs  # noqa: E402
 from presto_sgl.trace import TraceWriter  # noqa: E402
-from presto_sgl import Sampler
 
 PROMPTS = [
     # benchmarks/compare.py

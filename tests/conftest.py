@@ -10,6 +10,7 @@ import pytest
 
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 
+
 def pytest_configure(config: pytest.Config) -> None:
     """``PRESTO_SGL_MUTANT=NAME``: run the session against a deliberately wrong sampler
     (presto_sgl/testing/mutants.py; ``python -m benchmarks.mutations`` shows which tests catch each)."""

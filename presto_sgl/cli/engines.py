@@ -1,13 +1,11 @@
-"""Engines by name (``--engine``): builders from the parsed arguments, and the counting
-wrapper the progress line reads."""
+"""Engines by name (``--engine``): builders from the parsed arguments."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from ..engines.base import Completion, Engine, EngineCapabilities, Request
-from ..engines.text import TextView
+from ..engines.base import Engine
 
 
 def _reference_engine(args: argparse.Namespace) -> Engine:
@@ -46,23 +44,3 @@ ENGINES: dict[str, Callable[[argparse.Namespace], Engine]] = {
     "vllm": _vllm_engine,
 }
 """Engine name -> builder from the parsed arguments. Add new engines here."""
-
-
-class CountingEngine:
-    """Forwards to an engine and counts its calls (the progress line needs them)."""
-
-    def __init__(self, inner: Engine) -> None:
-        self.inner = inner
-        self.calls = 0
-
-    @property
-    def capabilities(self) -> EngineCapabilities:
-        return self.inner.capabilities
-
-    @property
-    def text(self) -> TextView:
-        return self.inner.text
-
-    def generate(self, requests: Sequence[Request]) -> list[Completion]:
-        self.calls += 1
-        return self.inner.generate(requests)

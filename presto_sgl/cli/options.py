@@ -14,14 +14,14 @@ from typing import Any
 
 from .. import registry
 from ..config import parameters
-from ..options import MethodConfig, make_method
-from ..options import method_config as _method_config
 from ..engines.text import ModelFolder
 from ..fields import Param
 from ..methods import Method
+from ..options import MethodConfig, make_method
+from ..options import method_config as _method_config
 from ..pool import GuardedEngine
 from .common import PROG
-from .engines import ENGINES, CountingEngine
+from .engines import ENGINES
 
 
 def _temperatures(text: str) -> tuple[float, ...]:
@@ -121,12 +121,11 @@ def method_config(args: argparse.Namespace) -> MethodConfig:
     return _method_config(method_options(args))
 
 
-def build(args: argparse.Namespace, *, guarded: bool = False) -> tuple[CountingEngine, Method]:
-    """The engine and method the options name; ConfigError / TypeError / EngineError on bad input.
-
-    The method's options are checked before the engine is built (a bad flag never waits on a
-    server). ``guarded``: the method reaches the engine through a
-    :class:`~presto_sgl.pool.GuardedEngine`, so its chains in a pool can be cancelled."""
+def build(args: argparse.Namespace) -> tuple[GuardedEngine, Method]:
+    """The engine (in a :class:`~presto_sgl.pool.GuardedEngine`: it counts the calls for the
+    progress line, and lets a pool cancel its chains) and the method the options name;
+    ConfigError / TypeError / EngineError on bad input. The method's options are checked
+    before the engine is built (a bad flag never waits on a server)."""
     spec = method_config(args)
-    engine = CountingEngine(ENGINES[args.engine](args))
-    return engine, make_method(GuardedEngine(engine) if guarded else engine, spec)
+    engine = GuardedEngine(ENGINES[args.engine](args))
+    return engine, make_method(engine, spec)

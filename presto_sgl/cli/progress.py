@@ -6,15 +6,15 @@ import time
 from typing import TextIO
 
 from ..kernels import Transition
+from ..pool import GuardedEngine
 from ..state import ChainState
 from .common import PROG
-from .engines import CountingEngine
 
 
 class Progress:
     """A single self-overwriting status line on ``stream`` (stderr); an ``on_transition`` callback."""
 
-    def __init__(self, stream: TextIO, engine: CountingEngine, total: int, min_interval: float = 0.1) -> None:
+    def __init__(self, stream: TextIO, engine: GuardedEngine, total: int, min_interval: float = 0.1) -> None:
         self.stream = stream
         self.engine = engine
         self.total = total

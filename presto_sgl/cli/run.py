@@ -6,7 +6,8 @@ a rerun with the same options skips the prompts already there and appends the re
 :mod:`presto_sgl.resume`), and one with other options is refused with the difference named. Each prompt's chain keys are
 (``--seed``, the problem's id), so a prompt samples the same way whatever else runs.
 ``--workers`` chains are in flight at once (a server batches across them), in the package's
-one :class:`~presto_sgl.pool.ChainPool`; Ctrl-C cancels them, each at its next model call.
+one :class:`~presto_sgl.pool.ChainPool`; Ctrl-C, or a chain that fails, cancels the others, each
+at its next model call (what they wrote to their traces resumes).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _setup(args: argparse.Namespace):
         if args.workers is not None and args.workers < 1:
             raise ValueError(f"`--workers` (={args.workers}) must be >= 1")
         task, problems = load_task(args.dataset, limit=args.limit, seed=args.seed)
-        engine, sampler = build(args, guarded=True)
+        engine, sampler = build(args)
         model = model_name(engine.inner, args)
         config = {"dataset": args.dataset, "seed": args.seed, "engine": args.engine, "model": str(model),
                   "chat": args.chat, **sampler.describe()}

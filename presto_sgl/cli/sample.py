@@ -23,10 +23,10 @@ from ..engines.monitor import Monitored
 from ..errors import ConfigError, EngineError
 from ..methods import Method, SampleResult
 from ..metrics import PromptMetrics
+from ..pool import GuardedEngine
 from ..resume import Checkpoint, check_same_run, read_checkpoint, truncate
 from ..trace import TraceWriter
 from .common import UsageError, cli_message, flag
-from .engines import CountingEngine
 from .options import add_engine_options, add_method_options, build, model_name
 from .progress import Progress
 
@@ -98,7 +98,7 @@ def _check_prompt(method: Method, ids: list[int], args: argparse.Namespace) -> l
         raise UsageError(exc.render(lambda p: given if p == "prompt" else flag(p), lambda n, v: f"{n} {v}")) from None
 
 
-def _setup(args: argparse.Namespace) -> tuple[CountingEngine, Method, list[int], Any, Checkpoint | None]:
+def _setup(args: argparse.Namespace) -> tuple[GuardedEngine, Method, list[int], Any, Checkpoint | None]:
     """(engine, method, prompt ids, open trace stream or None, checkpoint or None), or a UsageError.
 
     Everything that can be rejected is checked before the trace file is opened, and
@@ -148,7 +148,7 @@ def _checkpoint(args: argparse.Namespace) -> Checkpoint | None:
     return checkpoint
 
 
-def _info(engine: CountingEngine, args: argparse.Namespace) -> dict[str, object]:
+def _info(engine: GuardedEngine, args: argparse.Namespace) -> dict[str, object]:
     """The run record's engine and model (compared on resume)."""
     return {"engine": args.engine, "model": model_name(engine.inner, args)}
 

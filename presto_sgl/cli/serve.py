@@ -51,8 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _service(args: argparse.Namespace):
     """The service and its timeout, or a UsageError naming the flag."""
-    from ..serve.params import Defaults
     from ..pool import ChainPool
+    from ..serve.params import Defaults
     from ..serve.service import Service
 
     spec = method_config(args)

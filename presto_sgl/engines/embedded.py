@@ -28,10 +28,10 @@ import torch.nn.functional as F
 
 from radix import RadixTree
 
+from ..errors import ConfigError
 from .base import Completion, EngineCapabilities, Request
 from .forward import BufferView, CausalLM
 from .text import TokenizerText
-from ..errors import ConfigError
 
 
 @dataclass

@@ -151,12 +151,14 @@ class ReferenceEngine:
 
 
 class ReferenceView(TextView):
-    """The reference LM's text: one character of :data:`ALPHABET` per token, no stop token."""
+    """The reference LM's text: one character of :data:`ALPHABET` per token; no stop token
+    unless ``stop_ids`` are given."""
 
     has_tokenizer = True
 
-    def __init__(self, vocab_size: int) -> None:
+    def __init__(self, vocab_size: int, stop_ids: Sequence[int] = ()) -> None:
         self.alphabet = ALPHABET[:vocab_size]
+        self.stop_ids = tuple(stop_ids)
 
     def encode(self, text: str, *, special: bool = False) -> list[int]:
         bad = sorted({ch for ch in text.lower() if ch not in self.alphabet})

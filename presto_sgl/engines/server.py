@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BackendUnavailable, EngineError
+from ..errors import ConfigError, BackendUnavailable, EngineError
 from .base import Completion, Request, validate_completion
 
 
@@ -122,11 +122,11 @@ class ServerEngine:
 
     def __init__(self, url: str, timeout_s: float, max_retries: int, restart_timeout_s: float) -> None:
         if not timeout_s > 0:
-            raise ValueError(f"`timeout_s` (={timeout_s!r}) must be > 0")
+            raise ConfigError("timeout_s", timeout_s, f"{{timeout_s}} (={timeout_s!r}) must be > 0")
         if not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"`max_retries` (={max_retries!r}) must be an integer >= 0")
+            raise ConfigError("max_retries", max_retries, f"{{max_retries}} (={max_retries!r}) must be an integer >= 0")
         if not restart_timeout_s >= 0:
-            raise ValueError(f"`restart_timeout_s` (={restart_timeout_s!r}) must be >= 0 (0: fail at once)")
+            raise ConfigError("restart_timeout_s", restart_timeout_s, f"{{restart_timeout_s}} (={restart_timeout_s!r}) must be >= 0 (0: fail at once)")
         self.url = url.rstrip("/")
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries

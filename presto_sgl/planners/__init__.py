@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..config import PrestoConfig
 from ..registry import RuleSpec, register_rule
-from .base import Planner, PlannedRequest, RoundContext, RoundFeedback, SequentialPlanner
+from .base import PlannedRequest, Planner, RoundContext, RoundFeedback, SequentialPlanner
 from .bfs import BFSPlanner
 from .costaware import CostAwareStepPlanner
 from .pathcost import CostAwarePathPlanner

@@ -5,10 +5,10 @@
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 from .certainty import CLASSES, EPS, ConstantPredictor, Observation, Predictor, certainty_class, h_plus
 from .model import DEFAULT_PATH, LogisticPredictor
 from .online import OnlinePredictor
-from ..errors import ConfigError
 
 __all__ = [
     "CLASSES",

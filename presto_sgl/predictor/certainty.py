@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
 from ..errors import ConfigError
 
 EPS = 0.01

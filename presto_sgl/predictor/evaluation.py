@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..trace import node_record, read_trace
 from .certainty import EPS, Observation, Predictor, certainty_class
 from .fitting import fit_logistic
 from .model import DEFAULT_FEATURES
-from ..errors import ConfigError
+
 
 def group_folds(groups: Sequence[str], folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, test) index arrays of ``folds``-fold CV holding out whole groups (prompts)."""

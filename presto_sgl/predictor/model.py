@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .certainty import CLASSES, EPS, Observation
 from ..errors import ConfigError
+from .certainty import CLASSES, EPS, Observation
 
 FORMAT = "presto-sgl/certainty-predictor"
 VERSION = 1

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
 from .certainty import Observation, Predictor
 from .model import DEFAULT_FEATURES, LogisticPredictor, design
-from ..errors import ConfigError
+
 
 def _newton_refit(
     X: np.ndarray, y: np.ndarray, w: np.ndarray, C: float, start: LogisticPredictor, training: Mapping[str, Any]

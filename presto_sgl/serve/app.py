@@ -24,9 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import ConfigError, BackendUnavailable, EngineError
-from .params import ParamError, parse
+from ..errors import BackendUnavailable, ConfigError, EngineError
 from ..pool import Cancelled, Ticket
+from .params import ParamError, parse
 from .responses import error_body, response, stream_events
 from .service import Service
 

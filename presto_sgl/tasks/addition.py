@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+
 from ..errors import ConfigError
 
 __all__ = [

@@ -9,10 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from presto_sgl import PowerConfig, PrestoConfig  # noqa: E402
+from presto_sgl import PowerConfig, PrestoConfig, Sampler  # noqa: E402
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.engines.embedded import EmbeddedEngine  # noqa: E402
-from presto_sgl import Sampler
 
 TOL = 2e-5  # float32: our forward vs transformers' forward, per-token log-probabilities
 

@@ -15,6 +15,7 @@ from presto_sgl import (
     PowerConfig,
     PrestoConfig,
     Request,
+    Sampler,
     TraceWriter,
     metrics_from_trace,
     read_trace,
@@ -22,7 +23,6 @@ from presto_sgl import (
 )
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.planners import BFSPlanner, SequentialPlanner, StepPlanner
-from presto_sgl import Sampler
 
 
 @pytest.mark.parametrize(

@@ -16,11 +16,10 @@ import time
 
 import pytest
 
-from presto_sgl import EngineError, PowerConfig, PrestoConfig
+from presto_sgl import EngineError, PowerConfig, PrestoConfig, Sampler
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import SGLangEngine
 from tests.support.sglang_standin import StandIn
-from presto_sgl import Sampler
 
 
 @pytest.fixture
@@ -134,8 +133,8 @@ def test_many_prompts_in_flight_keep_every_chain_exact(stand_in, tmp_path):
     engine, one worker: in-process engines are not thread-safe); the HTTP engine serves four
     chains at once, each with its own trace whose metrics match the result."""
     from presto_sgl.engines.reference import ReferenceEngine
-    from presto_sgl.trace import metrics_from_trace, read_trace
     from presto_sgl.runner import run_prompts
+    from presto_sgl.trace import metrics_from_trace, read_trace
 
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=5, keying="step")
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [2, 2]]

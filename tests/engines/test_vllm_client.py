@@ -19,13 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from presto_sgl import EngineError, sampling_configs, wire
+from presto_sgl import EngineError, Sampler, sampling_configs, wire
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.engines.server import EngineHTTPError, EngineUnreachable
 from presto_sgl.engines.vllm import layout
 from presto_sgl.engines.vllm.http import VLLMEngine
-from presto_sgl import Sampler
 
 V = 16
 TEMPS = (0.25, 0.5, 1.0)

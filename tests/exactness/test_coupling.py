@@ -17,11 +17,11 @@ import io
 from dataclasses import dataclass
 
 import pytest
-from tests.support.cases import KERNELS, PRESTO_RULES, RULES, KernelCase, RuleCase, sequential_sampler
-from tests.support.coupling import assert_same_states, run_states
 
 from presto_sgl import TraceWriter, read_trace
 from presto_sgl.engines.reference import ReferenceLM
+from tests.support.cases import KERNELS, PRESTO_RULES, RULES, KernelCase, RuleCase, sequential_sampler
+from tests.support.coupling import assert_same_states, run_states
 
 pytestmark = pytest.mark.exactness
 

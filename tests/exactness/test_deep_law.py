@@ -26,11 +26,11 @@ from collections import Counter
 import numpy as np
 import pytest
 from scipy import stats
-from tests.support.cases import KERNELS, RULES
-from tests.support.enumerated import PROMPT, SIGNIFICANCE, chi_square_pvalue, exact_law, lm
-from tests.support import exact
 
 from presto_sgl import TraceWriter
+from tests.support import exact
+from tests.support.cases import KERNELS, RULES
+from tests.support.enumerated import PROMPT, SIGNIFICANCE, chi_square_pvalue, exact_law, lm
 
 pytestmark = pytest.mark.exactness
 

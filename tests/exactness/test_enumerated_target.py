@@ -17,10 +17,19 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from presto_sgl import PowerConfig
 from tests.support import exact
 from tests.support.cases import KERNELS, KernelCase
-from tests.support.enumerated import CHAINS, PROMPT, SAMPLERS, SCHEDULES, SIGNIFICANCE, chi_square_pvalue, config, exact_law, lm
+from tests.support.enumerated import (
+    CHAINS,
+    PROMPT,
+    SAMPLERS,
+    SCHEDULES,
+    SIGNIFICANCE,
+    chi_square_pvalue,
+    config,
+    exact_law,
+    lm,
+)
 
 pytestmark = pytest.mark.exactness
 

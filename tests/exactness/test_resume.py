@@ -15,13 +15,13 @@ import random
 from collections import Counter
 
 import pytest
-from tests.support.cases import KERNELS, RULES, KernelCase, RuleCase
-from tests.support.enumerated import CHAINS, PROMPT, SIGNIFICANCE, chi_square_pvalue, config, exact_law, lm
-from tests.support import exact
 
 from presto_sgl import TraceWriter
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.resume import EmptyTrace, check_same_run, read_checkpoint, truncate
+from tests.support import exact
+from tests.support.cases import KERNELS, RULES, KernelCase, RuleCase
+from tests.support.enumerated import CHAINS, PROMPT, SIGNIFICANCE, chi_square_pvalue, config, exact_law, lm
 
 pytestmark = pytest.mark.exactness
 

@@ -12,7 +12,7 @@ import pytest
 
 from presto_sgl import cli
 from presto_sgl.engines.base import Completion, EngineCapabilities, EngineError
-from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM, ReferenceView
 from presto_sgl.trace import metrics_from_trace, read_trace
 
 REPO = Path(__file__).resolve().parents[2]  # the repository
@@ -115,14 +115,14 @@ def test_text_output_and_summary(capsys):
 
 def test_answer_ends_at_the_engines_first_stop_token(capsys, monkeypatch):
     """The chain keeps all its tokens; the answer (text and ``eos_index``) ends at the first of
-    the engine's ``stop_token_ids``, not only at ``eos_token_id``."""
+    the engine text view's ``stop_ids``, not only at ``eos_token_id``."""
     full = run_json(capsys)
     ids = full["response_ids"]
     assert full["eos_index"] is None  # the reference engine has no stop tokens
     stop = ids[5]
     first = min(i for i, t in enumerate(ids) if t in (31, stop))
     engine = ReferenceEngine(ReferenceLM(32))
-    engine.stop_token_ids = (31, stop)  # e.g. the tokenizer's EOS and a generation-config EOS
+    engine.text = ReferenceView(32, stop_ids=(31, stop))  # e.g. the tokenizer's EOS and a generation-config EOS
     monkeypatch.setitem(cli.ENGINES, "reference", lambda args: engine)
     data = run_json(capsys)
     assert data["response_ids"] == ids and data["eos_index"] == first
@@ -187,7 +187,7 @@ class _FlakyEngine:
     def __init__(self, fail_at: int, exc: type[BaseException] | None) -> None:
         self.inner = ReferenceEngine(ReferenceLM(32))
         self.capabilities: EngineCapabilities = self.inner.capabilities
-        self.encode, self.decode = self.inner.encode, self.inner.decode
+        self.text = self.inner.text
         self.fail_at, self.exc, self.calls = fail_at, exc, 0
 
     def generate(self, requests):
@@ -261,10 +261,14 @@ def test_entropycut_sampler_from_the_command_line(capsys):
     seq = json.loads(capsys.readouterr().out)
     assert cli.main([*base, "--rule", "bfs"]) == 0
     bfs = json.loads(capsys.readouterr().out)
-    assert seq["config"]["kernel"] == bfs["config"]["kernel"] == "entropycut" and bfs["config"]["beta"] == 4.0
+    assert seq["config"]["method"] == bfs["config"]["method"] == "entropycut" and bfs["config"]["beta"] == 4.0
     assert seq["response_ids"] == bfs["response_ids"]  # PreSTO-EntropyCut visits the sequential chain's states
     assert cli.main([*base, "--beta", "-1"]) == 2
     assert "`--beta`" in capsys.readouterr().err
+    # the old flag still works, and says so
+    assert cli.main([*base[:-3], "--sampler", "entropycut", "--json", "--rule", "sequential", "--keying", "path"]) == 0
+    out, err = capsys.readouterr()
+    assert "warning: --sampler is deprecated; use --method" in err and json.loads(out)["response_ids"] == seq["response_ids"]
 
 
 def test_multitry_sampler_from_the_command_line(capsys, tmp_path):
@@ -275,7 +279,7 @@ def test_multitry_sampler_from_the_command_line(capsys, tmp_path):
     trace = tmp_path / "mtm.jsonl"
     assert cli.main([*base, "--rule", "step", "--budget", "4", "--trace", str(trace)]) == 0
     step = json.loads(capsys.readouterr().out)
-    assert step["config"]["kernel"] == "multitry" and step["config"]["tries"] == 3
+    assert step["config"]["method"] == "multitry" and step["config"]["tries"] == 3
     assert step["config"]["try_temperatures"] == [0.5, 1.0]
     assert seq["response_ids"] == step["response_ids"]  # PreSTO-MultiTryMH visits the sequential chain's states
     assert step["metrics"]["model_calls"] < seq["metrics"]["model_calls"]

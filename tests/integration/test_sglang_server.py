@@ -14,9 +14,14 @@ import os
 
 import pytest
 
-from presto_sgl.testing.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly, assert_scores_match
-from presto_sgl.testing.servers import free_port, run_through_a_restart, server_script
 from presto_sgl import PrestoConfig, Sampler
+from presto_sgl.testing.forward import (
+    assert_extras_match,
+    assert_matches_forward,
+    assert_scored_exactly,
+    assert_scores_match,
+)
+from presto_sgl.testing.servers import free_port, run_through_a_restart, server_script
 
 pytestmark = pytest.mark.sglang
 

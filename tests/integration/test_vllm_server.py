@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from tests.support.cases import KERNELS, PRESTO_RULES, sequential_sampler
-from tests.support.coupling import assert_same_states, run_states
 
+from presto_sgl import PrestoConfig, Sampler
 from presto_sgl.testing.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
 from presto_sgl.testing.servers import run_through_a_restart
-from presto_sgl import PrestoConfig, Sampler
+from tests.support.cases import KERNELS, PRESTO_RULES, sequential_sampler
+from tests.support.coupling import assert_same_states, run_states
 
 pytestmark = pytest.mark.vllm
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from tests.support import exact
-from tests.support.timing import stub_planner
 
 from presto_sgl import PowerConfig, PrestoConfig, Sampler, registry, sampling_configs
 from presto_sgl.config import split_options
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.kernels import EntropyCutKernel, Kernel, MultiTryKernel, PowerMHKernel, entropycut, multitry, powermh
+from tests.support import exact
+from tests.support.timing import stub_planner
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tests.support.predictors import CutPredictor, predictive_planner
-
-from presto_sgl import PowerConfig, PrestoConfig
+from presto_sgl import PowerConfig, PrestoConfig, Sampler
 from presto_sgl.engines.base import Engine
 from presto_sgl.kernels import Kernel
 from presto_sgl.planners import CostAwarePathPlanner, CostAwareStepPlanner, Planner
-from presto_sgl.registry import make_planner
 from presto_sgl.planners.timemodel import CallTimeModel
-from presto_sgl import Sampler
+from presto_sgl.registry import make_planner
+from tests.support.predictors import CutPredictor, predictive_planner
 
 CPU_LAW = (0.02, 0.005, 0.06, 0.006)
 """Seconds per (call, row, decode step, decoded token): a CPU-like engine (docs/design.md §5, cost-aware)."""

@@ -15,20 +15,19 @@ import numpy as np
 import pytest
 
 import presto_sgl.predictor
-from presto_sgl import ChainState, TraceWriter, read_trace, sampling_configs
+from presto_sgl import ChainState, Sampler, TraceWriter, read_trace, sampling_configs
 from presto_sgl.config import PrestoConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
 from presto_sgl.planners import CostAwareStepPlanner, RoundContext, RoundFeedback, StepPlanner
-from presto_sgl.registry import make_planner
 from presto_sgl.planners.costaware import BASES, EXPLORE, MatchRate
 from presto_sgl.planners.timemodel import MIN_TIME_S, CallTimeModel
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation, h_plus
 from presto_sgl.proposals import ProposalStore, StoredProposal
+from presto_sgl.registry import make_planner
+from tests.support.planning import KERNEL, Forced, random_context, random_theta
 from tests.support.predictors import CutPredictor
 from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampler
-from tests.support.planning import KERNEL, Forced, random_context, random_theta
-from presto_sgl import Sampler
 
 
 def brute_force_cost(ctx: RoundContext, first: list, budget: int, theta: np.ndarray, bits: tuple[int, ...]) -> float:

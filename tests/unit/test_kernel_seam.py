@@ -10,12 +10,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from presto_sgl import CapabilityError, PowerConfig, PowerMHKernel, sampling_configs
+from presto_sgl import CapabilityError, PowerConfig, PowerMHKernel, Sampler, sampling_configs
 from presto_sgl.engines.base import EngineCapabilities
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl.keys import hash64
 from presto_sgl.kernels import SuffixDraw
-from presto_sgl import Sampler
+from presto_sgl.keys import hash64
 
 pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.support.planning import CUTS, ctx
 
 from presto_sgl import PrestoConfig
 from presto_sgl.planners import BFSPlanner, CostAwarePathPlanner
-from presto_sgl.registry import make_planner
 from presto_sgl.planners.predictive import allocate, candidate_tree
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor.certainty import ConstantPredictor, h_plus
+from presto_sgl.registry import make_planner
+from tests.support.planning import CUTS, ctx
 
 PRED = ConstantPredictor(0.2, 0.3, 0.5)  # h+ = 0.65 everywhere
 

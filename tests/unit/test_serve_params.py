@@ -52,6 +52,9 @@ def test_the_old_sampler_field_still_names_the_kernel():
     ({"prompt": [1], "tau": 0}, "completions", "tau"),
     ({"prompt": [1], "try_temperatures": [0.5, 0.5], "method": "multitry"}, "completions", "try_temperatures"),
     ({"prompt": [1], "method": "beam"}, "completions", "method"),
+    ({"prompt": [1], "method": ["powermh"]}, "completions", "method"),
+    ({"prompt": [1], "rule": {"bfs": 1}}, "completions", "rule"),
+    ({"prompt": [1], "try_temperatures": [0.5, "x"], "method": "multitry"}, "completions", "try_temperatures"),
     ({"prompt": [1], "beta": 2.0}, "completions", "beta"),  # a parameter of another kernel (entropycut)
     ({"prompt": [1], "keying": "path"}, "completions", "keying"),  # the step rule couples with step keys
 ])
