@@ -1,7 +1,7 @@
 """Many chains, faults and two workers against real CPU SGLang servers (issue 13, item 4).
 
 Every server runs on 127.0.0.1 with a counting proxy in front of it
-(:mod:`tests.support.wiretap`): the wire's own count of the ``/generate`` items each
+(:mod:`presto_sgl.testing.wiretap`): the wire's own count of the ``/generate`` items each
 chain had answered, held against the requests its trace records. The parts:
 
 - ``throughput``: sequential PowerMH and PreSTO step, 1, 4 and 8 chains in flight through
