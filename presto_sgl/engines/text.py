@@ -183,7 +183,9 @@ class ModelFolder(TokenizerText):
     def text(self) -> TextView:
         if self._view is None:
             try:
-                self._view = TokenizerView(self.tokenizer, self._generation_eos)
+                tokenizer = self.tokenizer
+                self._view = TokenizerView(tokenizer, self._generation_eos) if tokenizer is not None else \
+                    IdsView(eos_ids(self._generation_eos))
             except Exception as exc:  # transformers raises OSError, ValueError, ... for a missing tokenizer
                 log.warning("no tokenizer for %s on this machine (%s): prompts must be token ids, answers are ids",
                             self.model_path, exc)

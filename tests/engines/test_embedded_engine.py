@@ -161,7 +161,7 @@ def test_stop_tokens_are_the_tokenizers_and_the_generation_configs_eos_ids():
     model = random_model()
     model.generation_config.eos_token_id = [9, 7]  # a list, as in many chat models' generation_config.json
     eng = EmbeddedEngine(model, _Tokenizer())
-    assert eng.eos_token_id == 3 and eng.stop_token_ids == (3, 7, 9)
+    assert eng.text.tokenizer.eos_token_id == 3 and eng.stop_token_ids == eng.text.stop_ids == (3, 7, 9)
     assert cut_at_stop((5, 1, 9, 3, 7), eng.stop_token_ids) == ((5, 1), 2)  # 9: generation config only
     assert cut_at_stop([5, 1, 2], eng.stop_token_ids) == ((5, 1, 2), None)
     assert cut_at_stop((), eng.stop_token_ids) == ((), None)
@@ -180,7 +180,7 @@ def test_the_tiny_models_stop_token_is_its_newline_eos():
     from presto_sgl.models import embedded_engine
 
     eng = embedded_engine("tiny-adder", device="cpu")
-    assert eng.stop_token_ids == (eng.eos_token_id,) == (eng.encode("\n")[0],)
+    assert eng.text.stop_ids == (eng.text.tokenizer.eos_token_id,) == (eng.text.encode("\n")[0],)
 
 
 def tiny_model():

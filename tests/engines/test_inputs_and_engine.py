@@ -77,7 +77,7 @@ def test_sampling_configs_pick_the_rule_keying_and_make_sampler_its_planner():
         config, presto = sampling_configs(rule, budget=5, max_new_tokens=8, block_size=4, steps=3)
         assert (config.keying, presto.rule, presto.budget, config.max_new_tokens) == (keying, rule, 5, 8)
         sampler = Sampler(engine, config, presto)
-        assert type(sampler.planner) is planner and sampler.name == ("sequential" if rule == "sequential" else "presto")
+        assert type(sampler.planner) is planner and sampler.name == "powermh" and sampler.describe()["rule"] == rule
     config, presto = sampling_configs("sequential", keying="path")  # sequential runs with either keying
     assert config.keying == "path" and presto.sequential
 

@@ -71,4 +71,4 @@ def test_a_baseline_trace_from_the_cli_reads_back_and_resumes(tmp_path, capsys, 
     assert main([*base, "--max-new-tokens", "8", "--resume", str(trace)]) == 0
     assert json.loads(capsys.readouterr().out)["response_ids"] == first["response_ids"]
     assert main([*base, "--max-new-tokens", "4", "--resume", str(trace)]) == 2  # another config: refused, named
-    assert "`max_new_tokens` (trace 8, now 4)" in capsys.readouterr().err
+    assert "`--max-new-tokens` (trace 8, now 4)" in capsys.readouterr().err
