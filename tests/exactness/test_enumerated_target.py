@@ -92,7 +92,7 @@ def test_wrong_acceptance_breaks_invariance(monkeypatch, kernel_case):
 def test_wrong_acceptance_fails_the_chi_square(monkeypatch, reference_engine, kernel_case, sampler_name):
     """The test has power: the sampler with a sabotaged acceptance is rejected against the true law."""
     model = lm()
-    cfg, presto = config("one-block", 4.0, sampler_name)
+    cfg, presto = config("one-block", 4.0, sampler_name, kernel_case)
     law = exact_law(kernel_case, cfg)  # computed with the correct kernel
     kernel_case.sabotage(monkeypatch)
     counts = sample_counts(kernel_case, sampler_name, reference_engine(model), cfg, presto)
