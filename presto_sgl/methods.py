@@ -107,14 +107,13 @@ class MethodBase:
 
     def open_trace(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str,
                    info: Mapping[str, object] | None, resume: Checkpoint | None) -> None:
-        """Write the run record, or check ``resume`` is this run and carry its records over
-        (a ``resume`` record marks where the trace goes on)."""
+        """Write the run record, or check ``resume`` is this run (a ``resume`` record marks where
+        the trace goes on; a method that continues the chain carries its records over itself)."""
         trace = rec.trace
         if resume is not None:
             check_same_run(resume.name, resume.run, self.run_record(prompt, seed, prompt_id, info))
-            rec.calls, rec.nodes = list(resume.calls), list(resume.nodes)
             if trace:
-                trace.write("resume", {"stage": resume.stage, "k": resume.k, "calls": len(rec.calls)})
+                trace.write("resume", {"stage": resume.stage, "k": resume.k, "calls": len(resume.calls)})
         elif trace:
             trace.write("run", self.run_record(prompt, seed, prompt_id, info))
 

@@ -118,6 +118,7 @@ class Sampler(MethodBase):
         self.open_trace(rec, prompt_ids, seed, prompt_id, info, resume)
         start, path, k = 0, "", 0
         if resume is not None:
+            rec.calls, rec.nodes = list(resume.calls), list(resume.nodes)
             start, path, k = resume.stage, resume.path, resume.k
             state = resume.state if resume.state is not None else state
         for stage in range(max(start, 1), cfg.num_stages + 1):

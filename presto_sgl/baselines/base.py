@@ -54,9 +54,7 @@ class Baseline(MethodBase):
         check_seed(seed)
         ids = self.check_prompt(prompt)
         rec = Recorder(self.engine, trace)
-        self.open_trace(rec, ids, seed, prompt_id, info, resume)
-        if resume is not None:  # drawn again from the start: its calls are keyed
-            rec.calls, rec.nodes = [], []
+        self.open_trace(rec, ids, seed, prompt_id, info, resume)  # resumed: drawn again from the start (keyed calls)
         return self.close_trace(rec, self.draw(rec, ids, seed, prompt_id))
 
     def draw(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
