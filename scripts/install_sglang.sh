@@ -97,7 +97,8 @@ install_pytest() {
 # (`import sglang` alone takes ~15 s on 2 cores.)
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(want_stamp)" ] \
    && got=$(verify 2>/dev/null); then
-  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -e .  # the plugin (cheap)
+  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps \
+    --build-constraints scripts/constraints.txt -e .  # the plugin (cheap)
   install_router
   install_pytest
   say "already installed in $VENV: $got, sglang-router $ROUTER_VERSION"
@@ -139,10 +140,12 @@ else
   "$VENV/bin/python" "$SHIMS/patch_torchvision.py"
 fi
 
-# presto-sgl itself (editable, no dependencies): registers the one-pass plugin
-# `presto_raw_logprob` in the entry point group sglang.srt.plugins. Re-run each time (cheap).
+# presto-sgl itself (editable, no dependencies; built with the setuptools pinned in
+# scripts/constraints.txt): registers the one-pass plugin `presto_raw_logprob` in the entry point
+# group sglang.srt.plugins. Re-run each time (cheap). scripts/check_install.sh swaps it for the
+# wheel (a plain pip install, to prove it changes nothing else) and then puts this one back.
 say "installing presto-sgl (editable, --no-deps) for the presto_raw_logprob plugin"
-"${UV[@]}" --no-deps -e .
+"${UV[@]}" --no-deps --build-constraints scripts/constraints.txt -e .
 
 install_router
 install_pytest

