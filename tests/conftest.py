@@ -8,6 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
+# No model hub here: hub ids resolve from the Hugging Face cache only (an id not in it fails at
+# once instead of retrying the network for half a minute).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 
 

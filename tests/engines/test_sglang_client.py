@@ -18,7 +18,7 @@ import pytest
 
 from presto_sgl import EngineError, PowerConfig, PrestoConfig, Sampler
 from presto_sgl.engines.base import Request
-from presto_sgl.engines.sglang.http import SGLangEngine
+from presto_sgl.engines.sglang.http import NEUTRAL, SGLangEngine
 from tests.support.sglang_standin import StandIn
 
 
@@ -50,8 +50,8 @@ def test_two_pass_and_one_pass_give_exact_scores(stand_in, one_pass):
         assert sum(c.logp) == pytest.approx(lp, abs=1e-9) and sum(c.logq) == pytest.approx(lq, abs=1e-9)
     decode = srv.bodies[-2] if not one_pass else srv.bodies[-1]
     assert decode["input_ids"] == [[1, 2, 3], [1, 2, 3, 4, 5, 6]]
-    assert decode["sampling_params"][0] == {"temperature": 0.25, "max_new_tokens": 5, "ignore_eos": True,
-                                            "top_k": -1, "top_p": 1.0, "min_p": 0.0}
+    assert decode["sampling_params"][0] == {**NEUTRAL, "temperature": 0.25, "max_new_tokens": 5}
+    assert NEUTRAL["ignore_eos"] and NEUTRAL["top_k"] == -1 and NEUTRAL["repetition_penalty"] == 1.0
     if not one_pass:
         score = srv.bodies[-1]
         assert score["logprob_start_len"] == [2, 5]
@@ -61,8 +61,9 @@ def test_two_pass_and_one_pass_give_exact_scores(stand_in, one_pass):
 def test_stop_tokens_come_from_the_servers_generation_config(stand_in, tmp_path, monkeypatch):
     monkeypatch.setattr(SGLangEngine, "tokenizer", None)  # the stand-in has no tokenizer files
     srv = stand_in()
-    assert SGLangEngine(srv.url).stop_token_ids == ()  # neither file names an EOS
     config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "eos_token_id": None}))
+    assert SGLangEngine(srv.url).stop_token_ids == ()  # neither file names an EOS
     (tmp_path / "config.json").write_text(json.dumps({**config, "eos_token_id": 4}))
     assert SGLangEngine(srv.url).stop_token_ids == (4,)  # no generation_config.json: config.json's
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [9, 2]}))

@@ -46,7 +46,7 @@ class StandIn:
         self.drop_next = False
         self.bodies: list[dict] = []
         self.lock = threading.Lock()
-        (tmp_path / "config.json").write_text(json.dumps({"vocab_size": V, "max_position_embeddings": 64}))
+        (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": V, "max_position_embeddings": 64}))
         self.model_path = str(tmp_path)
         stand_in = self
 

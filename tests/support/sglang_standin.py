@@ -37,7 +37,7 @@ class StandIn:
         self.down = False
         self.bodies: list[dict] = []
         self.routes: list[str | None] = []  # each POST's X-SMG-Routing-Key
-        (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 16, "max_position_embeddings": 64}))
+        (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 16, "max_position_embeddings": 64}))
         self.model_path = str(tmp_path)
         stand_in = self
 

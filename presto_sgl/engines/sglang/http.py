@@ -1,7 +1,7 @@
 """The SGLang server engine: native ``/generate`` with token ids (never text).
 
 Decode pass: ``input_ids`` + per-request ``sampling_params`` (temperature tau, fixed
-``max_new_tokens``, ``ignore_eos``, full vocabulary: top_k -1, top_p 1, min_p 0) with
+``max_new_tokens``, ``ignore_eos``, full vocabulary and no penalty or constraint: :data:`NEUTRAL`) with
 ``return_logprob``: ``meta_info.output_token_logprobs`` are after temperature, i.e.
 log q_tau of each sampled token.
 
@@ -42,7 +42,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...errors import EngineError
+from ...errors import ConfigError, EngineError
 from ...wire import RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
 from ..base import Completion, EngineCapabilities, Request
 from ..text import ModelFolder
@@ -54,6 +54,30 @@ if TYPE_CHECKING:
     from ..monitor import ServerMonitor
 
 MODES = ("auto", "one-pass", "two-pass")
+NEUTRAL: dict[str, Any] = {
+    "top_k": -1, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0,
+    "presence_penalty": 0.0, "min_new_tokens": 0, "logit_bias": None, "json_schema": None, "regex": None,
+    "ebnf": None, "structural_tag": None, "stop": None, "stop_token_ids": None, "stop_regex": None, "n": 1,
+    "ignore_eos": True, "custom_params": None,
+}
+"""Every SGLang sampling parameter that can change the sampled distribution, at its neutral value,
+in every request: SGLang merges the server's ``--preferred-sampling-params`` *under* a request's
+own fields (``TokenizerManager._create_tokenized_object``), so a deployment default (say
+``repetition_penalty 1.05``) cannot reach the chain. Requests add temperature and length."""
+TEXT_ONLY = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval",
+                       "max_new_tokens", "temperature", "sampling_seed"})
+"""Preferred parameters that cannot change a chain: text rendering, and what every request sets."""
+
+
+def check_preferred(preferred: Any, url: str) -> None:
+    """EngineError when the server's ``--preferred-sampling-params`` hold a field that
+    :data:`NEUTRAL` does not pin (a newer SGLang's): it could change the distribution unseen."""
+    unknown = sorted(set(preferred or {}) - set(NEUTRAL) - TEXT_ONLY)
+    if unknown:
+        raise EngineError(
+            f"SGLang server {url} sets --preferred-sampling-params {unknown}, which presto-sgl does not know how "
+            "to neutralize: they could change the sampled distribution and bias the chain; restart the server "
+            "without them (or report them to presto-sgl)")
 ROUTE_HEADER = "X-SMG-Routing-Key"  # sglang-router: the request's routing key (manual policy)
 
 
@@ -75,24 +99,23 @@ class SGLangEngine(ServerClient, ModelFolder):
         seeded: bool = False,
         vocab_size: int | None = None,
         context_length: int | None = None,
+        tokenizer: str | None = None,
     ) -> None:
         if mode not in MODES:
-            raise ValueError(f"`mode` (={mode!r}) must be one of {MODES}")
+            raise ConfigError("mode", mode, f"{{mode}} (={mode!r}) must be one of {MODES}")
         super().__init__(url, timeout_s, max_retries, restart_timeout_s)
         self._seeded = seeded
         info = self._get_with_fallback("/model_info", "/get_model_info")
         self.model_path = info.get("model_path")
-        config = self._local_config()
-        vocab = vocab_size or config.get("vocab_size")
-        if not vocab:
-            raise ValueError(f"cannot read the vocabulary size of {self.model_path!r}; pass `vocab_size`")
-        context = context_length or config.get("max_position_embeddings")
-        # Stop tokens for cutting answers (engines/text.py): the model folder's generation config, when readable.
-        self.stop_token_ids = (self._local_config("generation_config.json") or config).get("eos_token_id")
+        check_preferred(info.get("preferred_sampling_params"), self.url)
+        vocab, context = self._open_model([info.get("tokenizer_path"), self.model_path], tokenizer=tokenizer,
+                                          vocab_size=vocab_size, context_length=context_length)
         self._list_params, one_pass, temps = self._probe()
+        if self.text.has_tokenizer:
+            self.check_tokenizer(self._server_ids(self.probe_text()), self.probe_text())
         self._mode = ("one-pass" if one_pass else "two-pass") if mode == "auto" else mode
         self.capabilities = EngineCapabilities(
-            seeded=seeded, entropy=self._mode == "one-pass", vocab_size=int(vocab), context_length=context,
+            seeded=seeded, entropy=self._mode == "one-pass", vocab_size=vocab, context_length=context,
             score_temperatures=temps if self._mode == "one-pass" else (),
         )
 
@@ -127,8 +150,7 @@ class SGLangEngine(ServerClient, ModelFolder):
     def _decode(self, requests: Sequence[Request]) -> list[Decoded | Lost | None]:
         items = []
         for r in requests:
-            p = {"temperature": r.temperature, "max_new_tokens": r.max_new_tokens, "ignore_eos": True,
-                 "top_k": -1, "top_p": 1.0, "min_p": 0.0}
+            p = {**NEUTRAL, "temperature": r.temperature, "max_new_tokens": r.max_new_tokens}
             if self._seeded and r.seed is not None:
                 p["sampling_seed"] = int(r.seed % (1 << 31))
             items.append((list(r.prefix), p, None, r.route))
@@ -171,7 +193,7 @@ class SGLangEngine(ServerClient, ModelFolder):
 
     def _score(self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]) -> list[tuple[float, ...] | Lost | None]:
         """log p0 of each output after its prefix (None where aborted): a prefill-only call, cached prefix reused."""
-        params = {"max_new_tokens": 0, "temperature": 1.0}
+        params = {**NEUTRAL, "max_new_tokens": 0, "temperature": 1.0}
         items = [(list(r.prefix) + list(o), params, len(r.prefix) - 1, r.route) for r, o in zip(requests, outputs, strict=True)]
         scores: list[tuple[float, ...] | Lost | None] = []
         for o, res in zip(outputs, self._generate(items), strict=True):
@@ -244,7 +266,7 @@ class SGLangEngine(ServerClient, ModelFolder):
     def _probe(self) -> tuple[bool, bool, tuple[float, ...]]:
         """(does /generate take per-request parameter lists, does the server load the one-pass
         plugin, the plugin's score temperatures)."""
-        one = {"temperature": 1.0, "max_new_tokens": 1, "ignore_eos": True}
+        one = {**NEUTRAL, "temperature": 1.0, "max_new_tokens": 1}
         body: dict[str, Any] = {"input_ids": [[1, 2, 3], [1, 2]], "sampling_params": [one, one], "return_logprob": True}
         try:
             res = self._call("POST", "/generate", body)
@@ -260,6 +282,16 @@ class SGLangEngine(ServerClient, ModelFolder):
         meta = res[0].get("meta_info", {})
         lognorm = parse_lognorm(meta, 1)
         return list_params, RAW_LOGPROB_KEY in meta, lognorm[0] if lognorm else ()
+
+    def _server_ids(self, text: str) -> list[int] | None:
+        """How the server tokenizes ``text`` (a prefill-only request scoring its input); None
+        when the answer has no input log-probs to read the ids from."""
+        body = {"text": text, "sampling_params": {**NEUTRAL, "max_new_tokens": 0}, "return_logprob": True,
+                "logprob_start_len": 0}
+        res = self._call("POST", "/generate", body)
+        res = res[0] if isinstance(res, list) and res else res
+        entries = res.get("meta_info", {}).get("input_token_logprobs") if isinstance(res, dict) else None
+        return [int(e[1]) for e in entries] if entries else None
 
     # -- server facts and text -------------------------------------------------------------------
     def monitor(self, interval_s: float = 0.25) -> ServerMonitor:

@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...errors import EngineError
+from ...errors import ConfigError, EngineError
 from ...wire import width
 from ..base import Completion, EngineCapabilities, Request
 from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, ServerEngine, map_keeping_lost
@@ -43,8 +43,12 @@ if TYPE_CHECKING:
 
 MODES = ("auto", "one-pass", "two-pass")
 _FIXED_PARAMS = {"top_k": -1, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
-                 "presence_penalty": 0.0, "frequency_penalty": 0.0, "ignore_eos": True,
-                 "return_tokens_as_token_ids": True}
+                 "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_tokens": 0, "logit_bias": None,
+                 "ignore_eos": True, "return_tokens_as_token_ids": True}
+"""Every sampling field a vLLM server could default from the model's generation config
+(``--generation-config auto``: temperature, top-k, top-p, min-p, repetition penalty) or its
+``--override-generation-config``, and every other penalty or bias, pinned neutral in every
+request; the temperature is the request's."""
 
 
 class VLLMEngine(ServerEngine, ModelFolder):
@@ -64,11 +68,13 @@ class VLLMEngine(ServerEngine, ModelFolder):
         seeded: bool = True,
         max_concurrency: int = 64,
         vocab_size: int | None = None,
+        tokenizer: str | None = None,
     ) -> None:
         if mode not in MODES:
-            raise ValueError(f"`mode` (={mode!r}) must be one of {MODES}")
+            raise ConfigError("mode", mode, f"{{mode}} (={mode!r}) must be one of {MODES}")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ValueError(f"`max_concurrency` (={max_concurrency!r}) must be an integer >= 1")
+            raise ConfigError("max_concurrency", max_concurrency,
+                              f"{{max_concurrency}} (={max_concurrency!r}) must be an integer >= 1")
         super().__init__(url, timeout_s, max_retries, restart_timeout_s)
         self._seeded = seeded
         self.max_concurrency = max_concurrency
@@ -78,12 +84,10 @@ class VLLMEngine(ServerEngine, ModelFolder):
             raise EngineError(f"{self.KIND} {self.url} answered GET /v1/models with {str(models)[:200]!r}")
         self.model = str(data[0]["id"])
         self.model_path = str(data[0].get("root") or self.model)
-        config = self._local_config()
-        vocab = vocab_size or config.get("vocab_size")
-        if not vocab:
-            raise ValueError(f"cannot read the vocabulary size of {self.model_path!r}; pass `vocab_size`")
-        self.stop_token_ids = (self._local_config("generation_config.json") or config).get("eos_token_id")
-        self._vocab = int(vocab)
+        self._vocab, context = self._open_model([self.model_path, self.model], tokenizer=tokenizer,
+                                                vocab_size=vocab_size, context_length=data[0].get("max_model_len"))
+        if self.text.has_tokenizer:
+            self.check_tokenizer(self._server_ids(self.probe_text()), self.probe_text())
         self._m = self._probe_plugin()
         if mode == "auto":
             mode = "one-pass" if self._m is not None else "two-pass"
@@ -96,7 +100,6 @@ class VLLMEngine(ServerEngine, ModelFolder):
             self._check_processed()
         self._mode = mode
         self._temps: tuple[float, ...] = self._probe_temperatures() if mode == "one-pass" else ()
-        context = data[0].get("max_model_len") or config.get("max_position_embeddings")
         self.capabilities = EngineCapabilities(
             seeded=seeded, entropy=mode == "one-pass", vocab_size=self._vocab,
             context_length=int(context) if context else None, score_temperatures=self._temps,
@@ -202,6 +205,18 @@ class VLLMEngine(ServerEngine, ModelFolder):
         return tuple(_as_float((e or {}).get(str(t), {}).get("logprob")) for e, t in zip(entries, tokens, strict=True))
 
     # -- probes ------------------------------------------------------------------------------------
+    def _server_ids(self, text: str) -> list[int] | None:
+        """How the server tokenizes ``text`` (``POST /tokenize``, special tokens added); None when
+        the server has no tokenizer endpoint."""
+        try:
+            res = self._call("POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": True})
+        except EngineHTTPError as exc:
+            if exc.status in (404, 405):
+                return None
+            raise
+        tokens = res.get("tokens") if isinstance(res, dict) else None
+        return [int(t) for t in tokens] if isinstance(tokens, list) else None
+
     def _probe_one(self, temperature: float, logprobs: int) -> dict[str, Any]:
         answer = self._completion({"prompt": [0], "max_tokens": 1, "temperature": temperature, "logprobs": logprobs})
         if answer is None:
