@@ -21,7 +21,10 @@
 #   MODEL    the embedded model (default tiny-adder; a folder works too)
 #   DTYPE    float32 (default; the coupling tolerance is float32's)
 #   SEEDS    coupling seeds (default 0,1,2)    PROMPTS  fork-batching prompts (default 5)
+#   TORCH_THREADS  torch threads with DEVICE=cpu (default 1: the model is tiny)
 #   OUT      if set, device_check.log and device_check.json are written there
+#   BUDGET_S the whole run's bound in seconds (default 470): each step's `timeout` is the
+#            smaller of its own limit and what is left
 # Exit status: 0 all checks passed; 1 a check failed; 2 the environment is not usable.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +42,10 @@ if [ -n "${OUT:-}" ]; then
   exec > >(tee "$OUT/device_check.log") 2>&1
 fi
 T0=$SECONDS
+BUDGET_S="${BUDGET_S:-470}"
 say() { echo "[device_check +$((SECONDS - T0))s] $*"; }
+# cap N: N, or the seconds left of BUDGET_S if fewer (at least 1)
+cap() { local left=$((BUDGET_S - (SECONDS - T0))); [ "$left" -lt "$1" ] && echo $((left > 1 ? left : 1)) || echo "$1"; }
 die() { echo "device_check: $*" >&2; exit 2; }
 case "$DEVICE" in cuda|cpu) ;; *) die "DEVICE must be cuda or cpu (got '$DEVICE')";; esac
 
@@ -48,8 +54,8 @@ say "machine"
 echo "host: $(uname -srm); CPUs: $(nproc); $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //')"
 echo "memory: $(free -g 2>/dev/null | awk '/^Mem:/{print $2 " GiB"}')"
 if command -v nvidia-smi >/dev/null 2>&1; then
-  timeout 30 nvidia-smi -L || echo "nvidia-smi -L failed"
-  timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
+  timeout 20 nvidia-smi -L || echo "nvidia-smi -L failed"
+  timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
 else
   echo "nvidia-smi: not found"
 fi
@@ -59,7 +65,7 @@ say "python environment"
 command -v "$PY" >/dev/null 2>&1 || die "PYTHON=$PY not found"
 NEED_CUDA=$([ "$DEVICE" = cuda ] && echo 1 || echo 0)
 TORCH_OK="import sys, torch; sys.exit(0 if (not $NEED_CUDA or torch.cuda.is_available()) else 3)"
-timeout 120 "$PY" -c "$TORCH_OK"
+timeout "$(cap 60)" "$PY" -c "$TORCH_OK"
 rc=$?
 if [ $rc -ne 0 ]; then
   if [ $rc -eq 3 ]; then
@@ -77,13 +83,13 @@ if [ "$IN_VENV" = 1 ]; then
 else
   VENV=.cache/venv-device
   if [ ! -x "$VENV/bin/python" ]; then
-    timeout 120 "$PY" -m venv "$VENV" --system-site-packages || die "$PY -m venv $VENV --system-site-packages failed
+    timeout "$(cap 60)" "$PY" -m venv "$VENV" --system-site-packages || die "$PY -m venv $VENV --system-site-packages failed
 (Debian/Ubuntu: apt-get install python3-venv; or PYTHON=a-venv-python-with-torch)"
   fi
   VPY="$VENV/bin/python"
   # presto-sgl itself, without touching the torch stack; if the build backend (setuptools >= 77)
   # is not there offline, the checkout is imported from the source tree instead.
-  if timeout 180 "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . \
+  if timeout "$(cap 90)" "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . \
       >"$RESULTS/pip.log" 2>&1; then
     echo "presto-sgl installed (editable, --no-deps) in $VENV"
   else
@@ -92,7 +98,7 @@ else
   fi
 fi
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-MISSING=$(timeout 120 "$VPY" - <<'EOF'
+MISSING=$(timeout "$(cap 60)" "$VPY" - <<'EOF'
 import importlib.util
 need = ["numpy", "torch", "transformers", "safetensors", "tokenizers"]
 print(" ".join(m for m in need if importlib.util.find_spec(m) is None))
@@ -100,11 +106,12 @@ EOF
 )
 if [ -n "$MISSING" ]; then
   echo "missing: $MISSING; trying pip (needs an index or a wheel cache)"
-  timeout 180 "$VPY" -m pip install --quiet --disable-pip-version-check $MISSING "transformers>=4.51,<6" \
+  # shellcheck disable=SC2086
+  timeout "$(cap 120)" "$VPY" -m pip install --quiet --disable-pip-version-check ${MISSING/transformers/transformers>=4.56,<6} \
     || die "cannot install $MISSING. Fix: $VPY -m pip install numpy 'transformers>=4.56,<6' safetensors
 (the embedded extra less torch), or PYTHON=an interpreter that has them"
 fi
-timeout 120 "$VPY" - <<'EOF' || die "the environment does not import presto_sgl with torch (see above)"
+timeout "$(cap 60)" "$VPY" - <<'EOF' || die "the environment does not import presto_sgl with torch (see above)"
 import platform, torch, transformers, numpy, presto_sgl
 print(f"python {platform.python_version()}  torch {torch.__version__}  torch.version.cuda {torch.version.cuda}  "
       f"cuda available {torch.cuda.is_available()}  transformers {transformers.__version__}  numpy {numpy.__version__}")
@@ -126,6 +133,10 @@ from presto_sgl.models import embedded_engine
 
 
 def make_engine():
+    if os.environ["DEVICE"] == "cpu":
+        # a tiny model: intra-op threads only contend (the tests run it on one thread too)
+        import torch
+        torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
     kw = {"device": os.environ["DEVICE"]}
     if "dtype" in inspect.signature(embedded_engine).parameters:
         kw["dtype"] = os.environ["DTYPE"]
@@ -135,8 +146,9 @@ def make_engine():
 EOF
 
 # --- (a) coupling on the device ---------------------------------------------------------------
-say "(a) coupling: sequential vs PreSTO, same keys, $MODEL on $DEVICE"
-timeout 300 "$VPY" - <<'EOF'
+LIMIT=$(cap 240)
+say "(a) coupling: sequential vs PreSTO, same keys, $MODEL on $DEVICE (at most ${LIMIT} s)"
+timeout "$LIMIT" "$VPY" - <<'EOF'
 import json, os, sys, time
 sys.path.insert(0, os.environ["RESULTS"])
 from engine import make_engine
@@ -196,6 +208,8 @@ for kernel, params in kernels.items():
                              "both_outcomes": outcomes == {True, False}, "max_abs_logprob_diff": worst})
                 print(f"  {name:28s} calls {calls:3d} vs sequential {seq_calls:3d}  accept+reject seen "
                       f"{outcomes == {True, False}}  max |dlogp| {worst:.2e}", flush=True)
+                json.dump({"rows": rows, "failures": failures, "complete": False},
+                          open(os.path.join(os.environ["RESULTS"], "coupling.json"), "w"))
 if not any(r["both_outcomes"] for r in rows):
     failures.append("no case saw both accepted and rejected proposals (the equality would be trivial)")
 loose = [r["case"] for r in rows if r["max_abs_logprob_diff"] > 1e-4]
@@ -205,15 +219,16 @@ print(f"coupling: {len(rows)} cases x {len(seeds)} seeds in {time.perf_counter()
       f"{'FAILED' if failures else 'identical chains'}")
 for f in failures:
     print("  FAIL", f)
-json.dump({"rows": rows, "failures": failures}, open(os.path.join(os.environ["RESULTS"], "coupling.json"), "w"))
+json.dump({"rows": rows, "failures": failures, "complete": True}, open(os.path.join(os.environ["RESULTS"], "coupling.json"), "w"))
 sys.exit(1 if failures else 0)
 EOF
 COUPLING=$?
-[ $COUPLING -eq 124 ] && echo "coupling: timed out after 300 s"
+[ $COUPLING -eq 124 ] && echo "coupling: timed out after $LIMIT s"
 
 # --- (b) fork batching: one call of N forks vs the longest alone --------------------------------
-say "(b) fork batching: 1/4/10/20 forks vs one request, $MODEL on $DEVICE"
-timeout 180 "$VPY" - <<'EOF'
+LIMIT=$(cap 150)
+say "(b) fork batching: 1/4/10/20 forks vs one request, $MODEL on $DEVICE (at most ${LIMIT} s)"
+timeout "$LIMIT" "$VPY" - <<'EOF'
 import argparse, json, os, sys
 sys.path.insert(0, os.environ["RESULTS"])
 from engine import make_engine
@@ -233,12 +248,12 @@ r20 = rows[-1]["vs_longest_alone"]["median"]
 print(f"fork batching: a call of {FORKS[-1]} forks costs {r20:.2f}x its longest request alone (median of {n} prompts)")
 EOF
 FORKS_RC=$?
-[ $FORKS_RC -eq 124 ] && echo "fork batching: timed out after 180 s"
+[ $FORKS_RC -eq 124 ] && echo "fork batching: timed out after $LIMIT s"
 
 # --- summary -----------------------------------------------------------------------------------
 say "done"
 export COUPLING FORKS_RC
-"$VPY" - <<'EOF'
+timeout 60 "$VPY" - <<'EOF'
 import json, os, subprocess
 res = os.environ["RESULTS"]
 def load(name):
