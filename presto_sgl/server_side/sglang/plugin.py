@@ -2,9 +2,15 @@
 
 SGLang loads it in the launcher, scheduler and detokenizer processes through the entry
 point group ``sglang.srt.plugins`` (name ``presto_raw_logprob``; restrict loading with
-``SGLANG_PLUGINS=presto_raw_logprob``). It wraps ``Sampler.forward`` (an AROUND hook):
-before the original divides the logits by the temperature in place, it computes
-``log_softmax(logits.float())`` and the entropy; after sampling it records the raw
+``SGLANG_PLUGINS=presto_raw_logprob``). Where it reads the logits: SGLang 0.5.23's
+``ModelRunner.sample`` first calls ``ModelRunner._preprocess_logits``, which applies, in
+place, the penalties (repetition, frequency, presence, min-new-tokens: the penalizer
+orchestrator), the grammar mask and the logit bias (``SamplingBatchInfo.apply_logits_bias``);
+then ``Sampler.forward`` applies custom logit processors, divides by the temperature and
+draws. An AROUND hook on ``_preprocess_logits`` takes ``log_softmax(logits.float())`` of the
+model's own logits before any of that (:data:`PREPROCESS`); the hook on ``Sampler.forward``
+(:data:`TARGET`) uses it (or the logits it receives, when no preprocessing ran) for the
+entropy, and after sampling records the raw
 log-probability of each sampled token in ``logits_output.customized_info``, which SGLang
 returns as ``meta_info.raw_logprob`` / ``meta_info.raw_entropy`` (one value per output
 token). ``output_token_logprobs`` stay log q_tau, so q and p0 come from the same logits
@@ -25,6 +31,8 @@ from ...wire import LOGNORM_KEY, RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
 from ..temperatures import score_temperatures
 
 TARGET = "sglang.srt.layers.sampler.Sampler.forward"
+PREPROCESS = "sglang.srt.model_executor.model_runner.ModelRunner._preprocess_logits"
+_RAW = "presto_raw_log_softmax"  # the attribute of the LogitsProcessorOutput that carries it between the hooks
 
 
 def register() -> None:
@@ -36,6 +44,7 @@ def register() -> None:
 
     from . import attention, profile, sampling
 
+    HookRegistry.register(PREPROCESS, around_preprocess_logits, HookType.AROUND)
     HookRegistry.register(TARGET, around_sampler_forward, HookType.AROUND)
     if attention.enabled():
         attention.register()
@@ -44,13 +53,25 @@ def register() -> None:
     profile.register()
 
 
+def around_preprocess_logits(original: Any, runner: Any, logits_output: Any, *args: Any, **kwargs: Any) -> Any:
+    """log p0 of the rows before penalties, grammar masks and logit biases change them in place."""
+    import torch
+
+    logits = getattr(logits_output, "next_token_logits", None)
+    if logits is not None and logits.ndim == 2 and logits.shape[0] > 0:
+        setattr(logits_output, _RAW, torch.log_softmax(logits.float(), dim=-1))
+    return original(runner, logits_output, *args, **kwargs)
+
+
 def around_sampler_forward(original: Any, sampler: Any, logits_output: Any, *args: Any, **kwargs: Any) -> Any:
     import torch
 
     logits = getattr(logits_output, "next_token_logits", None)
+    raw = logits_output.__dict__.pop(_RAW, None) if hasattr(logits_output, "__dict__") else None
     if logits is None or logits.ndim != 2 or logits.shape[0] == 0:
         return original(sampler, logits_output, *args, **kwargs)
-    raw = torch.log_softmax(logits.float(), dim=-1)
+    if raw is None or raw.shape != logits.shape:
+        raw = torch.log_softmax(logits.float(), dim=-1)
     entropy = -(raw.exp() * raw).sum(-1)
     next_ids = original(sampler, logits_output, *args, **kwargs)
     ids = next_ids[0] if isinstance(next_ids, tuple) else next_ids
