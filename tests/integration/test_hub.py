@@ -9,7 +9,8 @@ project's scripts), by that id:
 - ``python -m sglang.launch_server --model-path HuggingFaceTB/SmolLM2-135M-Instruct
   --preferred-sampling-params '{"repetition_penalty": 1.05, "top_p": 0.8, "top_k": 20}'``
   (PRESTO_SGL_HUB_SGLANG_URL);
-- ``vllm serve HuggingFaceTB/SmolLM2-135M-Instruct`` with its default ``--generation-config
+- ``python -m vllm.entrypoints.openai.api_server --model HuggingFaceTB/SmolLM2-135M-Instruct`` (what
+  ``vllm serve`` runs) with its default ``--generation-config
   auto`` (PRESTO_SGL_HUB_VLLM_URL).
 Both load presto-sgl's one-pass plugin from its entry point. Without the URLs these tests
 are skipped (a failure with PRESTO_SGL_REQUIRE_SGLANG / _VLLM=1).
