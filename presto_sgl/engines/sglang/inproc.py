@@ -59,8 +59,16 @@ def _loads(engine: Any) -> dict[str, Any]:
     return {"loads": [s.to_dict() for s in snapshots]}
 
 
+def _generate(engine: Any, body: dict[str, Any]) -> Any:
+    """``POST /generate`` on ``sglang.Engine.generate``, whose ``prompt`` is the route's ``text``."""
+    body = dict(body)
+    if "text" in body:
+        body["prompt"] = body.pop("text")
+    return engine.generate(**body)
+
+
 _ROUTES = {
-    ("POST", "/generate"): lambda engine, body: engine.generate(**body),
+    ("POST", "/generate"): _generate,
     ("GET", "/model_info"): lambda engine, body: engine.get_model_info(),
     ("GET", "/server_info"): lambda engine, body: engine.get_server_info(),
     ("GET", "/v1/loads"): lambda engine, body: _loads(engine),
