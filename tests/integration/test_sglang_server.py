@@ -3,8 +3,10 @@
 Set PRESTO_SGL_SGLANG_URL to a running server (``.ci/run`` starts one with
 ``scripts/sglang_server.sh start --dtype float32``); without it these tests are skipped,
 unless PRESTO_SGL_REQUIRE_SGLANG=1 (CI), where a missing server is a failure. The router
-test needs PRESTO_SGL_ROUTER_URL too (``scripts/sglang_router.sh start``); the restart test
-starts, stops and restarts a server of its own on a spare port (~2-3 min).
+test needs PRESTO_SGL_ROUTER_URL too (``scripts/sglang_router.sh start``). A restart of the
+server under a running chain is tested in ``test_sglang_load.py`` (SIGKILL, chains in flight)
+and, for the graceful stop, on vLLM (``test_vllm_server.py``): both engines share the restart
+handling of :class:`presto_sgl.engines.server.ServerEngine`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from presto_sgl.testing.forward import (
     assert_scored_exactly,
     assert_scores_match,
 )
-from presto_sgl.testing.servers import free_port, run_through_a_restart, server_script
+from presto_sgl.testing.servers import free_port, server_script
 
 pytestmark = pytest.mark.sglang
 
@@ -131,21 +133,6 @@ def test_sampling_through_the_router(router_url, hf_model):
         assert_scored_exactly(hf_model, r.state, cfg.temperature)
     summary = mon.summary()
     assert summary.samples > 0 and summary.kv_tokens_peak > 0 and summary.prefix_hit_rate > 0
-
-
-def test_a_chain_survives_a_server_restart(server_url, hf_model):
-    """Own server on a spare port; stopped while the chain's third call is in flight (the
-    fourth waits until it is down) and started again: the chain waits, re-draws what was
-    pending, and ends with states that a fresh forward pass scores the same."""
-    from presto_sgl import PowerConfig
-    from presto_sgl.engines.sglang.http import SGLangEngine
-
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
-    result = run_through_a_restart(
-        "sglang_server.sh", lambda url: SGLangEngine(url, restart_timeout_s=600),
-        lambda eng: Sampler(eng, cfg, PrestoConfig("sequential")).run(eng.chat_prompt("Name a prime number."), seed=2))
-    assert result.metrics.transitions == 6 and result.state.length == 16
-    assert_scored_exactly(hf_model, result.state, cfg.temperature)
 
 
 def test_batched_attention_matches_torch_native(server_url):
