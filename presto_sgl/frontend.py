@@ -1,66 +1,74 @@
-"""``power_gen``: exact power sampling as a step of SGLang frontend programs.
+"""``power_gen``: exact power sampling as an expression of SGLang programs.
 
-Inside an ``@sgl.function`` body, ``power_gen(s, "answer", ...)`` samples a response y
-of exactly ``max_new_tokens`` tokens (no EOS stop) approximately from
+Inside an ``@sgl.function`` body, ``s += power_gen("answer", max_tokens=..., stop=...,
+alpha=..., rule=...)`` samples a response y approximately from
 
     pi_alpha(y | x) ∝ p0(y | x)^alpha,      x = the program's text so far,
 
-with PowerMH (``rule="sequential"``) or PreSTO-PowerMH (``rule="step"``, default; or
-``"bfs"``, ``"predictive"``), through the token-level :class:`SGLangEngine` against the
-program's backend (its ``RuntimeEndpoint`` URL). The decoded response, up to its first
-stop token (an EOS id of the tokenizer or of the model's generation config; ``eos_index``
-in the meta info), is appended to the program text and stored in ``s[name]``;
-``s.get_meta_info(name)`` holds the chain's metrics (the ``PromptMetrics`` fields),
-its exact ids (``prompt_ids``, ``output_ids``), per-token log q_tau and log p0 and
-``log_p0`` = sum_t log p0(y_t | x, y_<t).
+with PowerMH (``rule="sequential"``) or PreSTO (``rule="step"``, the default, or any
+registered rule and kernel), through the token-level :class:`SGLangEngine` on the program's
+backend (its ``RuntimeEndpoint`` URL; ``engine=`` replaces it). It composes like
+``sgl.gen``: ``s["answer"]`` and ``s.get_meta_info("answer")`` are set, the answer's text is
+appended to the program, ``.run``, ``.run_batch(num_threads=N)`` and ``s.fork(n)`` (one chain
+per fork) work; :mod:`presto_sgl.interpreter` has the two interpreter hooks this takes.
 
-Token ids, never a text round trip: SGLang's frontend is text-only, and re-encoding
-decoded text can change the ids. The prompt is the program text tokenized once, as
-the server tokenizes text. A power_gen leaves the exact ids of the state's text
-(prompt ids + the response ids kept in the text) on the state; a later power_gen on
-that state or on its forks starts from those ids and tokenizes only text appended
-since (``meta["prompt_source"]``: ``"text"``, ``"ids"`` or ``"ids+text"``).
+``sgl.gen``'s vocabulary: ``max_tokens`` caps the answer. The chain's response length T is
+``max_tokens`` rounded up to a multiple of ``block_size`` (default ``min(16, max_tokens)``)
+and its response is cut back to ``max_tokens``; ``max_new_tokens`` instead sets T exactly.
+The answer ends at the model's first stop token (an EOS id of the tokenizer or of the
+generation config), at any of ``stop_token_ids``, and before the first of the ``stop``
+strings, whichever comes first (``finish_reason`` in the meta info says which).
+``return_logprob=True`` adds ``output_token_logprobs`` in SGLang's shape, ``[log p0, id, None]``
+per answer token. Arguments ``sgl.gen`` has and a power-sampling chain cannot honour
+(``regex``, ``choices``, ``temperature``: use ``tau``, ...) are refused by name.
 
-Several chains: ``power_gen(s.fork(n), name, ...)`` runs one chain per fork
-concurrently (the server batches their requests), chain i keyed by (seed,
-chain_id + i): independent chains whose requests share the prompt prefix in the
-server's radix cache.
+Randomness: without ``seed`` every call draws a seed from the OS; with one, the chain id
+is a hash of the call's place in the program (its :class:`~presto_sgl.interpreter.Lineage`:
+the forks above it and the power_gen calls before it), so the calls and forks of a program
+draw distinct chains and a rerun with the same seed draws the same ones. Both are recorded
+in the meta info (``seed``, ``chain_id``); ``power_gen(..., seed=S, chain_id=C)`` replays a
+chain (token for token on a seeded engine).
 
-The keyword arguments are the registry's (:func:`presto_sgl.config.parameters`):
-``method`` (an MH kernel, or a baseline), ``rule``, the schedule, ``budget`` and every
-method's own parameters, so a registered kernel is a ``power_gen`` option with no other
-edit; ``inspect.signature(power_gen)`` lists them.
+Token ids, never a text round trip: the program text is tokenized once, as the server
+tokenizes text; a state keeps the exact ids of its text (prompt ids + the kept answer ids),
+and a later power_gen on it or its forks starts from those ids and tokenizes only the text
+appended since (``meta["prompt_source"]``: ``"text"``, ``"ids"`` or ``"ids+text"``).
+
+The eager form of earlier versions, ``power_gen(s, "answer", ...)`` (``s`` a state, a fork
+group or a list of states), still runs, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
+import secrets
 import threading
+import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from .config import parameters
+from . import interpreter
+from .config import PowerConfig, parameters
 from .engines.sglang.http import SGLangEngine
 from .errors import ConfigError
-from .methods import Method, SampleResult
+from .keys import SEED_MASK, hash64
+from .methods import Method
 from .options import MethodConfig, make_method
 from .options import method_config as _method_config
-from .runner import run_prompts
+from .program_state import GenSpec, prompt_ids, record
 
-if TYPE_CHECKING:
-    from sglang.lang.interpreter import ProgramState, ProgramStateGroup
-
-TRACE_VAR = "_presto_token_ids"
-"""The program variable that holds a state's :class:`TokenTrace` (copied into forks)."""
-
-
-@dataclass(frozen=True)
-class TokenTrace:
-    """The exact token ids ``ids`` that the program text ``text`` stands for."""
-
-    text: str
-    ids: tuple[int, ...]
+REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: what to do instead
+    "regex": "constrained decoding would change the target", "json_schema": "constrained decoding would change the target",
+    "choices": "use sgl.select", "stop_regex": "use stop strings", "n": "fork the state: s.fork(n)",
+    "temperature": "the proposal temperature is tau (default 1/alpha)", "top_p": "the chain samples the full vocabulary",
+    "top_k": "the chain samples the full vocabulary", "min_p": "the chain samples the full vocabulary",
+    "frequency_penalty": "penalties would change the target", "presence_penalty": "penalties would change the target",
+    "min_new_tokens": "it would mask EOS and change the target", "ignore_eos": "the chain never stops at EOS; the answer does",
+    "logprob_start_len": "return_logprob gives the answer's tokens", "top_logprobs_num": "not available",
+    "return_text_in_logprobs": "not available", "dtype": "not available",
+}
 
 
 _engines: dict[str, SGLangEngine] = {}
@@ -68,73 +76,142 @@ _engines_lock = threading.Lock()
 
 
 class PowerGen:
-    """``power_gen(s, name, *, seed=0, chain_id=0, engine=None, **options)``: run a power-sampling
-    chain on the program state ``s`` (or one per fork) and store it as ``name``.
+    """``power_gen(name, *, max_tokens=None, stop=None, stop_token_ids=None, return_logprob=False,
+    seed=None, chain_id=None, engine=None, **options)``: a program expression (``s += ...``).
 
     ``options`` are the registry's parameters (``method``, ``rule``, ``max_new_tokens``,
     ``block_size``, ``steps``, ``alpha``, ``tau``, ``budget``, the kernels' own such as ``beta``,
-    ``tries`` and ``try_temperatures``; see ``inspect.signature(power_gen)``); the library's
-    defaults fill the rest. ``engine`` replaces the engine built from the program's backend.
+    ``tries`` and ``try_temperatures``; see ``inspect.signature(power_gen)``).
     """
 
     @property
     def __signature__(self) -> inspect.Signature:
         kw = inspect.Parameter.KEYWORD_ONLY
-        head = [inspect.Parameter("s", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-                inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
-                inspect.Parameter("seed", kw, default=0, annotation=int),
-                inspect.Parameter("chain_id", kw, default=0, annotation=int),
+        head = [inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+                inspect.Parameter("max_tokens", kw, default=None, annotation=int | None),
+                inspect.Parameter("stop", kw, default=None, annotation=str | list[str] | None),
+                inspect.Parameter("stop_token_ids", kw, default=None, annotation=list[int] | None),
+                inspect.Parameter("return_logprob", kw, default=False, annotation=bool),
+                inspect.Parameter("seed", kw, default=None, annotation=int | None),
+                inspect.Parameter("chain_id", kw, default=None, annotation=int | None),
                 inspect.Parameter("engine", kw, default=None)]
         opts = [inspect.Parameter(p.name, kw, default=p.default) for p in parameters()
                 if p.name not in ("predictor", "online")]
-        return inspect.Signature([*head, *opts], return_annotation=None)
+        return inspect.Signature([*head, *opts])
 
-    def __call__(self, s: ProgramState | ProgramStateGroup | Sequence[ProgramState], name: str, *, seed: int = 0,
-                 chain_id: int = 0, engine: SGLangEngine | None = None, **options: Any) -> None:
-        states = _program_states(s)
-        if not isinstance(name, str) or not name:
-            raise ConfigError("name", name, f"{{name}} (={name!r}) must be a non-empty string: the variable that "
-                              "receives the response")
-        if isinstance(chain_id, bool) or not isinstance(chain_id, int):
-            raise ConfigError("chain_id", chain_id, f"{{chain_id}} (={chain_id!r}) must be an integer (fork i runs "
-                              "chain chain_id + i)")
-        spec = method_config(options)
-        eng = engine if engine is not None else _engine_for(states[0].stream_executor.backend)
-        chain = make_method(eng, spec)
-
-        texts = [st.text() for st in states]  # waits for the expressions submitted before
-        prompts = [_prompt_ids(st, text, eng) for st, text in zip(states, texts, strict=True)]
-        for i, (ids, _) in enumerate(prompts):
-            _check_prompt(chain, ids, name, i if len(states) > 1 else None)
-
-        def run_one(prompt: Sequence[int], *, seed: int, prompt_id: int) -> SampleResult:
-            return chain.run(prompt, seed=seed, prompt_id=chain_id + prompt_id)
-
-        results = run_prompts(run_one, [ids for ids, _ in prompts], seed=seed, workers=len(states))
-        for i, (st, text, (ids, source), result) in enumerate(zip(states, texts, prompts, results, strict=True)):
-            tokens = result.state.tokens
-            answer = eng.text.answer(tokens)  # the answer ends at the model's first stop token
-            meta: dict[str, Any] = {
-                **asdict(result.metrics),
-                "prompt_ids": list(ids),
-                "prompt_source": source,
-                "output_ids": list(tokens),
-                "output_token_logq": list(result.state.logq),
-                "output_token_logp": list(result.state.logp),
-                "log_p0": result.state.log_likelihood(),
-                "eos_index": answer.eos_index,
-                "seed": seed,
-                "chain_id": chain_id + i,
-                "config": chain.describe(),
-            }
-            executor = st.stream_executor
-            executor.variables[name] = answer.text
-            executor.meta_info[name] = meta
-            executor.variables[TRACE_VAR] = TokenTrace(text + answer.text, ids + answer.ids)
-            st += answer.text
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if args and not isinstance(args[0], str):  # power_gen(s, name, ...): the eager form
+            warnings.warn("power_gen(s, name, ...) is deprecated; write s += power_gen(name, ...)",
+                          DeprecationWarning, stacklevel=2)
+            return _eager(*args, **kwargs)
+        if any(type(v).__name__ == "SglArgument" for v in (*args, *kwargs.values())):
+            # SGLang traces a program with placeholder arguments (run_batch's prefix caching): it
+            # reads only the expression's name, so validate nothing then
+            return _sglang_gen()(args[0] if args else kwargs.get("name"), None)
+        return expression(gen_spec(*args, **kwargs))
 
 
 power_gen = PowerGen()
+
+
+def gen_spec(name: str | None = None, *, max_tokens: int | None = None, stop: str | Sequence[str] | None = None,
+             stop_token_ids: Sequence[int] | None = None, return_logprob: bool = False, seed: int | None = None,
+             chain_id: int | None = None, engine: Any = None, **options: Any) -> GenSpec:
+    """The validated :class:`GenSpec` of a power_gen call; a ConfigError names the bad argument."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError("name", name, f"{{name}} (={name!r}) must be a non-empty string: the variable that "
+                          "receives the answer")
+    for arg in REFUSED:
+        if arg in options:
+            raise ConfigError(arg, options[arg], f"{{{arg}}} is an sgl.gen argument that power_gen cannot honour "
+                              f"({REFUSED[arg]}); drop it")
+    for arg, value in (("seed", seed), ("chain_id", chain_id)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MASK):
+            raise ConfigError(arg, value, f"{{{arg}}} (={value!r}) must be an integer in [0, 2**63) or None")
+    if isinstance(stop, str):
+        stop = (stop,)
+    if stop is not None and not all(isinstance(x, str) and x for x in stop):
+        raise ConfigError("stop", stop, f"{{stop}} (={stop!r}) must be a non-empty string or a list of them")
+    ids = tuple(stop_token_ids or ())
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise ConfigError("stop_token_ids", stop_token_ids, f"{{stop_token_ids}} (={stop_token_ids!r}) must be "
+                          "token ids (integers >= 0)")
+    if max_tokens is not None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ConfigError("max_tokens", max_tokens, f"{{max_tokens}} (={max_tokens!r}) must be an integer >= 1")
+        if "max_new_tokens" in options:
+            raise ConfigError("max_new_tokens", options["max_new_tokens"], "pass {max_tokens} (the answer's cap; "
+                              "the response is rounded up to whole blocks) or {max_new_tokens} (the exact response "
+                              "length), not both")
+        block = options.setdefault("block_size", min(PowerConfig.block_size, max_tokens))
+        if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
+            options["max_new_tokens"] = math.ceil(max_tokens / block) * block
+    return GenSpec(name, method_config(options), max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed,
+                   chain_id, engine)
+
+
+def expression(spec: GenSpec) -> Any:
+    """The ``SglGen`` of ``spec`` for ``s += ...`` (installs the interpreter hooks)."""
+    sgl_gen = _sglang_gen()
+    interpreter.install(lambda executor, expr: _run(executor, expr.spec))
+    return sgl_gen(spec.name, spec)
+
+
+def _sglang_gen() -> type:
+    try:
+        from sglang.lang.ir import SglExpr, SglGen
+    except ImportError as exc:
+        raise ImportError(
+            f"power_gen needs sglang's frontend ({exc}); run from .venv-sglang (`bash scripts/install_sglang.sh`)"
+        ) from exc
+
+    class PowerGenExpr(SglGen):
+        """``SglGen`` to the interpreter (variable events, forks); run by the presto-sgl hook."""
+
+        presto_power_gen = True
+
+        def __init__(self, name: str, spec: GenSpec | None) -> None:
+            SglExpr.__init__(self)
+            self.name, self.spec = name, spec
+
+        @property
+        def sampling_params(self) -> Any:  # only SGLang's own gen path reads it: the hook did not run
+            raise RuntimeError("a power_gen expression reached SGLang's sgl.gen path: presto-sgl's interpreter "
+                               "hook is not installed (import power_gen from presto_sgl.frontend)")
+
+        def __repr__(self) -> str:
+            return f"PowerGen({self.name!r})"
+
+    return PowerGenExpr
+
+
+def _run(executor: Any, spec: GenSpec) -> None:
+    """Run ``spec``'s chain on ``executor``'s text (on its thread, or with the executor idle) and
+    record the answer."""
+    eng = spec.engine if spec.engine is not None else _engine_for(executor.backend)
+    chain = make_method(eng, spec.method)
+    text = executor.text_
+    ids, source = prompt_ids(executor.variables, text, eng)
+    _check_prompt(chain, ids, spec.name, None)
+    place = interpreter.next_call(executor)
+    seed = spec.seed if spec.seed is not None else secrets.randbits(63)
+    chain_id = spec.chain_id if spec.chain_id is not None else hash64("power_gen", place.path, place.calls) & SEED_MASK
+    result = chain.run(ids, seed=seed, prompt_id=chain_id)
+    record(executor, spec, eng, chain, text, ids, source, result, seed, chain_id)
+
+
+def _eager(s: Any, name: str, *, seed: int | None = None, chain_id: int = 0, **options: Any) -> None:
+    """``power_gen(s, name, ...)``: each state (fork i: chain ``chain_id + i``) runs at once."""
+    states = _program_states(s)
+    if isinstance(chain_id, bool) or not isinstance(chain_id, int):
+        raise ConfigError("chain_id", chain_id, f"{{chain_id}} (={chain_id!r}) must be an integer (fork i runs "
+                          "chain chain_id + i)")
+    seed = secrets.randbits(63) if seed is None else seed
+    specs = [gen_spec(name, seed=seed, chain_id=chain_id + i, **options) for i in range(len(states))]
+    for st in states:
+        st.stream_executor.sync()  # waits for the expressions submitted before
+    with ThreadPoolExecutor(max_workers=len(states)) as pool:
+        list(pool.map(lambda st, spec: _run(st.stream_executor, spec), states, specs))
 
 
 def method_config(options: dict[str, Any]) -> MethodConfig:
@@ -149,7 +226,7 @@ def method_config(options: dict[str, Any]) -> MethodConfig:
     return _method_config(options)
 
 
-def _program_states(s: Any) -> list[ProgramState]:
+def _program_states(s: Any) -> list[Any]:
     try:
         from sglang.lang.interpreter import ProgramState, ProgramStateGroup
     except ImportError as exc:
@@ -196,11 +273,3 @@ def _engine_for(backend: Any) -> SGLangEngine:
         return _engines[url]
 
 
-def _prompt_ids(state: ProgramState, text: str, engine: SGLangEngine) -> tuple[tuple[int, ...], str]:
-    """The prompt ids of ``text`` and their source: exact ids from an earlier power_gen, or tokenized text."""
-    trace = state.stream_executor.variables.get(TRACE_VAR)
-    if isinstance(trace, TokenTrace) and text.startswith(trace.text):
-        rest = text[len(trace.text) :]
-        return (trace.ids + tuple(engine.text.encode(rest)), "ids+text") if rest else (trace.ids, "ids")
-    # As SGLang's tokenizer manager encodes a text request (special tokens such as BOS added).
-    return tuple(engine.text.encode(text, special=True)), "text"

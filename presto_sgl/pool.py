@@ -1,8 +1,8 @@
 """The chains in flight: a bounded pool of worker threads, one chain each, sharing one backend.
 
 The one chain pool of the package: ``presto-sgl run`` (a dataset's prompts), ``serve``
-(requests) and :func:`presto_sgl.runner.run_prompts` (``power_gen``'s forks, the library's
-many-prompt helper) all run their chains here.
+(requests) and :func:`presto_sgl.runner.run_prompts` (the library's many-prompt helper) all
+run their chains here; ``power_gen`` chains run on the threads of SGLang's program interpreter.
 
 Admission is all or nothing per request: its chains are admitted when running + waiting
 chains stay within ``concurrency + queue_size``, else the request is refused (HTTP 429)

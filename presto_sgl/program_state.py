@@ -1,0 +1,103 @@
+"""What ``power_gen`` reads from and writes to an SGLang program state: the exact token ids
+its text stands for (:class:`TokenTrace`), the prompt ids of its text, and the answer
+recorded as ``sgl.gen`` records one (text appended, variable, meta info, event set)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from .engines.text import cut_at_stop
+
+if TYPE_CHECKING:
+    from .methods import Method, SampleResult
+    from .options import MethodConfig
+
+TRACE_VAR = "_presto_token_ids"
+"""The program variable that holds a state's :class:`TokenTrace` (copied into forks)."""
+
+
+@dataclass(frozen=True)
+class TokenTrace:
+    """The exact token ids ``ids`` that the program text ``text`` stands for."""
+
+    text: str
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GenSpec:
+    """One power_gen call: the variable, the validated method and what shapes the answer."""
+
+    name: str
+    method: MethodConfig
+    max_tokens: int | None
+    stop: tuple[str, ...]
+    stop_token_ids: tuple[int, ...]
+    return_logprob: bool
+    seed: int | None
+    chain_id: int | None
+    engine: Any
+
+
+def prompt_ids(variables: dict[str, Any], text: str, engine: Any) -> tuple[tuple[int, ...], str]:
+    """The prompt ids of ``text`` and their source: exact ids from an earlier power_gen, or tokenized text."""
+    trace = variables.get(TRACE_VAR)
+    if isinstance(trace, TokenTrace) and text.startswith(trace.text):
+        rest = text[len(trace.text) :]
+        return (trace.ids + tuple(engine.text.encode(rest)), "ids+text") if rest else (trace.ids, "ids")
+    # As SGLang's tokenizer manager encodes a text request (special tokens such as BOS added).
+    return tuple(engine.text.encode(text, special=True)), "text"
+
+
+def record(executor: Any, spec: GenSpec, eng: Any, chain: Method, text: str, ids: tuple[int, ...], source: str,
+           result: SampleResult, seed: int, chain_id: int) -> None:
+    """The answer into the program: text, variable, meta info, exact ids; as ``sgl.gen`` does."""
+    tokens = result.state.tokens
+    capped = tokens[: spec.max_tokens] if spec.max_tokens is not None else tokens
+    kept, stop_index = cut_at_stop(capped, (*eng.text.stop_ids, *spec.stop_token_ids))
+    answer = eng.text.decode(kept)
+    finish: dict[str, Any] = ({"type": "stop", "matched": capped[stop_index]} if stop_index is not None
+                              else {"type": "length", "length": len(capped)})
+    hits = [(answer.find(s), s) for s in spec.stop if s in answer]
+    if hits:
+        at, matched = min(hits)
+        answer, finish = answer[:at], {"type": "stop", "matched": matched}
+        kept = ids_of_prefix(eng, kept, answer)
+    logp = result.state.logp
+    meta: dict[str, Any] = {
+        **asdict(result.metrics),
+        "prompt_ids": list(ids),
+        "prompt_source": source,
+        "output_ids": list(tokens),
+        "answer_ids": list(kept),
+        "output_token_logq": list(result.state.logq),
+        "output_token_logp": list(logp),
+        "log_p0": result.state.log_likelihood(),
+        "eos_index": eng.text.answer(tokens).eos_index,
+        "finish_reason": finish,
+        "prompt_tokens": len(ids),
+        "completion_tokens": len(kept),
+        "seed": seed,
+        "chain_id": chain_id,
+        "config": chain.describe(),
+    }
+    if spec.return_logprob:
+        meta["output_token_logprobs"] = [[logp[i], t, None] for i, t in enumerate(kept)]
+    executor.text_ += answer
+    executor.variables[spec.name] = answer
+    executor.meta_info[spec.name] = meta
+    kept_text = eng.text.decode(kept)
+    executor.variables[TRACE_VAR] = TokenTrace(text + kept_text, ids + tuple(kept))
+    if spec.name in executor.variable_event:
+        executor.variable_event[spec.name].set()
+
+
+def ids_of_prefix(eng: Any, ids: Sequence[int], text: str) -> tuple[int, ...]:
+    """The longest prefix of ``ids`` whose decoded text is a prefix of ``text`` (the text after it
+    is tokenized when the program continues)."""
+    for j in range(len(ids), -1, -1):
+        if text.startswith(eng.text.decode(ids[:j])):
+            return tuple(ids[:j])
+    return ()

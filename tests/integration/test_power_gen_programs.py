@@ -1,0 +1,267 @@
+"""``s += power_gen(...)`` in ``@sgl.function`` programs against a real SGLang server.
+
+Needs sglang importable (``scripts/test.sh`` runs this file with ``.venv-sglang/bin/python``;
+the ``.venv`` run skips it) and the server at PRESTO_SGL_SGLANG_URL (an fp32 server with the
+presto_raw_logprob plugin). The replay and answer-shaping tests run their chains on the
+seeded embedded engine (``engine=``, the committed tiny-adder model) inside a program on the
+server's backend: on a seeded engine a chain's keys fix its tokens.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from presto_sgl.testing.forward import assert_scores_match
+
+pytestmark = pytest.mark.sglang
+
+HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
+CHAIN = dict(block_size=8, steps=2)
+
+
+@pytest.fixture(scope="module")
+def backend(server_url):
+    if not HAVE_SGLANG:
+        if os.environ.get("PRESTO_SGL_REQUIRE_SGLANG") == "1" and Path(sys.prefix).name == ".venv-sglang":
+            pytest.fail(f"{sys.executable} cannot import sglang; run bash scripts/install_sglang.sh")
+        pytest.skip(f"sglang is not importable by {sys.executable}; scripts/test.sh runs this file with .venv-sglang")
+    import sglang as sgl
+
+    return sgl.RuntimeEndpoint(server_url)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(hf_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(hf_model.name_or_path)
+
+
+@pytest.fixture(scope="module")
+def tiny(backend):
+    from presto_sgl.models import embedded_engine
+
+    return embedded_engine("tiny-adder")
+
+
+def test_an_expression_in_a_chat_program(backend, hf_model, tokenizer):
+    """``s += power_gen(...)`` sets the variable and meta info, appends the answer, and the
+    following expressions see it; the chain scores as a float32 forward says."""
+    import sglang as sgl
+
+    from presto_sgl.frontend import power_gen
+
+    @sgl.function
+    def qa(s, question):
+        s += sgl.user(question)
+        s += sgl.assistant_begin()
+        s["prompt_text"] = s.text()
+        s += power_gen("answer", max_new_tokens=8, steps=3, block_size=8)
+        s += sgl.assistant_end()
+        s += sgl.user("Thanks.")
+
+    state = qa.run(question="What is 17 + 25?", backend=backend)
+    meta, answer = state.get_meta_info("answer"), state["answer"]
+    assert meta["prompt_source"] == "text"
+    assert meta["prompt_ids"] == tokenizer(state["prompt_text"])["input_ids"]  # the program text, tokenized once
+    assert state.text().startswith(state["prompt_text"] + answer)
+    assert len(meta["output_ids"]) == 8 and meta["transitions"] == 3 and meta["model_calls"] < 3
+    assert answer == tokenizer.decode(meta["answer_ids"]) and meta["answer_ids"] == meta["output_ids"][: len(meta["answer_ids"])]
+    assert meta["finish_reason"]["type"] == ("stop" if meta["eos_index"] is not None else "length")
+    assert 0 <= meta["seed"] < 2**63 and 0 <= meta["chain_id"] < 2**63  # fresh randomness, recorded
+    assert math.isclose(meta["log_p0"], math.fsum(meta["output_token_logp"]))
+    assert_scores_match(hf_model, meta["prompt_ids"], meta["output_ids"], meta["output_token_logp"])
+    assert state.messages()[-2] == {"role": "assistant", "content": answer.lstrip()}
+    assert state.messages()[-1] == {"role": "user", "content": "Thanks."}
+
+
+def test_exact_ids_where_a_text_round_trip_changes_them(backend, hf_model, tokenizer):
+    """After "猫"*8 SmolLM2 starts another 3-byte character; at tau = 1/8 the one-token answer is
+    a partial UTF-8 character whose text (U+FFFD) re-encodes to another id. The next
+    power_gen starts from the chain's id, not from the re-encoded text."""
+    import sglang as sgl
+
+    from presto_sgl.frontend import power_gen
+
+    @sgl.function
+    def cats(s):
+        s += "猫" * 8
+        s += power_gen("a", max_new_tokens=1, block_size=1, steps=2, alpha=8.0)
+        s += power_gen("b", max_new_tokens=4, block_size=4, steps=2, alpha=8.0)
+
+    state = cats.run(backend=backend)
+    a, b = state.get_meta_info("a"), state.get_meta_info("b")
+    assert a["prompt_source"] == "text" and a["prompt_ids"] == tokenizer("猫" * 8)["input_ids"]
+    assert state["a"] == "\ufffd" == tokenizer.decode(a["output_ids"])
+    assert tokenizer.encode(state["a"], add_special_tokens=False) != a["output_ids"]  # the round trip changes ids
+    assert state.text() == "猫" * 8 + state["a"] + state["b"]
+    assert b["prompt_source"] == "ids" and b["prompt_ids"] == a["prompt_ids"] + a["output_ids"]
+    assert a["chain_id"] != b["chain_id"]
+    for meta in (a, b):  # log p0 of exactly those ids, scored afresh
+        assert_scores_match(hf_model, meta["prompt_ids"], meta["output_ids"], meta["output_token_logp"])
+
+
+def test_forks_run_one_chain_each_and_are_read_back(backend):
+    import sglang as sgl
+
+    from presto_sgl.frontend import power_gen
+
+    @sgl.function
+    def three(s):
+        s += sgl.user("Name a prime number.")
+        s += sgl.assistant_begin()
+        forks = s.fork(3)
+        forks += power_gen("answer", max_new_tokens=8, seed=5, **CHAIN)
+        return [(f["answer"], f.get_meta_info("answer"), f.text()) for f in forks]
+
+    chains = three.run(backend=backend).ret_value
+    assert len({m["chain_id"] for _, m, _ in chains}) == 3 and {m["seed"] for _, m, _ in chains} == {5}
+    assert len({tuple(m["prompt_ids"]) for _, m, _ in chains}) == 1  # one shared prompt prefix
+    for answer, meta, text in chains:
+        assert len(meta["output_ids"]) == 8 and meta["transitions"] == 2
+        assert meta["cached_tokens"] > 0  # the prefix comes from the server's radix cache
+        assert text.endswith(answer)
+    again = three.run(backend=backend).ret_value  # the same seed: the same chain ids (the call's place)
+    assert [m["chain_id"] for _, m, _ in again] == [m["chain_id"] for _, m, _ in chains]
+
+
+def test_run_batch_draws_fresh_chains_and_one_replays_by_its_seed(backend, tiny):
+    """16 programs of a run_batch on the same question: 16 distinct (seed, chain id) keys and
+    not one answer for all; replaying one by its recorded seed and chain id gives it token for
+    token (the seeded embedded engine); with a seed, reruns repeat and calls differ."""
+    import sglang as sgl
+
+    from presto_sgl.frontend import power_gen
+
+    opts = dict(max_new_tokens=12, block_size=12, steps=3, alpha=4.0, tau=3.0, engine=tiny)  # tau 3: the tiny model is near-greedy
+
+    @sgl.function
+    def add(s, seed=None, chain_id=None):
+        s += "Q:47+385="
+        s += power_gen("a", seed=seed, chain_id=chain_id, **opts)
+
+    states = add.run_batch([{} for _ in range(16)], backend=backend, num_threads=8, progress_bar=True)
+    metas = [st.get_meta_info("a") for st in states]
+    assert len({(m["seed"], m["chain_id"]) for m in metas}) == 16
+    assert len({tuple(m["output_ids"]) for m in metas}) > 1
+    pick = metas[5]
+    replay = add.run(seed=pick["seed"], chain_id=pick["chain_id"], backend=backend).get_meta_info("a")
+    assert replay["output_ids"] == pick["output_ids"] and replay["output_token_logp"] == pick["output_token_logp"]
+
+    @sgl.function
+    def twice(s):
+        s += "Q:47+385="
+        s += power_gen("a", seed=9, **opts)
+        s += "\nQ:12+34="
+        s += power_gen("b", seed=9, **opts)
+
+    one, two = (twice.run(backend=backend) for _ in range(2))
+    for name in ("a", "b"):
+        assert one.get_meta_info(name)["output_ids"] == two.get_meta_info(name)["output_ids"]
+    assert one.get_meta_info("a")["chain_id"] != one.get_meta_info("b")["chain_id"]
+
+
+def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
+    """max_tokens (T rounded up to whole blocks, the answer cut back), stop strings (the answer
+    ends before the first; the exact ids kept are the longest prefix inside it), stop_token_ids
+    and return_logprob in SGLang's [logprob, id, None] shape."""
+    import sglang as sgl
+
+    from presto_sgl.frontend import power_gen
+
+    @sgl.function
+    def add(s, kw):  # one argument: run() itself takes stop=, return_logprob=, ... (the gen defaults)
+        s += "Q:47+385="
+        s += power_gen("a", seed=4, chain_id=0, steps=2, engine=tiny, **kw)
+
+    def run(**kw):
+        return add.run(kw={"max_tokens": 10, "block_size": 8, **kw}, backend=backend)
+
+    capped = run(return_logprob=True).get_meta_info("a")
+    assert len(capped["output_ids"]) == 16 and capped["config"]["max_new_tokens"] == 16
+    kept = capped["answer_ids"]
+    assert len(kept) <= 10 and kept == capped["output_ids"][: len(kept)]
+    assert capped["output_token_logprobs"] == [[capped["output_token_logp"][i], t, None] for i, t in enumerate(kept)]
+    full = run()
+    text = full["a"]
+    assert text == tiny.text.decode(full.get_meta_info("a")["answer_ids"])
+    stop = text[3]  # a character the answer has
+    cut = run(stop=[stop, "never"])
+    meta = cut.get_meta_info("a")
+    assert cut["a"] == text[: text.index(stop)] and meta["finish_reason"] == {"type": "stop", "matched": stop}
+    assert tiny.text.decode(meta["answer_ids"]) == cut["a"]
+    token = full.get_meta_info("a")["answer_ids"][2]
+    by_id = run(stop_token_ids=[token]).get_meta_info("a")
+    first = full.get_meta_info("a")["answer_ids"].index(token)
+    assert by_id["answer_ids"] == full.get_meta_info("a")["answer_ids"][:first]
+    assert by_id["finish_reason"] == {"type": "stop", "matched": token}
+
+
+def test_the_papers_kernels_in_a_program(backend, hf_model):
+    import sglang as sgl
+
+    from presto_sgl.frontend import power_gen
+
+    @sgl.function
+    def qa(s, method, **extra):
+        s += sgl.user("Name a prime number.")
+        s += sgl.assistant_begin()
+        s += power_gen("answer", max_new_tokens=8, method=method, **CHAIN, **extra)
+
+    for method, extra in (("multitry", {"tries": 3}), ("entropycut", {})):
+        meta = qa.run(method=method, **extra, backend=backend).get_meta_info("answer")
+        assert meta["config"]["method"] == method and meta["transitions"] == 2
+        assert_scores_match(hf_model, meta["prompt_ids"], meta["output_ids"], meta["output_token_logp"])
+
+
+@pytest.mark.filterwarnings("ignore:Error in stream_executor:UserWarning")
+def test_errors_name_the_argument(backend):
+    import sglang as sgl
+
+    from presto_sgl.errors import ConfigError
+    from presto_sgl.frontend import power_gen
+
+    @sgl.function
+    def bad(s, kw):
+        s += "Hello"
+        s += power_gen("x", **{"max_new_tokens": 4, "block_size": 4, "steps": 1, **kw})
+
+    for kwargs, match in (({"rule": "nope"}, "`rule` \\(='nope'\\)"), ({"block_size": 3}, "`max_new_tokens`"),
+                          ({"method": "multitry", "tries": 0}, r"`tries` \(=0\)"),
+                          ({"beta": 2.0}, "`beta` is a parameter of entropycut"),
+                          ({"regex": "[0-9]+"}, "`regex` is an sgl.gen argument"),
+                          ({"temperature": 0.7}, "`temperature` is an sgl.gen argument.*tau"),
+                          ({"max_tokens": 4}, "`max_tokens`.*`max_new_tokens`.*not both")):
+        with pytest.raises(ConfigError, match=match):
+            bad.run(kw=kwargs, backend=backend)
+
+    @sgl.function
+    def empty(s):
+        s += power_gen("x", max_new_tokens=4, block_size=4, steps=1)
+
+    state = empty.run(backend=backend)  # raised on the program's executor thread, as sgl.gen's errors are
+    assert isinstance(state.error(), ValueError) and "program text before" in str(state.error())
+
+
+def test_the_eager_form_still_runs_with_a_deprecation(backend):
+    import sglang as sgl
+
+    from presto_sgl.frontend import power_gen
+
+    @sgl.function
+    def three(s):
+        s += sgl.user("Name a prime number.")
+        s += sgl.assistant_begin()
+        forks = s.fork(2)
+        power_gen(forks, "answer", max_new_tokens=8, seed=5, **CHAIN)
+        return [f.get_meta_info("answer") for f in forks]
+
+    with pytest.warns(DeprecationWarning, match=r"s \+= power_gen"):
+        metas = three.run(backend=backend).ret_value
+    assert [m["chain_id"] for m in metas] == [0, 1] and all(m["transitions"] == 2 for m in metas)
