@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: set up .venv if needed, run the suite with it, then run
 # the files that need sglang importable (tests/integration/test_sglang_runtime.py: in-process
-# sglang.Engine; test_power_gen_programs.py: power_gen in @sgl.function programs;
-# test_sglang_attention.py: the batched CPU attention) with
+# sglang.Engine; test_power_gen_programs.py and test_sglang_programs.py: power_gen in
+# @sgl.function programs; test_sglang_attention.py: the batched CPU attention) with
 # .venv-sglang's python (the .venv run skips them).
 # Extra arguments go to both runs (e.g. `bash scripts/test.sh -m exactness`); when they
 # name test files, the second run happens only for those of the sglang files among them.
@@ -14,7 +14,7 @@ if [ ! -x .venv/bin/presto-sgl ]; then
   bash scripts/setup.sh || exit 1
 fi
 RUNTIME_TESTS=(tests/integration/test_sglang_runtime.py tests/integration/test_power_gen_programs.py
-               tests/integration/test_sglang_attention.py)
+               tests/integration/test_sglang_programs.py tests/integration/test_sglang_attention.py)
 
 passed() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 
@@ -26,7 +26,8 @@ passed "$rc" || echo "test.sh: pytest in .venv failed (exit $rc)" >&2
 options=() runtime_paths=() named_paths=no
 for arg in "$@"; do
   case "$arg" in
-    *test_sglang_runtime.py*|*test_power_gen_programs.py*|*test_sglang_attention.py*) runtime_paths+=("$arg"); named_paths=yes ;;
+    *test_sglang_runtime.py*|*test_power_gen_programs.py*|*test_sglang_programs.py*|*test_sglang_attention.py*)
+      runtime_paths+=("$arg"); named_paths=yes ;;
     tests/*|*.py|*.py::*) named_paths=yes ;;
     *) options+=("$arg") ;;
   esac
