@@ -9,6 +9,9 @@ benchmarks/compare.py), with each method's peak KV-pool use (sampled from /v1/lo
 
     bash scripts/sglang_server.sh start            # bf16 by default; --dtype float32
     python -m benchmarks.sglang_server --url http://127.0.0.1:30000 [--json out.json]
+
+Any SGLang server works, e.g. a stock one started by hub id (``--keys step`` runs only the
+step-keyed pair: sequential and step).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.compare import PROMPTS, compare_rules
+from benchmarks.compare import PROMPTS, compare_rules, default_methods, machine
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import SGLangEngine
 from presto_sgl.keys import ChainKeys
@@ -53,18 +56,25 @@ def main() -> None:
     ap.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[8, 10, 20])
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--seed", type=int, default=10086)
+    ap.add_argument("--keys", choices=("path", "step", "both"), default="both",
+                    help="part B's keyings: path (sequential, bfs), step (sequential, step) or both")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     engine = SGLangEngine(args.url)
     info = engine.server_info()
+    print(machine(), flush=True)
     print(f"SGLang {args.url} model={engine.model_path} dtype={info.get('dtype')} mode={engine.mode} "
+          f"preferred_sampling_params={info.get('preferred_sampling_params')} "
           f"T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets}", flush=True)
-    out: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
+    out: dict = {"machine": machine(), "model": engine.model_path, "mode": engine.mode,
+                 "preferred_sampling_params": info.get("preferred_sampling_params"),
+                 "args": {k: str(v) for k, v in vars(args).items()}}
     if "P" in args.part:
         out["P"] = part_p(args.url, args)
     if "B" in args.part:
+        methods = [m for m in default_methods(args.budgets) if args.keys in ("both", m.keying)]
         out["B"] = compare_rules(engine, [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]], args,
-                                 monitor=engine.monitor)
+                                 methods=methods, monitor=engine.monitor)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
 
