@@ -90,8 +90,9 @@ def record(executor: Any, spec: GenSpec, eng: Any, chain: Method, text: str, ids
     executor.meta_info[spec.name] = meta
     kept_text = eng.text.decode(kept)
     executor.variables[TRACE_VAR] = TokenTrace(text + kept_text, ids + tuple(kept))
-    if spec.name in executor.variable_event:
-        executor.variable_event[spec.name].set()
+    for events in (executor.variable_event, executor.stream_var_event or {}):  # a streamed program gets it whole
+        if spec.name in events:
+            events[spec.name].set()
 
 
 def ids_of_prefix(eng: Any, ids: Sequence[int], text: str) -> tuple[int, ...]:

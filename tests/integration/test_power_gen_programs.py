@@ -265,3 +265,19 @@ def test_the_eager_form_still_runs_with_a_deprecation(backend):
     with pytest.warns(DeprecationWarning, match=r"s \+= power_gen"):
         metas = three.run(backend=backend).ret_value
     assert [m["chain_id"] for m in metas] == [0, 1] and all(m["transitions"] == 2 for m in metas)
+
+
+def test_a_streamed_program_gets_the_answer_whole(backend):
+    import sglang as sgl
+
+    from presto_sgl.frontend import power_gen
+
+    @sgl.function
+    def qa(s):
+        s += sgl.user("Say hi.")
+        s += sgl.assistant_begin()
+        s += power_gen("answer", max_tokens=4, block_size=4, steps=1)
+
+    state = qa.run(backend=backend, stream=True)
+    streamed = "".join(state.text_iter("answer"))  # SGLang's stream reader: one piece, the whole answer
+    assert streamed == state["answer"] and len(state.get_meta_info("answer")["answer_ids"]) <= 4
