@@ -40,6 +40,7 @@ group or a list of states), still runs, with a DeprecationWarning.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import secrets
@@ -107,7 +108,7 @@ class PowerGen:
         if any(type(v).__name__ == "SglArgument" for v in (*args, *kwargs.values())):
             # SGLang traces a program with placeholder arguments (run_batch's prefix caching): it
             # reads only the expression's name, so validate nothing then
-            return _sglang_gen()(args[0] if args else kwargs.get("name"), None)
+            return _expression_class()(args[0] if args else kwargs.get("name"), None)
         return expression(gen_spec(*args, **kwargs))
 
 
@@ -152,18 +153,23 @@ def gen_spec(name: str | None = None, *, max_tokens: int | None = None, stop: st
 
 def expression(spec: GenSpec) -> Any:
     """The ``SglGen`` of ``spec`` for ``s += ...`` (installs the interpreter hooks)."""
-    sgl_gen = _sglang_gen()
-    interpreter.install(lambda executor, expr: _run(executor, expr.spec))
-    return sgl_gen(spec.name, spec)
+    cls = _expression_class()
+    interpreter.install(_run_expression)
+    return cls(spec.name, spec)
 
 
-def _sglang_gen() -> type:
+def _no_sglang(exc: ImportError) -> ImportError:
+    return ImportError(f"power_gen needs sglang's frontend ({exc}); run from .venv-sglang "
+                       "(`bash scripts/install_sglang.sh`)")
+
+
+@functools.cache
+def _expression_class() -> type:
+    """The ``SglGen`` subclass of power_gen expressions (defined once sglang is importable)."""
     try:
         from sglang.lang.ir import SglExpr, SglGen
     except ImportError as exc:
-        raise ImportError(
-            f"power_gen needs sglang's frontend ({exc}); run from .venv-sglang (`bash scripts/install_sglang.sh`)"
-        ) from exc
+        raise _no_sglang(exc) from exc
 
     class PowerGenExpr(SglGen):
         """``SglGen`` to the interpreter (variable events, forks); run by the presto-sgl hook."""
@@ -185,6 +191,11 @@ def _sglang_gen() -> type:
     return PowerGenExpr
 
 
+def _run_expression(executor: Any, expr: Any) -> None:
+    """What the interpreter hook runs for a power_gen expression (on the program's thread)."""
+    _run(executor, expr.spec)
+
+
 def _run(executor: Any, spec: GenSpec) -> None:
     """Run ``spec``'s chain on ``executor``'s text (on its thread, or with the executor idle) and
     record the answer."""
@@ -192,7 +203,7 @@ def _run(executor: Any, spec: GenSpec) -> None:
     chain = make_method(eng, spec.method)
     text = executor.text_
     ids, source = prompt_ids(executor.variables, text, eng)
-    _check_prompt(chain, ids, spec.name, None)
+    _check_prompt(chain, ids, spec.name)
     place = interpreter.next_call(executor)
     seed = spec.seed if spec.seed is not None else secrets.randbits(63)
     chain_id = spec.chain_id if spec.chain_id is not None else hash64("power_gen", place.path, place.calls) & SEED_MASK
@@ -230,9 +241,7 @@ def _program_states(s: Any) -> list[Any]:
     try:
         from sglang.lang.interpreter import ProgramState, ProgramStateGroup
     except ImportError as exc:
-        raise ImportError(
-            f"power_gen needs sglang's frontend ({exc}); run from .venv-sglang (`bash scripts/install_sglang.sh`)"
-        ) from exc
+        raise _no_sglang(exc) from exc
     if isinstance(s, ProgramStateGroup):
         states = list(s.states)
     elif isinstance(s, ProgramState):
@@ -247,12 +256,12 @@ def _program_states(s: Any) -> list[Any]:
     return states
 
 
-def _check_prompt(method: Method, ids: Sequence[int], name: str, fork: int | None) -> None:
+def _check_prompt(method: Method, ids: Sequence[int], name: str) -> None:
     """``method.check_prompt`` on the program text's ids; its ValueError says which power_gen and program text."""
     try:
         method.check_prompt(ids)
     except ValueError as exc:
-        where = f"power_gen({name!r})" + (f" on fork {fork}" if fork is not None else "")
+        where = f"power_gen({name!r})"
         hint = "; add text first (e.g. s += sgl.user(...))" if not ids else ""
         raise ValueError(
             f"{where}: its prompt is the program text before it ({len(ids)} tokens) and cannot be sampled from: {exc}{hint}"

@@ -64,7 +64,9 @@ def record(executor: Any, spec: GenSpec, eng: Any, chain: Method, text: str, ids
     if hits:
         at, matched = min(hits)
         answer, finish = answer[:at], {"type": "stop", "matched": matched}
-        kept = ids_of_prefix(eng, kept, answer)
+        kept, kept_text = ids_of_prefix(eng, kept, answer)
+    else:
+        kept_text = answer
     logp = result.state.logp
     meta: dict[str, Any] = {
         **asdict(result.metrics),
@@ -75,7 +77,7 @@ def record(executor: Any, spec: GenSpec, eng: Any, chain: Method, text: str, ids
         "output_token_logq": list(result.state.logq),
         "output_token_logp": list(logp),
         "log_p0": result.state.log_likelihood(),
-        "eos_index": eng.text.answer(tokens).eos_index,
+        "eos_index": cut_at_stop(tokens, eng.text.stop_ids)[1],
         "finish_reason": finish,
         "prompt_tokens": len(ids),
         "completion_tokens": len(kept),
@@ -88,17 +90,17 @@ def record(executor: Any, spec: GenSpec, eng: Any, chain: Method, text: str, ids
     executor.text_ += answer
     executor.variables[spec.name] = answer
     executor.meta_info[spec.name] = meta
-    kept_text = eng.text.decode(kept)
     executor.variables[TRACE_VAR] = TokenTrace(text + kept_text, ids + tuple(kept))
     for events in (executor.variable_event, executor.stream_var_event or {}):  # a streamed program gets it whole
         if spec.name in events:
             events[spec.name].set()
 
 
-def ids_of_prefix(eng: Any, ids: Sequence[int], text: str) -> tuple[int, ...]:
-    """The longest prefix of ``ids`` whose decoded text is a prefix of ``text`` (the text after it
-    is tokenized when the program continues)."""
-    for j in range(len(ids), -1, -1):
-        if text.startswith(eng.text.decode(ids[:j])):
-            return tuple(ids[:j])
-    return ()
+def ids_of_prefix(eng: Any, ids: Sequence[int], text: str) -> tuple[tuple[int, ...], str]:
+    """The longest prefix of ``ids`` whose decoded text is a prefix of ``text``, and that text (the
+    text after it is tokenized when the program continues)."""
+    for j in range(len(ids), 0, -1):
+        decoded = eng.text.decode(ids[:j])
+        if text.startswith(decoded):
+            return tuple(ids[:j]), decoded
+    return (), ""
