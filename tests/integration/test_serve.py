@@ -160,9 +160,10 @@ def _long_request_in_background(url, timeout_s):
 def test_a_client_that_disconnects_leaves_no_chain_running():
     service = make_service(reference(), "reference", concurrency=1, queue_size=0)
     with serving(service) as url:
-        thread, outcome = _long_request_in_background(url, timeout_s=1.0)
+        # The client gives up after 4 s: time enough, even on a loaded machine, for the refusal
+        # below to meet the slot still taken (with 1 s, a slow health poll let the chain end first).
+        thread, outcome = _long_request_in_background(url, timeout_s=4.0)
         assert wait_for(lambda: health(url)["chains"]["running"] == 1)
-        time.sleep(0.5)
         with pytest.raises(openai.RateLimitError) as err:  # the one slot is taken and no chain may wait
             client(url).completions.create(model="reference", prompt=PROMPT, max_tokens=16)
         assert err.value.body["type"] == "rate_limit_exceeded" and err.value.response.headers["retry-after"] == "1"
