@@ -19,7 +19,9 @@ The answer ends at the model's first stop token (an EOS id of the tokenizer or o
 generation config), at any of ``stop_token_ids``, and before the first of the ``stop``
 strings, whichever comes first (``finish_reason`` in the meta info says which).
 ``return_logprob=True`` adds ``output_token_logprobs`` in SGLang's shape, ``[log p0, id, None]``
-per answer token. Arguments ``sgl.gen`` has and a power-sampling chain cannot honour
+per answer token. Left unset, ``max_tokens``, ``stop``, ``stop_token_ids`` and ``return_logprob``
+take the program's run-level values as ``sgl.gen``'s do (``program.run(max_new_tokens=128,
+stop=...)``; :data:`RUN_DEFAULTS`). Arguments ``sgl.gen`` has and a power-sampling chain cannot honour
 (``regex``, ``choices``, ``temperature``: use ``tau``, ...) are refused by name.
 
 Randomness: without ``seed`` every call draws a seed from the OS; with one, the chain id
@@ -109,7 +111,7 @@ class PowerGen:
             # SGLang traces a program with placeholder arguments (run_batch's prefix caching): it
             # reads only the expression's name, so validate nothing then
             return _expression_class()(args[0] if args else kwargs.get("name"), None)
-        return expression(gen_spec(*args, **kwargs))
+        return expression(*args, **kwargs)
 
 
 power_gen = PowerGen()
@@ -151,11 +153,31 @@ def gen_spec(name: str | None = None, *, max_tokens: int | None = None, stop: st
                    chain_id, engine)
 
 
-def expression(spec: GenSpec) -> Any:
-    """The ``SglGen`` of ``spec`` for ``s += ...`` (installs the interpreter hooks)."""
+def expression(*args: Any, **kwargs: Any) -> Any:
+    """The ``SglGen`` of a power_gen call for ``s += ...``, validated now (installs the interpreter hooks)."""
+    spec = gen_spec(*args, **kwargs)
     cls = _expression_class()
     interpreter.install(_run_expression)
-    return cls(spec.name, spec)
+    return cls(spec.name, spec, {**kwargs, "name": spec.name})
+
+
+RUN_DEFAULTS = {"max_new_tokens": "max_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
+                "return_logprob": "return_logprob"}
+"""``program.run(...)``'s sampling defaults that power_gen takes, as ``sgl.gen`` does, where the
+call leaves them unset (run's ``max_new_tokens`` is sgl.gen's ``max_tokens``). Run's
+``temperature``, ``top_p``, penalties ... are for ``sgl.gen`` only: power_gen's target is fixed."""
+
+
+def with_run_defaults(call: dict[str, Any], defaults: Any) -> dict[str, Any]:
+    """``call`` (a power_gen call's keyword arguments) completed by the program's
+    ``default_sampling_para`` (``program.run(max_new_tokens=..., stop=...)``) where unset."""
+    out = dict(call)
+    for field, arg in RUN_DEFAULTS.items():
+        value = getattr(defaults, field, None)
+        unset = out.get(arg) is None and not (arg == "max_tokens" and "max_new_tokens" in out)
+        if unset and value not in (None, [], ()):
+            out[arg] = value
+    return out
 
 
 def _no_sglang(exc: ImportError) -> ImportError:
@@ -176,9 +198,9 @@ def _expression_class() -> type:
 
         presto_power_gen = True
 
-        def __init__(self, name: str, spec: GenSpec | None) -> None:
+        def __init__(self, name: str, spec: GenSpec | None, call: dict[str, Any] | None = None) -> None:
             SglExpr.__init__(self)
-            self.name, self.spec = name, spec
+            self.name, self.spec, self.call = name, spec, call
 
         @property
         def sampling_params(self) -> Any:  # only SGLang's own gen path reads it: the hook did not run
@@ -192,8 +214,9 @@ def _expression_class() -> type:
 
 
 def _run_expression(executor: Any, expr: Any) -> None:
-    """What the interpreter hook runs for a power_gen expression (on the program's thread)."""
-    _run(executor, expr.spec)
+    """What the interpreter hook runs for a power_gen expression (on the program's thread): its
+    call with the program's run-level defaults where it left them unset."""
+    _run(executor, gen_spec(**with_run_defaults(expr.call, executor.default_sampling_para)))
 
 
 def _run(executor: Any, spec: GenSpec) -> None:

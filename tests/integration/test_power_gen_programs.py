@@ -202,6 +202,17 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
     assert by_id["answer_ids"] == full.get_meta_info("a")["answer_ids"][:first]
     assert by_id["finish_reason"] == {"type": "stop", "matched": token}
 
+    @sgl.function
+    def bare(s, kw=None):  # what the call leaves unset comes from run(...), as for sgl.gen
+        s += "Q:47+385="
+        s += power_gen("a", seed=4, chain_id=0, steps=2, block_size=8, engine=tiny, **(kw or {}))
+
+    by_run = bare.run(max_new_tokens=10, stop=[stop, "never"], return_logprob=True, backend=backend)
+    assert by_run["a"] == cut["a"] and by_run.get_meta_info("a")["config"]["max_new_tokens"] == 16
+    assert by_run.get_meta_info("a")["output_token_logprobs"][0][1] == kept[0]
+    own = bare.run(max_new_tokens=10, stop="never", backend=backend, kw={"max_tokens": 4, "stop": []})
+    assert own.get_meta_info("a")["config"]["max_new_tokens"] == 8 and len(own.get_meta_info("a")["answer_ids"]) <= 4
+
 
 def test_the_papers_kernels_in_a_program(backend, hf_model):
     import sglang as sgl

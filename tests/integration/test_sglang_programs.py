@@ -114,3 +114,27 @@ def test_tree_of_thought_with_forks(backend, hf_model):
             scored(hf_model, thought)
             scored(hf_model, answer)
     assert len(ids) == 2 * 2 * 2  # every chain of every program and branch its own
+
+
+def test_the_readme_program_runs_as_written(backend, server_url, hf_model):
+    """The README's program, as written but for the server URL and a shorter chain (T 8, 2
+    steps, so that it takes seconds here): it runs, prints the answer and the recorded seed, and
+    the chains score as a float32 forward says."""
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("**In an SGLang program**"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert 'rule="step")' in code and "max_tokens=64" in code
+    code = code.replace("http://127.0.0.1:30000", server_url).replace("max_tokens=64", "max_tokens=8")
+    code = code.replace('rule="step")', 'rule="step", block_size=4, steps=2)')
+    out, scope = io.StringIO(), {}
+    with contextlib.redirect_stdout(out):
+        exec(code, scope)
+    states = scope["states"]
+    assert out.getvalue() == f"{states[0]['answer']} {states[0].get_meta_info('answer')['seed']}\n"
+    for st in states:
+        scored(hf_model, st.get_meta_info("answer"))
