@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .engines.text import cut_at_stop
+from .engines.text import cut_at_stop, ids_of_prefix
 
 if TYPE_CHECKING:
     from .methods import Method, SampleResult
@@ -64,7 +64,7 @@ def record(executor: Any, spec: GenSpec, eng: Any, chain: Method, text: str, ids
     if hits:
         at, matched = min(hits)
         answer, finish = answer[:at], {"type": "stop", "matched": matched}
-        kept, kept_text = ids_of_prefix(eng, kept, answer)
+        kept, kept_text = ids_of_prefix(eng.text, kept, answer)
     else:
         kept_text = answer
     logp = result.state.logp
@@ -94,13 +94,3 @@ def record(executor: Any, spec: GenSpec, eng: Any, chain: Method, text: str, ids
     for events in (executor.variable_event, executor.stream_var_event or {}):  # a streamed program gets it whole
         if spec.name in events:
             events[spec.name].set()
-
-
-def ids_of_prefix(eng: Any, ids: Sequence[int], text: str) -> tuple[tuple[int, ...], str]:
-    """The longest prefix of ``ids`` whose decoded text is a prefix of ``text``, and that text (the
-    text after it is tokenized when the program continues)."""
-    for j in range(len(ids), 0, -1):
-        decoded = eng.text.decode(ids[:j])
-        if text.startswith(decoded):
-            return tuple(ids[:j]), decoded
-    return (), ""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import __version__
 from ..errors import EngineError
 from . import compare, predictor, report, run, sample, serve
 from .common import PROG, UsageError, error
@@ -27,6 +28,7 @@ from .common import PROG, UsageError, error
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Exact LLM power sampling (PowerMH, PreSTO-PowerMH).")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     sample.add_parser(sub)
     run.add_parser(sub)

@@ -17,16 +17,25 @@ from .common import PROG, UsageError, cli_message
 from .engines import ENGINES
 from .options import add_engine_options, add_method_options, method_config, model_name
 
+DEFAULT_PORT = 8300
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve power sampling behind an OpenAI-compatible HTTP API",
-                       description="Serve /v1/completions, /v1/chat/completions, /v1/models and /health; every "
-                       "answer is power-sampled from p0^alpha on the --engine backend.")
+                       description="Serve /v1/completions, /v1/chat/completions, /v1/models, /health, /tokenize, "
+                       "/detokenize, /tokenizer_info, /metrics and /version; every answer is power-sampled from "
+                       "p0^alpha on the --engine backend (echo with logprobs: the prompt scored in one pass).")
     add_engine_options(p)
     add_method_options(p)
     srv = p.add_argument_group("server")
     srv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)")
-    srv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    srv.add_argument("--port", type=int, default=DEFAULT_PORT,
+                     help=f"port (default: {DEFAULT_PORT}; not vLLM's 8000 nor SGLang's 30000, so both run beside it)")
+    srv.add_argument("--api-key", default=os.environ.get("PRESTO_SGL_API_KEY"),
+                     help="require `Authorization: Bearer KEY` on every route but /health, /metrics and /version "
+                     "(default: $PRESTO_SGL_API_KEY; unset: no key)")
+    srv.add_argument("--max-body-bytes", type=int, default=8 << 20,
+                     help="largest request body; larger ones get 413 (default: 8 MiB)")
     srv.add_argument("--served-model-name", default=None,
                      help="the model id of /v1/models and the `model` requests must name (default: the model "
                      "folder's name, or --model)")
@@ -87,7 +96,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(cli_message(exc)) from exc
     except EngineError as exc:  # the backend is not up
         raise UsageError(str(exc)) from exc
-    app = create_app(service, request_timeout_s=args.request_timeout)
+    if not args.max_body_bytes > 0:
+        raise UsageError(f"`--max-body-bytes` (={args.max_body_bytes!r}) must be > 0")
+    if args.api_key is not None and not args.api_key:
+        raise UsageError("`--api-key` must not be empty (leave it out for no key)")
+    app = create_app(service, request_timeout_s=args.request_timeout, api_key=args.api_key,
+                     max_body_bytes=args.max_body_bytes)
     print(f"{PROG} serve: {service.model} on http://{args.host}:{args.port}/v1 (engine {args.engine}, "
           f"{service.pool.concurrency} chains at once, {args.queue_size} waiting)", file=sys.stderr, flush=True)
     # On Ctrl-C / SIGTERM, requests still in flight after --shutdown-grace are cancelled (their chains with them).

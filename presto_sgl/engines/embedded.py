@@ -31,6 +31,7 @@ from radix import RadixTree
 from ..errors import ConfigError
 from .base import Completion, EngineCapabilities, Request
 from .forward import BufferView, CausalLM
+from .scoring import Scored, from_logp_rows
 from .text import TokenizerText
 
 
@@ -109,6 +110,17 @@ class EmbeddedEngine(TokenizerText):
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         with self._lock:
             return self._generate(requests)
+
+    def score_tokens(self, sequences: Sequence[Sequence[int]], top: int) -> list[Scored]:
+        """log p0 of each token and the ``top`` alternatives at each position, from one full
+        forward of each sequence in float32 logits (:mod:`.scoring`)."""
+        out = []
+        for ids in sequences:
+            x = torch.tensor([list(ids)], device=self.lm.device)
+            with self._lock, torch.no_grad():
+                logits = self.lm.hf_model(x).logits[0].float()
+            out.append(from_logp_rows(list(ids), torch.log_softmax(logits, -1).cpu().numpy(), top))
+        return out
 
     def _generate(self, requests: Sequence[Request]) -> list[Completion]:
         t_start = time.perf_counter()

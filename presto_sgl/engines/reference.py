@@ -24,6 +24,7 @@ from radix import RadixTree
 from ..errors import ConfigError
 from ..keys import hash64, uniform01
 from .base import Completion, EngineCapabilities, Request
+from .scoring import Scored, from_logp_rows
 from .text import TextView
 
 ALPHABET = " etaoinshrdlucmfwypvbgkjqxz.,!?'"
@@ -107,6 +108,11 @@ class ReferenceEngine:
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         with self._lock:
             return [self._complete(r) for r in requests]
+
+    def score_tokens(self, sequences: Sequence[Sequence[int]], top: int) -> list[Scored]:
+        """log p0 of each token and the ``top`` alternatives at each position (:mod:`.scoring`)."""
+        rows = lambda ids: np.stack([self.lm.distribution(ids[: t + 1])[0] for t in range(len(ids))])  # noqa: E731
+        return [from_logp_rows(list(ids), rows(list(ids)), top) for ids in sequences]
 
     def _complete(self, request: Request) -> Completion:
         lm = self.lm

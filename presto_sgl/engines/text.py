@@ -40,6 +40,16 @@ def cut_at_stop(tokens: Sequence[int], stop_ids: Iterable[int] | None) -> tuple[
     return tuple(tokens), None
 
 
+def ids_of_prefix(view: Any, ids: Sequence[int], text: str) -> tuple[tuple[int, ...], str]:
+    """The longest prefix of ``ids`` whose decoded text (``view.decode``) is a prefix of ``text``, and
+    that text: the ids of an answer cut inside a token (e.g. at a stop string)."""
+    for j in range(len(ids), 0, -1):
+        decoded = view.decode(ids[:j])
+        if text.startswith(decoded):
+            return tuple(ids[:j]), decoded
+    return (), ""
+
+
 @dataclass(frozen=True)
 class Answer:
     """A response as the user reads it: its ids before the first stop token, that token's index

@@ -1,4 +1,5 @@
-"""The ASGI app (Starlette): ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``, ``/health``.
+"""The ASGI app (Starlette): ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``, ``/health``,
+``/tokenize``, ``/detokenize``, ``/tokenizer_info`` (vLLM's shapes), ``/metrics`` (Prometheus), ``/version``.
 
 A request is parsed and its prompts tokenized before any chain starts (400 naming the
 field), admitted whole or refused (429, ``Retry-After``), then awaited while the
@@ -13,20 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
+import json
 import logging
 import time
+from dataclasses import dataclass
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .. import __version__
 from ..errors import BackendUnavailable, ConfigError, EngineError
 from ..pool import Cancelled, Ticket
-from .params import ParamError, parse
+from .metrics import Metrics
+from .params import ChainJob, ParamError, parse
 from .responses import error_body, response, stream_events
 from .service import Service
 
@@ -88,45 +95,110 @@ async def _await_chains(request: Request, futures: Sequence[asyncio.Future], tic
             f.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
-def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: float = 0.1) -> Starlette:
-    """The app serving ``service``; requests time out after ``request_timeout_s`` (queue time included)."""
+def _tokenizer_info(service: Service) -> dict[str, Any]:
+    """vLLM's ``/tokenizer_info`` fields that harnesses read (lm-eval's remote tokenizer)."""
+    tok = getattr(service.text, "tokenizer", None)
+    special = lambda name: getattr(tok, name, None) if tok is not None else None  # noqa: E731
+    return {"tokenizer_class": type(tok).__name__ if tok is not None else type(service.text).__name__,
+            "eos_token": special("eos_token"), "bos_token": special("bos_token"), "pad_token": special("pad_token"),
+            "unk_token": special("unk_token"), "chat_template": special("chat_template"),
+            "model_max_length": service.engine.capabilities.context_length,
+            "vocab_size": service.engine.capabilities.vocab_size, "stop_token_ids": list(service.text.stop_ids)}
+
+
+def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: float = 0.1, keepalive_s: float = 15.0,
+               api_key: str | None = None, max_body_bytes: int = 8 << 20) -> Starlette:
+    """The app serving ``service``; requests time out after ``request_timeout_s`` (queue time
+    included); a stream sends an SSE comment every ``keepalive_s`` while its chains run;
+    ``api_key`` (when set) must come as ``Authorization: Bearer KEY`` on every route but
+    ``/health``, ``/metrics`` and ``/version``; bodies over ``max_body_bytes`` get 413."""
     if not request_timeout_s > 0:
         raise ConfigError("request_timeout_s", request_timeout_s, f"{{request_timeout_s}} (={request_timeout_s!r}) must be > 0")
+    if not keepalive_s > 0:
+        raise ConfigError("keepalive_s", keepalive_s, f"{{keepalive_s}} (={keepalive_s!r}) must be > 0")
+    if api_key is not None and not api_key:
+        raise ConfigError("api_key", api_key, "{api_key} must be a non-empty string or None (no key)")
+    metrics = Metrics()
+    open_paths = {"/health", "/metrics", "/version"}
+
+    async def body_of(request: Request) -> Any:
+        raw = await request.body()
+        if len(raw) > max_body_bytes:
+            raise Failure(413, f"the request body has {len(raw)} bytes; this server takes at most {max_body_bytes}",
+                          code="request_too_large")
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise Failure(400, "the request body is not valid JSON") from None
+
+    async def finish(request: Request, job: ParsedJob) -> dict[str, Any]:
+        """The response body of a started job (raises Cancelled, an EngineError, or a bug)."""
+        results = await _await_chains(request, [asyncio.wrap_future(f) for f in job.futures], job.ticket, poll_s)
+        choices = [service.choice(job.job, i, r, job.prompts[i // job.job.n]) for i, r in enumerate(results)]
+        for c in choices:
+            if c.result is not None:
+                metrics.chain(c.result.metrics)
+        config = {} if job.job.scoring else {**service.sampler(job.job).describe(), "rule": job.job.presto.rule}
+        return response(job.job, service.text, service.model, job.seed, job.prompts, choices, config)
+
+    async def start(request: Request, kind: str) -> ParsedJob:
+        body = await body_of(request)
+        model = body.get("model") if isinstance(body, dict) else None
+        if model is not None and model != service.model:
+            raise Failure(404, f"the model `{model}` does not exist; this server serves `{service.model}` "
+                          "(GET /v1/models)", "model", "model_not_found")
+        ticket = Ticket(time.monotonic() + request_timeout_s)
+        try:
+            job = parse(body, kind, service.defaults)
+            seed, prompts, futures = await run_in_threadpool(service.start, job, ticket)
+        except ParamError as exc:
+            raise Failure(400, str(exc), exc.param) from None
+        except Exception as exc:  # a bug: a 500 naming it, logged with its traceback
+            raise _failure(exc, request_timeout_s) from None
+        if futures is None:
+            snap = service.pool.snapshot()
+            raise Failure(429, f"the server is at capacity ({snap['running']} chains running, {snap['queued']} "
+                          f"waiting, capacity {service.pool.capacity}); retry later", code="server_busy",
+                          headers={"Retry-After": "1"})
+        return ParsedJob(job, ticket, seed, prompts, futures)
+
+    async def events(request: Request, job: ParsedJob) -> AsyncIterator[str]:
+        """A stream: an SSE comment now and every ``keepalive_s`` while the chains run (proxies
+        keep the connection), then the answer's chunks, or an error event."""
+        waiter = asyncio.ensure_future(finish(request, job))
+        try:
+            yield ": presto-sgl: power sampling\n\n"
+            while not (await asyncio.wait({waiter}, timeout=keepalive_s))[0]:
+                yield ": presto-sgl: chains running\n\n"
+            try:
+                body = waiter.result()
+            except Exception as exc:
+                failure = _failure(exc, request_timeout_s)
+                metrics.request(request.url.path, failure.status)
+                yield f"data: {json.dumps(error_body(failure.status, str(failure), failure.param, failure.code))}\n\n"
+                yield "data: [DONE]\n\n"
+                return
+            metrics.request(request.url.path, 200)
+            for event in stream_events(body, job.job.include_usage):
+                yield event
+        finally:
+            if not waiter.done():  # the client went away mid-stream
+                job.ticket.cancel("disconnect")
+                waiter.cancel()
 
     async def serve(request: Request, kind: str) -> Response:
         try:
+            job = await start(request, kind)
+            if job.job.stream:
+                return StreamingResponse(events(request, job), media_type="text/event-stream")
             try:
-                body = await request.json()
-            except ValueError:
-                raise Failure(400, "the request body is not valid JSON") from None
-            model = body.get("model") if isinstance(body, dict) else None
-            if model is not None and model != service.model:
-                raise Failure(404, f"the model `{model}` does not exist; this server serves `{service.model}` "
-                              "(GET /v1/models)", "model", "model_not_found")
-            ticket = Ticket(time.monotonic() + request_timeout_s)
-            try:
-                job = parse(body, kind, service.defaults)
-                seed, prompts, futures = await run_in_threadpool(service.start, job, ticket)
-            except ParamError as exc:
-                raise Failure(400, str(exc), exc.param) from None
-            except Exception as exc:  # a bug: a 500 naming it, logged with its traceback
-                raise _failure(exc, request_timeout_s) from None
-            if futures is None:
-                snap = service.pool.snapshot()
-                raise Failure(429, f"the server is at capacity ({snap['running']} chains running, {snap['queued']} "
-                              f"waiting, capacity {service.pool.capacity}); retry later", code="server_busy",
-                              headers={"Retry-After": "1"})
-            try:
-                results = await _await_chains(request, [asyncio.wrap_future(f) for f in futures], ticket, poll_s)
-                choices = [service.choice(job, i, r) for i, r in enumerate(results)]
-                config = {**service.sampler(job).describe(), "rule": job.presto.rule}
-                body = response(job, service.model, seed, prompts, choices, config)
+                body = await finish(request, job)
             except Exception as exc:  # Cancelled, an EngineError, or a bug (a 500, logged with its traceback)
                 raise _failure(exc, request_timeout_s) from None
         except Failure as failure:
+            metrics.request(request.url.path, failure.status)
             return failure.answer()
-        if job.stream:
-            return StreamingResponse(stream_events(body), media_type="text/event-stream")
+        metrics.request(request.url.path, 200)
         return JSONResponse(body)
 
     async def completions(request: Request) -> Response:
@@ -136,7 +208,8 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
         return await serve(request, "chat")
 
     async def models(request: Request) -> Response:
-        card = {"id": service.model, "object": "model", "created": 0, "owned_by": "presto-sgl"}
+        card = {"id": service.model, "object": "model", "created": 0, "owned_by": "presto-sgl",
+                "max_model_len": service.engine.capabilities.context_length}
         return JSONResponse({"object": "list", "data": [card]})
 
     async def health(request: Request) -> Response:
@@ -144,6 +217,72 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
         body = {"status": "ok" if healthy else "backend_unavailable", "model": service.model,
                 "chains": service.pool.snapshot(), "backend_calls": service.engine.calls}
         return JSONResponse(body, 200 if healthy else 503)
+
+    async def tokenize(request: Request) -> Response:
+        """vLLM's ``/tokenize``: ``prompt`` (text; ``add_special_tokens``, default true) or ``messages``
+        (the chat template) -> ``tokens``, ``count``, ``max_model_len``."""
+        try:
+            body = await body_of(request)
+            if not isinstance(body, dict):
+                raise Failure(400, "the request body must be a JSON object")
+            special = body.get("add_special_tokens", True)
+            if not isinstance(special, bool):
+                raise Failure(400, f"`add_special_tokens` (={str(special)[:80]}) must be true or false", "add_special_tokens")
+            try:
+                if "messages" in body:
+                    messages = body["messages"]
+                    if not isinstance(messages, list) or not messages:
+                        raise ParamError("messages", "`messages` must be a non-empty list of {role, content} objects")
+                    ids = await run_in_threadpool(service.chat_ids, messages)
+                else:
+                    prompt = body.get("prompt")
+                    if not isinstance(prompt, str):
+                        raise ParamError("prompt", f"`prompt` (={str(prompt)[:80]}) must be a string (or send `messages`)")
+                    ids = await run_in_threadpool(service.encode, prompt, special)
+            except ParamError as exc:
+                raise Failure(400, str(exc), exc.param) from None
+        except Failure as failure:
+            return failure.answer()
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": service.engine.capabilities.context_length})
+
+    async def detokenize(request: Request) -> Response:
+        """vLLM's ``/detokenize``: ``tokens`` -> ``prompt``."""
+        try:
+            body = await body_of(request)
+            tokens = body.get("tokens") if isinstance(body, dict) else None
+            vocab = service.engine.capabilities.vocab_size
+            if not isinstance(tokens, list) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in tokens):
+                raise Failure(400, f"`tokens` must be a list of token ids in [0, {vocab})", "tokens")
+        except Failure as failure:
+            return failure.answer()
+        return JSONResponse({"prompt": await run_in_threadpool(service.text.decode, tokens)})
+
+    async def tokenizer_info(request: Request) -> Response:
+        return JSONResponse(_tokenizer_info(service))
+
+    async def prometheus(request: Request) -> Response:
+        return PlainTextResponse(metrics.render(service.pool.snapshot()), media_type="text/plain; version=0.0.4")
+
+    async def version(request: Request) -> Response:
+        return JSONResponse({"version": __version__})
+
+    class Guard:
+        """The API key, checked in constant time, before any route but the open ones."""
+
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and api_key is not None and scope["path"] not in open_paths:
+                given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+                if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                    metrics.request(scope["path"], 401)
+                    answer = JSONResponse(error_body(401, "a valid API key is required: send `Authorization: Bearer "
+                                                     "KEY` (the server's --api-key)", None, "invalid_api_key"), 401)
+                    await answer(scope, receive, send)
+                    return
+            await self.app(scope, receive, send)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -155,5 +294,21 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/tokenizer_info", tokenizer_info, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+        Route("/version", version, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard)])
+
+
+@dataclass(frozen=True)
+class ParsedJob:
+    """A request admitted to the pool: its job, ticket, seed, prompt ids and chain futures."""
+
+    job: ChainJob
+    ticket: Ticket
+    seed: int
+    prompts: list[tuple[int, ...]]
+    futures: list[Any]

@@ -38,13 +38,14 @@ def power_fields() -> tuple[str, ...]:
                  if p.name not in SERVER_SIDE | baseline | {LENGTH}) + ("sampler",)
 
 
-IGNORED = frozenset({"temperature", "top_p", "user", "stream_options", "presence_penalty", "frequency_penalty",
-                     "metadata", "store", "service_tier", "parallel_tool_calls"})
-"""OpenAI fields accepted and ignored: the target is p0^alpha and the proposal is q_tau, so
-the sampling knobs of plain decoding do not apply (``tau`` sets the proposal temperature).
-``presence_penalty`` / ``frequency_penalty`` are accepted only at 0."""
+IGNORED = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
+"""OpenAI fields accepted and ignored (bookkeeping that does not shape an answer)."""
 
-COMMON = frozenset({"model", "max_tokens", "n", "seed", "stop", "stream", "return_token_ids", "logprobs", "logit_bias",
+MAX_LOGPROBS = 20
+"""Most top alternatives per position (``logprobs`` / ``top_logprobs``), as vLLM's default."""
+
+COMMON = frozenset({"model", "max_tokens", "n", "seed", "stop", "stream", "stream_options", "return_token_ids",
+                    "logprobs", "logit_bias", "temperature", "top_p", "presence_penalty", "frequency_penalty",
                     *IGNORED})
 KIND_FIELDS = {
     "completions": COMMON | {"prompt", "echo", "best_of", "suffix"},
@@ -94,6 +95,15 @@ class ChainJob:
     stop: tuple[str, ...]
     stream: bool
     return_token_ids: bool
+    max_tokens: int = 16  # the answer's cap (T = config.max_new_tokens: the next multiple of the block size)
+    logprobs: int | None = None  # None: none; k: log p0 of each token and its k top alternatives
+    echo: bool = False  # completions: the prompt before the answer
+    include_usage: bool = True  # a stream's usage chunk (stream_options.include_usage)
+
+    @property
+    def scoring(self) -> bool:
+        """``echo`` with ``logprobs``: the prompt scored in one pass, no power sampling."""
+        return self.echo and self.logprobs is not None
 
 
 def _int(body: Mapping[str, Any], name: str, default: int | None, low: int) -> int | None:
@@ -107,11 +117,12 @@ def _int(body: Mapping[str, Any], name: str, default: int | None, low: int) -> i
 
 
 def _stop(value: Any) -> tuple[str, ...]:
+    """``stop``: a string or a list of strings (any number, as vLLM takes them)."""
     if value is None:
         return ()
     items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items) or len(items) > 4:
-        raise ParamError("stop", f"`stop` (={value!r}) must be a non-empty string or a list of up to 4 of them")
+    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
+        raise ParamError("stop", f"`stop` (={str(value)[:80]}) must be a non-empty string or a list of them")
     return tuple(items)
 
 
@@ -133,10 +144,8 @@ def _refuse(body: Mapping[str, Any], kind: str) -> None:
         listed = [f for f in power_fields() if f != "sampler"] + ["seed", "max_tokens"]
         raise ParamError(unknown[0], f"unrecognized request field `{unknown[0]}`; the power-sampling fields are {listed}")
     unsupported = {
-        "logprobs": body.get("logprobs") not in (None, False, 0),
-        "top_logprobs": body.get("top_logprobs") not in (None, 0),
         "logit_bias": bool(body.get("logit_bias")),
-        "echo": bool(body.get("echo")),
+        "top_p": body.get("top_p") not in (None, 1),
         "suffix": body.get("suffix") is not None,
         "tools": bool(body.get("tools")),
         "tool_choice": body.get("tool_choice") not in (None, "none"),
@@ -146,7 +155,8 @@ def _refuse(body: Mapping[str, Any], kind: str) -> None:
     }
     for name, bad in unsupported.items():
         if bad:
-            raise ParamError(name, f"`{name}` (={body[name]!r}) is not supported by power sampling; drop it")
+            why = " (the chain samples the full vocabulary)" if name == "top_p" else ""
+            raise ParamError(name, f"`{name}` (={str(body[name])[:80]}) is not supported by power sampling{why}; drop it")
     if body.get("best_of") not in (None, body.get("n", 1)):
         raise ParamError("best_of", "`best_of` is not supported; power sampling returns each of its `n` chains")
 
@@ -156,6 +166,63 @@ def request_error(exc: ConfigError, names: Mapping[str, str]) -> ParamError:
     maps the library's names that differ, e.g. max_new_tokens -> max_tokens)."""
     field = lambda p: names.get(p, p)  # noqa: E731
     return ParamError(field(exc.param) if exc.param else None, exc.render(field))
+
+
+def _logprobs(body: Mapping[str, Any], kind: str) -> int | None:
+    """How many top alternatives per token (None: no log-probs). Completions: ``logprobs`` k;
+    chat: ``logprobs`` true, with ``top_logprobs`` k (0 unless given)."""
+    if kind == "completions":
+        k = body.get("logprobs")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_LOGPROBS):
+            raise ParamError("logprobs", f"`logprobs` (={str(k)[:80]}) must be an integer in [0, {MAX_LOGPROBS}] or null")
+        return k
+    on, k = body.get("logprobs"), body.get("top_logprobs")
+    if on is not None and not isinstance(on, bool):
+        raise ParamError("logprobs", f"`logprobs` (={str(on)[:80]}) must be true or false")
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_LOGPROBS:
+            raise ParamError("top_logprobs", f"`top_logprobs` (={str(k)[:80]}) must be an integer in [0, {MAX_LOGPROBS}]")
+        if not on:
+            raise ParamError("top_logprobs", "`top_logprobs` needs `logprobs: true`")
+    return (k or 0) if on else None
+
+
+def _temperature(body: Mapping[str, Any], overrides: dict[str, Any], names: dict[str, str]) -> None:
+    """``temperature`` t > 0 sets alpha = 1/t (the target p0^alpha is p0 at sequence-level
+    temperature 1/alpha); t = 0, what harnesses send for greedy decoding, keeps the configured
+    alpha (the sharpest target configured); absent, likewise."""
+    t = body.get("temperature")
+    if t is None:
+        return
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
+        raise ParamError("temperature", f"`temperature` (={str(t)[:80]}) must be a number >= 0")
+    if t == 0:
+        return
+    alpha = 1.0 / t
+    if "alpha" in overrides and abs(float(overrides["alpha"]) - alpha) > 1e-9 * alpha:
+        raise ParamError("temperature", f"`temperature` (={t!r}) sets alpha = 1/temperature = {alpha:g}, but `alpha` "
+                         f"(={overrides['alpha']!r}) is sent too; send one of them")
+    if "alpha" not in overrides:
+        overrides["alpha"], names["alpha"] = alpha, "temperature"
+
+
+def _length(body: Mapping[str, Any], field: str, defaults: Defaults, overrides: dict[str, Any], scoring: bool) -> int:
+    """The answer's cap ``max_tokens`` (0 or 1 when scoring); sets the chain's length T, the
+    smallest multiple of the block size >= the cap, with the block size ``min(server's,
+    cap)`` unless the request sends one."""
+    if scoring:
+        cap = _int(body, field, 0, 0)
+        if cap > 1:  # type: ignore[operator]
+            raise ParamError(field, f"`{field}` (={cap}) must be 0 or 1 with `echo` and `logprobs`: the prompt is "
+                             "scored in one pass (no power sampling), plus the greedy next token when 1")
+        return cap  # type: ignore[return-value]
+    cap = _int(body, field, defaults.config.max_new_tokens, 1)
+    block = overrides.setdefault("block_size", min(defaults.config.block_size, cap))  # type: ignore[type-var]
+    if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
+        overrides[LENGTH] = -(-cap // block) * block  # type: ignore[operator]
+    else:
+        overrides[LENGTH] = cap
+    return cap  # type: ignore[return-value]
 
 
 def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
@@ -178,19 +245,43 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
     if n > defaults.max_n:  # type: ignore[operator]
         raise ParamError("n", f"`n` (={n}) exceeds this server's limit of {defaults.max_n} chains per request")
     seed = _int(body, "seed", defaults.seed, 0)
-    for name in ("stream", "return_token_ids"):
+    for name in ("stream", "return_token_ids", "echo"):
         if not isinstance(body.get(name, False), bool):
-            raise ParamError(name, f"`{name}` (={body[name]!r}) must be true or false")
+            raise ParamError(name, f"`{name}` (={str(body[name])[:80]}) must be true or false")
+    stream = body.get("stream", False)
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise ParamError("stream_options", "`stream_options` applies only with `stream: true`")
+        if not isinstance(options, dict) or set(options) - {"include_usage", "continuous_usage_stats"} or \
+                not isinstance(options.get("include_usage", False), bool):
+            raise ParamError("stream_options", f"`stream_options` (={str(options)[:80]}) must be "
+                             "{\"include_usage\": true|false}")
+    logprobs = _logprobs(body, kind)
+    echo = body.get("echo", False)
+    scoring = echo and logprobs is not None
+    if scoring and n != 1:
+        raise ParamError("n", f"`n` (={n}) must be 1 with `echo` and `logprobs` (the prompt is scored once)")
+    if logprobs and not scoring:
+        field = "logprobs" if kind == "completions" else "top_logprobs"
+        raise ParamError(field, f"`{field}` (={logprobs}) asks for top alternatives, which a power-sampling chain does "
+                         f"not keep; send {'`logprobs: 0`' if kind == 'completions' else '`top_logprobs: 0`'} for "
+                         "the log p0 of each answer token, or `echo: true` with `logprobs` to score a prompt")
     method_field = "method" if body.get("method") is not None or body.get("sampler") is None else "sampler"
     names = {LENGTH: length, "kernel": method_field, "method": method_field}
     overrides = {k: body[k] for k in power_fields() if k != "sampler" and body.get(k) is not None}
     if body.get(method_field) is not None:
         overrides["kernel"] = overrides.pop("method", body.get(method_field))
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
-    max_tokens = _int(body, length, defaults.config.max_new_tokens, 1)
-    try:
-        config, presto = with_options(defaults.config, defaults.presto, {**overrides, LENGTH: max_tokens})
-    except ConfigError as exc:
-        raise request_error(exc, names) from None
-    return ChainJob(kind, prompts, n, config, presto, seed, _stop(body.get("stop")), body.get("stream", False),
-                    body.get("return_token_ids", False))
+    _temperature(body, overrides, names)
+    max_tokens = _length(body, length, defaults, overrides, scoring)
+    if scoring:
+        config, presto = defaults.config, defaults.presto
+    else:
+        try:
+            config, presto = with_options(defaults.config, defaults.presto, overrides)
+        except ConfigError as exc:
+            raise request_error(exc, names) from None
+    return ChainJob(kind, prompts, n, config, presto, seed, _stop(body.get("stop")), stream,
+                    body.get("return_token_ids", False), max_tokens, logprobs, echo,
+                    bool((options or {}).get("include_usage", False)) if stream else True)

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engines.base import Engine
+from ..engines.scoring import Scored, Scorer, scorer
 from ..engines.server import ServerEngine
-from ..errors import ConfigError
+from ..engines.text import cut_at_stop, ids_of_prefix
+from ..errors import CapabilityError, ConfigError
 from ..methods import SampleResult
 from ..pool import ChainPool, GuardedEngine, Ticket
 from ..samplers import Sampler
@@ -32,14 +34,17 @@ SAMPLERS_KEPT = 32
 
 @dataclass(frozen=True)
 class Choice:
-    """One chain's answer: the text up to the first stop token or ``stop`` string."""
+    """One chain's answer: its first ``max_tokens`` tokens, up to the first stop token or ``stop``
+    string; or (``scored``) a prompt scored in one pass, with the greedy next token when asked."""
 
     index: int
     text: str
-    token_ids: tuple[int, ...]  # the ids the text decodes (the response before its stop token)
+    token_ids: tuple[int, ...]  # the ids the text decodes
     finish_reason: str  # "stop" (a stop token or string ended it) or "length"
-    result: SampleResult
-    eos_index: int | None
+    result: SampleResult | None  # the chain (None: a scored prompt)
+    eos_index: int | None  # the first stop token of the chain's whole response
+    logp: tuple[float | None, ...] = ()  # log p0 of each of token_ids
+    scored: Scored | None = None
 
 
 def _turn(i: int, message: Any) -> dict[str, str]:
@@ -97,23 +102,39 @@ class Service:
         except ConfigError as exc:
             raise request_error(exc, {"prompt": field, LENGTH: "max_tokens"}) from None
 
-    def _text_ids(self, text: str) -> list[int]:
+    def _text_ids(self, text: str, special: bool = False) -> list[int]:
         if not self.text.has_tokenizer:
             raise ParamError("prompt", "this backend has no tokenizer; send the prompt as a list of token ids")
         try:
-            return self.text.encode(text)
+            return self.text.encode(text, special=special)
         except ConfigError as exc:  # e.g. characters outside the reference vocabulary
             raise ParamError("prompt", f"{exc}; or send the prompt as a list of token ids") from None
 
     def _chat_ids(self, messages: Sequence[Any]) -> list[int]:
         if not self.text.has_chat_template:
             raise ParamError("messages", "this backend's model has no chat template; use /v1/completions")
-        return self.text.chat_ids([_turn(i, m) for i, m in enumerate(messages)])
+        try:
+            return self.text.chat_ids([_turn(i, m) for i, m in enumerate(messages)])
+        except ConfigError as exc:  # the template refused the turns
+            raise ParamError("messages", str(exc)) from None
+
+    def encode(self, text: str, special: bool) -> list[int]:
+        """``/tokenize``: ``text`` as ids (``special``: with the tokenizer's special tokens)."""
+        return self._text_ids(text, special)
+
+    def chat_ids(self, messages: Sequence[Any]) -> list[int]:
+        """``/tokenize`` with ``messages``: the chat template's ids, with the generation prompt."""
+        return self._chat_ids(messages)
 
     def start(self, job: ChainJob, ticket: Ticket) -> tuple[int, list[tuple[int, ...]], list[Future] | None]:
         """(seed, prompt ids, one future per chain), or futures None when the pool is full.
 
         Everything a request can get wrong is raised (ParamError) before a chain starts."""
+        if job.scoring:  # one scoring pass per prompt, in the pool like a chain
+            score = self._scorer().score_tokens
+            prompts = [self._scoring_ids(job, p) for p in job.prompts]
+            top = job.logprobs or 0
+            return 0, prompts, self._submit(ticket, [lambda ids=ids: score([ids], top)[0] for ids in prompts])
         prompts = [self.prompt_ids(job, p) for p in job.prompts]
         sampler = self.sampler(job)
         seed = job.seed if job.seed is not None else secrets.randbelow(2**31)  # reported: the response can be redrawn
@@ -121,19 +142,47 @@ class Service:
         for i, ids in enumerate(prompts):
             for j in range(job.n):
                 chains.append(lambda ids=ids, cid=i * job.n + j: sampler.run(ids, seed=seed, prompt_id=cid))
+        return seed, prompts, self._submit(ticket, chains)
+
+    def _submit(self, ticket: Ticket, chains: Sequence[Callable[[], Any]]) -> list[Future] | None:
         if len(chains) > self.pool.capacity:
             raise ParamError("n", f"the request asks for {len(chains)} chains (prompts x n) but this server holds at "
                              f"most {self.pool.capacity} (--concurrency + --queue-size)")
-        return seed, prompts, self.pool.submit(ticket, chains)
+        return self.pool.submit(ticket, list(chains))
 
-    def choice(self, job: ChainJob, index: int, result: SampleResult) -> Choice:
-        """The answer of one chain: cut at the first stop token, then at the first ``stop`` string."""
-        answer = self.text.answer(result.state.tokens)
-        text, reason = answer.text, "stop" if answer.eos_index is not None else "length"
+    def _scorer(self) -> Scorer:
+        try:
+            return scorer(self.engine)
+        except CapabilityError as exc:
+            raise ParamError("echo", str(exc)) from None
+
+    def _scoring_ids(self, job: ChainJob, prompt: Any) -> tuple[int, ...]:
+        ids = tuple(self._text_ids(prompt) if isinstance(prompt, str) else prompt)
+        vocab = self.engine.capabilities.vocab_size
+        if not ids or any(not 0 <= t < vocab for t in ids):
+            raise ParamError("prompt", f"`prompt` must be non-empty token ids in [0, {vocab}) (or text) to be scored")
+        context = getattr(self.engine.capabilities, "context_length", None)
+        if context is not None and len(ids) + job.max_tokens > context:
+            raise ParamError("prompt", f"`prompt` has {len(ids)} tokens; with `max_tokens` {job.max_tokens} that "
+                             f"exceeds the model's context of {context}")
+        return ids
+
+    def choice(self, job: ChainJob, index: int, result: Any, prompt: Sequence[int] = ()) -> Choice:
+        """The answer of one chain: its first ``max_tokens`` tokens cut at the first stop token, then
+        before the first ``stop`` string (keeping the ids whose text is inside it); or a scored prompt."""
+        if job.scoring:
+            ids = tuple(prompt) + ((result.next_token[0],) if job.max_tokens else ())
+            logp = result.logp + ((result.next_token[1],) if job.max_tokens else ())
+            return Choice(index, self.text.decode(ids), ids, "length", None, None, logp, result)
+        tokens = result.state.tokens
+        answer = self.text.answer(tokens[: job.max_tokens])
+        text, ids, reason = answer.text, answer.ids, "stop" if answer.eos_index is not None else "length"
         cuts = [text.index(s) for s in job.stop if s in text]
         if cuts:
             text, reason = text[: min(cuts)], "stop"
-        return Choice(index, text, answer.ids, reason, result, answer.eos_index)
+            ids, _ = ids_of_prefix(self.text, ids, text)
+        eos_index = cut_at_stop(tokens, self.text.stop_ids)[1]
+        return Choice(index, text, ids, reason, result, eos_index, tuple(result.state.logp[: len(ids)]))
 
     def backend_healthy(self) -> bool:
         """The backend answers ``/health`` (server engines), or is in process."""

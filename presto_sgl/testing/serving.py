@@ -32,10 +32,11 @@ def make_service(engine: Engine, model: str = "test-model", *, concurrency: int 
 
 
 @contextlib.contextmanager
-def serving(service: Service, *, request_timeout_s: float = 600.0) -> Iterator[str]:
-    """The service's app on 127.0.0.1 (a free port) for the block: yields the base URL."""
+def serving(service: Service, *, request_timeout_s: float = 600.0, **app_options) -> Iterator[str]:
+    """The service's app on 127.0.0.1 (a free port) for the block: yields the base URL.
+    ``app_options`` go to :func:`create_app` (``keepalive_s``, ``api_key``, ``max_body_bytes``)."""
     port = free_port()
-    app = create_app(service, request_timeout_s=request_timeout_s, poll_s=0.05)
+    app = create_app(service, request_timeout_s=request_timeout_s, poll_s=0.05, **app_options)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

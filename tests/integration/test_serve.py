@@ -84,8 +84,11 @@ def test_text_prompts_stop_strings_streaming_and_fresh_seeds(ref_url):
     stop = full.text[5:7]
     cut = c.completions.create(model="reference", prompt="abcd", max_tokens=16, stop=[stop], extra_body=body).choices[0]
     assert cut.text == full.text[: full.text.index(stop)] and cut.finish_reason == "stop"
-    chunks = list(c.completions.create(model="reference", prompt="abcd", max_tokens=16, stream=True, extra_body=body))
+    chunks = list(c.completions.create(model="reference", prompt="abcd", max_tokens=16, stream=True, extra_body=body,
+                                       stream_options={"include_usage": True}))
     assert chunks[0].choices[0].text == full.text and chunks[-1].usage.completion_tokens == 16
+    plain = list(c.completions.create(model="reference", prompt="abcd", max_tokens=16, stream=True, extra_body=body))
+    assert len(plain) == 1 and plain[0].usage is None and plain[0].model_extra["presto"]["seed"] == 4
     seeds = {c.completions.create(model="reference", prompt="abcd", max_tokens=8, extra_body={"block_size": 8}).model_extra[
         "presto"]["seed"] for _ in range(3)}
     assert len(seeds) == 3, "a request without a seed gets a fresh one, reported in presto.seed"
@@ -93,7 +96,7 @@ def test_text_prompts_stop_strings_streaming_and_fresh_seeds(ref_url):
 
 BAD = [
     ({"max_tokens": 0}, "max_tokens"),
-    ({"max_tokens": 12, "extra_body": {"block_size": 8}}, "max_tokens"),
+    ({"max_tokens": 2.5}, "max_tokens"),
     ({"extra_body": {"alpha": -1}}, "alpha"),
     ({"extra_body": {"rule": "dfs"}}, "rule"),
     ({"extra_body": {"sampler": "beam"}}, "sampler"),
@@ -106,8 +109,11 @@ BAD = [
     ({"n": 17}, "n"),
     ({"seed": -2}, "seed"),
     ({"logprobs": 2}, "logprobs"),
-    ({"echo": True}, "echo"),
-    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"echo": True, "logprobs": 0, "max_tokens": 5}, "max_tokens"),  # scoring: 0 or 1
+    ({"stop": ["a", ""]}, "stop"),
+    ({"temperature": -1}, "temperature"),
+    ({"temperature": 0.5, "extra_body": {"alpha": 4.0}}, "temperature"),
+    ({"top_p": 0.9}, "top_p"),
     ({"extra_body": {"blocksize": 8}}, "blocksize"),
     ({"prompt": []}, "prompt"),
     ({"prompt": [1, 99]}, "prompt"),

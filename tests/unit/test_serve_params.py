@@ -29,6 +29,40 @@ def test_request_fields_override_the_defaults():
     assert job.prompts == ([{"role": "user", "content": "hi"}],)
 
 
+def test_max_tokens_caps_the_answer_and_rounds_the_chain_up_to_whole_blocks():
+    job = parse({"prompt": [1], "max_tokens": 20}, "completions", DEFAULTS)
+    assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (20, 32, 16)
+    job = parse({"prompt": [1], "max_tokens": 5}, "completions", DEFAULTS)  # shorter than a block: one block of 5
+    assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (5, 5, 5)
+    job = parse({"prompt": [1], "max_tokens": 9, "block_size": 4}, "completions", DEFAULTS)
+    assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (9, 12, 4)
+    job = parse({"prompt": [1]}, "completions", DEFAULTS)  # the server's default length
+    assert (job.max_tokens, job.config.max_new_tokens) == (32, 32)
+    job = parse({"prompt": [1], "stop": ["a", "b", "c", "d", "e", "f"]}, "completions", DEFAULTS)
+    assert job.stop == ("a", "b", "c", "d", "e", "f")  # any number of stop strings, as vLLM takes
+
+
+def test_temperature_is_the_targets_sequence_level_temperature_one_over_alpha():
+    assert parse({"prompt": [1], "temperature": 0.25}, "completions", DEFAULTS).config.alpha == 4.0
+    assert parse({"prompt": [1], "temperature": 0.5, "alpha": 2.0}, "completions", DEFAULTS).config.alpha == 2.0
+    default = DEFAULTS.config.alpha
+    assert parse({"prompt": [1], "temperature": 0}, "completions", DEFAULTS).config.alpha == default  # greedy: kept
+    assert parse({"prompt": [1], "temperature": 0, "alpha": 3.0}, "completions", DEFAULTS).config.alpha == 3.0
+
+
+def test_logprobs_echo_and_stream_options():
+    job = parse({"prompt": [1], "logprobs": 0}, "completions", DEFAULTS)
+    assert job.logprobs == 0 and not job.scoring
+    job = parse({"prompt": [1, 2], "echo": True, "logprobs": 3, "max_tokens": 1}, "completions", DEFAULTS)
+    assert job.scoring and job.logprobs == 3 and job.max_tokens == 1
+    assert parse({"prompt": [1], "echo": True, "logprobs": 1}, "completions", DEFAULTS).max_tokens == 0
+    job = parse({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "chat", DEFAULTS)
+    assert job.logprobs == 0
+    assert parse({"prompt": [1], "stream": True}, "completions", DEFAULTS).include_usage is False
+    job = parse({"prompt": [1], "stream": True, "stream_options": {"include_usage": True}}, "completions", DEFAULTS)
+    assert job.include_usage is True
+
+
 def test_the_old_sampler_field_still_names_the_kernel():
     job = parse({"prompt": [1], "sampler": "entropycut", "beta": 2.0}, "completions", DEFAULTS)
     assert job.config.kernel == "entropycut" and job.config.params.beta == 2.0
@@ -38,7 +72,20 @@ def test_the_old_sampler_field_still_names_the_kernel():
 
 
 @pytest.mark.parametrize("body, kind, param", [
-    ({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 20}, "chat", "max_completion_tokens"),
+    ({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0}, "chat", "max_completion_tokens"),
+    ({"prompt": [1], "logprobs": 21}, "completions", "logprobs"),
+    ({"prompt": [1], "logprobs": True}, "completions", "logprobs"),
+    ({"prompt": [1], "logprobs": 1}, "completions", "logprobs"),  # top alternatives of a sampled answer
+    ({"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 2}, "chat", "top_logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 0}, "chat", "top_logprobs"),
+    ({"prompt": [1], "echo": True, "logprobs": 1, "n": 2}, "completions", "n"),
+    ({"prompt": [1], "echo": True, "logprobs": 1, "max_tokens": 2}, "completions", "max_tokens"),
+    ({"prompt": [1], "stream_options": {"include_usage": True}}, "completions", "stream_options"),
+    ({"prompt": [1], "stream": True, "stream_options": {"include_usage": 1}}, "completions", "stream_options"),
+    ({"prompt": [1], "temperature": "hot"}, "completions", "temperature"),
+    ({"prompt": [1], "temperature": 0.25, "alpha": 2.0}, "completions", "temperature"),
+    ({"prompt": [1], "top_p": 0.5}, "completions", "top_p"),
+    ({"prompt": [1], "stop": [1]}, "completions", "stop"),
     ({"messages": []}, "chat", "messages"),
     ({"prompt": [1], "n": 5}, "completions", "n"),
     ({"prompt": [1], "stream": "yes"}, "completions", "stream"),

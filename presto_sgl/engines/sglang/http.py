@@ -46,6 +46,7 @@ from ...errors import ConfigError, EngineError
 from ...wire import RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
 from ..base import Completion, EngineCapabilities, Request
 from ..text import ModelFolder
+from ..scoring import Scored, check_top
 from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, map_keeping_lost
 from .lognorm import logq_at, parse_lognorm
 from .transport import ServerClient
@@ -209,6 +210,28 @@ class SGLangEngine(ServerClient, ModelFolder):
                 raise EngineError(f"SGLang server {self.url} scored {len(tail)} tokens of {len(o)} (or other tokens)")
             scores.append(tuple(_as_float(e[0]) for e in tail))
         return scores
+
+    def score_tokens(self, sequences: Sequence[Sequence[int]], top: int) -> list[Scored]:
+        """log p0 of each token and the ``top`` alternatives at each position (:mod:`..scoring`):
+        one prefill with the input log-probs from position 0, at temperature 1 with every
+        sampling parameter neutral (so raw log p0), plus one token for the distribution after it."""
+        k = check_top(top)
+        params = {**NEUTRAL, "max_new_tokens": 1, "temperature": 1.0}
+        out = []
+        for ids in sequences:
+            body = {"input_ids": list(ids), "sampling_params": params, "return_logprob": True,
+                    "logprob_start_len": 0, "top_logprobs_num": k}
+            meta = (self._call("POST", "/generate", body) or {}).get("meta_info", {})
+            given, tops, after = (meta.get(key) or [] for key in
+                                  ("input_token_logprobs", "input_top_logprobs", "output_top_logprobs"))
+            if len(given) != len(ids) or len(tops) != len(ids) or not after or any(
+                    e[1] != t for e, t in zip(given, ids, strict=True)):
+                raise EngineError(f"SGLang server {self.url} scored {len(given)} of {len(ids)} prompt tokens "
+                                  f"(or other tokens) with {len(tops)} top lists")
+            pairs = lambda entries: tuple((int(e[1]), _as_float(e[0])) for e in (entries or [])[:k])  # noqa: E731
+            logp = (None, *(_as_float(e[0]) for e in given[1:]))
+            out.append(Scored(logp, ((), *(pairs(t) for t in tops[1:]), pairs(after[0]))))
+        return out
 
     def _finished(self, res: dict[str, Any]) -> str:
         """``length`` or ``abort``: how the server says it finished one answer; else EngineError."""

@@ -1,0 +1,65 @@
+"""Scoring token sequences under p0 in one pass (no sampling): what ``echo`` with ``logprobs``
+asks of an OpenAI endpoint, and what evaluation harnesses use for loglikelihood tasks.
+
+An engine that can score has ``score_tokens(sequences, top)``: for each sequence x_{0:n},
+log p0(x_t | x_{<t}) for t >= 1 and the ``top`` most likely tokens at every position
+1..n, position n being the next token after the sequence (its first entry the greedy one).
+It is an optional capability beside the sampling protocol (:mod:`.base`), which it does
+not touch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import CapabilityError
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One scored sequence of n tokens: ``logp[t]`` = log p0(x_t | x_{<t}) (``logp[0]`` is None:
+    the first token has no context); ``top[t]`` = the (id, log p0) pairs of the most likely
+    tokens at position t, most likely first, for t = 0..n (``top[0]`` empty; ``top[n]`` is the
+    distribution after the sequence)."""
+
+    logp: tuple[float | None, ...]
+    top: tuple[tuple[tuple[int, float], ...], ...]
+
+    @property
+    def next_token(self) -> tuple[int, float]:
+        """The greedy next token after the sequence and its log p0."""
+        return self.top[-1][0]
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    def score_tokens(self, sequences: Sequence[Sequence[int]], top: int) -> list[Scored]: ...
+
+
+def scorer(engine: Any) -> Scorer:
+    """``engine`` (or the engine a guard wraps) as a :class:`Scorer`; CapabilityError if it cannot score."""
+    inner = getattr(engine, "inner", engine)
+    if not isinstance(inner, Scorer):
+        raise CapabilityError(f"the {type(inner).__name__} backend cannot score prompts (echo with logprobs); "
+                              "the reference, embedded and SGLang engines can")
+    return inner
+
+
+def check_top(top: int) -> int:
+    """At least one alternative: the greedy next token is the top one."""
+    return max(1, int(top))
+
+
+def from_logp_rows(ids: Sequence[int], rows: np.ndarray, top: int) -> Scored:
+    """A :class:`Scored` from ``rows[t]`` = log p0 of the next token after x_{0:t}, t = 0..n-1
+    (row t scores x_{t+1}; row n-1 is the distribution after the sequence)."""
+    k = check_top(top)
+    n = len(ids)
+    logp: list[float | None] = [None] + [float(rows[t - 1, ids[t]]) for t in range(1, n)]
+    order = np.argsort(-rows, axis=1, kind="stable")[:, :k]
+    tops = [()] + [tuple((int(j), float(rows[t, j])) for j in order[t]) for t in range(n)]
+    return Scored(tuple(logp), tuple(tops))
