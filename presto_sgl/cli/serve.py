@@ -37,8 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     srv.add_argument("--max-body-bytes", type=int, default=8 << 20,
                      help="largest request body; larger ones get 413 (default: 8 MiB)")
     srv.add_argument("--served-model-name", default=None,
-                     help="the model id of /v1/models and the `model` requests must name (default: the model "
-                     "folder's name, or --model)")
+                     help="the model id of /v1/models and the `model` requests must name (default: the hub id the "
+                     "backend serves, as given, or its folder's name)")
     srv.add_argument("--seed", type=int, default=None,
                      help="seed of requests that send none (default: a fresh one per request, returned in its "
                      "`presto.seed`)")
@@ -79,8 +79,14 @@ def _service(args: argparse.Namespace):
     if concurrency is None:
         concurrency = 8 if args.engine in ("sglang", "vllm") else 1
     pool = ChainPool(concurrency, args.queue_size)
-    name = args.served_model_name or os.path.basename(model_name(engine, args).rstrip("/"))
+    name = args.served_model_name or served_name(model_name(engine, args))
     return Service(engine, defaults, pool, name)
+
+
+def served_name(model: str) -> str:
+    """The default model id: a hub id as given (harnesses load its tokenizer by that name), a
+    local folder by its name."""
+    return os.path.basename(model.rstrip("/")) if os.path.isdir(model) else model
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,9 @@ The power-sampling parameters ride in the body next to the OpenAI ones (with the
 ``openai`` client: ``extra_body={...}``): ``method`` (the MH kernel; old name ``sampler``),
 ``rule``, the schedule (``alpha``, ``tau``, ``block_size``, ``steps``, ``keying``),
 ``budget``, ``cost_aware``, every kernel's own parameters (e.g. ``beta``, ``tries``,
-``try_temperatures``) and ``seed``; ``max_tokens`` is the fixed response length T. The
+``try_temperatures``) and ``seed``; ``max_tokens`` caps the answer, the chain's response
+length T being the next multiple of the block size; ``temperature`` t > 0 is alpha = 1/t;
+``echo`` with ``logprobs`` asks for a prompt scored in one pass instead of a chain. The
 fields are generated from the registry (:func:`power_fields`) and checked by the library's
 own validators (:func:`presto_sgl.config.sampling_configs`), so a request is refused exactly
 where the library would refuse it, the :class:`~presto_sgl.errors.ConfigError` told in the

@@ -19,7 +19,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from presto_sgl.testing.forward import TOL, reference
+from presto_sgl.testing.forward import TOL, assert_scores_match, reference
 from presto_sgl.testing.servers import free_port, kill_server, server_script
 from presto_sgl.testing.serving import client, health, serve_cli, wait_for
 
@@ -67,8 +67,34 @@ def test_chat_and_completions_with_n_chains_on_a_real_server(server_url, hf_mode
         assert ch.prompt_token_ids == tok.encode("The capital of France is", add_special_tokens=False)
         _assert_scored(hf_model, ch.prompt_token_ids, ch)
         with pytest.raises(openai.BadRequestError) as err:
-            c.chat.completions.create(model=model, messages=MESSAGES, max_completion_tokens=12)
+            c.chat.completions.create(model=model, messages=MESSAGES, max_completion_tokens=0)
         assert err.value.body["param"] == "max_completion_tokens"
+
+
+def test_logprobs_and_a_prompt_scored_in_one_pass_on_a_real_server(server_url, hf_model):
+    """Chat ``logprobs`` are the answer tokens' log p0; ``echo`` with ``logprobs`` (what lm-eval's
+    loglikelihood requests send) scores the prompt in one pass as a float32 forward does, with
+    the forward's greedy next token."""
+    import httpx
+    import torch
+
+    with serve_cli(*SERVE, "--url", server_url) as (url, _):
+        model = _model_name(url)
+        r = client(url).chat.completions.create(model=model, messages=MESSAGES, max_tokens=12, logprobs=True,
+                                                extra_body={"return_token_ids": True})
+        ch = r.choices[0]
+        assert len(ch.token_ids) <= 12 and r.model_extra["presto"]["config"]["max_new_tokens"] == 16
+        assert_scores_match(hf_model, ch.prompt_token_ids, ch.token_ids, [e.logprob for e in ch.logprobs.content])
+        ids = list(ch.prompt_token_ids)
+        body = {"model": model, "prompt": ids, "echo": True, "logprobs": 2, "max_tokens": 1, "temperature": 0}
+        scored = httpx.post(url + "/v1/completions", json=body, timeout=120).json()
+        logprobs = scored["choices"][0]["logprobs"]
+        assert scored["presto"]["power_sampling"] is False and logprobs["token_logprobs"][0] is None
+        assert_scores_match(hf_model, ids[:1], ids[1:], logprobs["token_logprobs"][1:-1])
+        with torch.no_grad():
+            after = torch.log_softmax(hf_model(torch.tensor([ids])).logits[0, -1].float(), -1)
+        assert abs(logprobs["token_logprobs"][-1] - float(after.max())) < TOL
+        assert all(len(top) >= 2 for top in logprobs["top_logprobs"][1:])
 
 
 def test_a_client_that_hangs_up_cancels_its_chains_on_the_server(server_url):
@@ -88,13 +114,13 @@ def test_a_client_that_hangs_up_cancels_its_chains_on_the_server(server_url):
 def test_the_readme_client_example_runs_as_written(server_url):
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("**Behind an OpenAI-compatible endpoint**"):]
-    command = re.search(r"presto-sgl serve (.*) --port 8000", section).group(1)
+    command = re.search(r"presto-sgl serve (.*?)\s+# on port 8300", section).group(1)
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     flags = command.replace("http://127.0.0.1:30000", server_url).split()
     with serve_cli(*flags) as (url, _):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(code.replace("http://127.0.0.1:8000", url), {})
+            exec(code.replace("http://127.0.0.1:8300", url), {})
     assert out.getvalue().strip(), "the example prints the answer and its transitions per call"
     assert float(out.getvalue().split()[-1]) > 1.0  # PreSTO step: more than one transition per call
 
