@@ -33,6 +33,7 @@ from .. import __version__
 from ..errors import BackendUnavailable, ConfigError, EngineError
 from ..pool import Cancelled, Ticket
 from .metrics import Metrics
+from .openapi import openapi_schema
 from .params import ChainJob, ParamError, parse
 from .responses import error_body, response, stream_events
 from .service import Service
@@ -299,6 +300,7 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
         Route("/tokenizer_info", tokenizer_info, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
+        Route("/openapi.json", lambda request: JSONResponse(openapi_schema(service)), methods=["GET"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard)])
 
