@@ -4,7 +4,8 @@ tests two runs for equivalence (paired TOST); ``report`` writes tables and figur
 ``fit-predictor`` and ``eval-predictor`` fit and score the eps-certainty predictor on traces;
 ``serve`` answers OpenAI-API requests by power sampling.
 
-Exit codes: 0 success; 2 bad arguments or input (argparse errors included);
+Exit codes: 0 success; 1 ``compare``: equivalence not established; 2 bad arguments or input
+(argparse errors included);
 3 the engine returned something the sampler cannot use (:class:`EngineError`);
 130 interrupted (Ctrl-C). Results go to stdout; the progress line and all error
 messages go to stderr only.
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0, 2, 3 or 130)."""
+    """Run the command line; returns the exit code (0, 1, 2, 3 or 130)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

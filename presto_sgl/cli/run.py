@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import ConfigError, EngineError
 from ..evaluation.records import make_record
+from ..evaluation.results import aggregate, write_results
 from ..evaluation.rundir import RunDir
 from ..methods import Method
 from ..pool import ChainPool, Ticket
@@ -39,6 +40,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     data = p.add_argument_group("dataset")
     data.add_argument("--dataset", required=True, metavar="NAME|FILE", help=f"one of {', '.join(NAMES)}")
     data.add_argument("--limit", type=int, default=None, help="the first N problems (default: all; 100 for procedural tasks)")
+    data.add_argument("--prompt-field", default=None, metavar="NAME",
+                      help="hf:... datasets and JSONL files: the prompt's column (default: the first of prompt, "
+                      "question, problem, input; JSONL: prompt)")
+    data.add_argument("--answer-field", default=None, metavar="NAME",
+                      help="hf:... datasets and JSONL files: the reference answer's column (default: the first of "
+                      "answer, solution, target; JSONL: answer); GSM8K's '#### X' and MATH's \\boxed{X} are read")
+    data.add_argument("--samples", type=int, default=1, metavar="K",
+                      help="chains per problem, for pass@k (the unbiased estimator) in results.json (default: 1)")
     data.add_argument("--out", required=True, metavar="DIR", help="run directory (created, or resumed)")
     add_engine_options(p)
     add_method_options(p)
@@ -48,9 +57,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "'powermh PreSTO step N_pf=20'); part of the run's config")
     p.add_argument("--workers", type=int, default=None,
                    help="chains in flight (default: 8 on a server engine, 1 in process)")
-    p.add_argument("--rescore", action=argparse.BooleanOptionalAction, default=True,
-                   help="rescore each response with a float32 forward of the model for log-likelihood and confidence "
-                   "(default: on where the model folder is on this machine)")
+    p.add_argument("--rescore", choices=("engine", "local", "off"), default="engine",
+                   help="rescore each response under p0 for the log-likelihood statistic: 'engine' through the "
+                   "sampling engine itself (one scoring pass; confidence from the chain's entropies where it has "
+                   "them), 'local' with a float32 forward of a local copy of the model (log-likelihood and "
+                   "confidence), 'off' from the chain's own log p0 (default: engine)")
+    p.add_argument("--no-rescore", dest="rescore", action="store_const", const="off", help="same as --rescore off")
     p.add_argument("--traces", action="store_true",
                    help="also write each prompt's JSONL trace of calls and transitions to DIR/traces/")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -62,11 +74,16 @@ def _setup(args: argparse.Namespace):
     try:
         if args.workers is not None and args.workers < 1:
             raise ValueError(f"`--workers` (={args.workers}) must be >= 1")
-        task, problems = load_task(args.dataset, limit=args.limit, seed=args.seed)
+        if args.samples < 1:
+            raise ValueError(f"`--samples` (={args.samples}) must be >= 1")
+        task, problems = load_task(args.dataset, limit=args.limit, seed=args.seed, prompt_field=args.prompt_field,
+                                   answer_field=args.answer_field)
         engine, sampler = build(args)
         model = model_name(engine.inner, args)
         config = {"dataset": args.dataset, "seed": args.seed, "engine": args.engine, "model": str(model),
                   "chat": args.chat, **sampler.describe()}
+        config |= {k: v for k, v in (("samples", args.samples), ("prompt_field", args.prompt_field),
+                                     ("answer_field", args.answer_field)) if v not in (None, 1)}
         if args.label is not None:
             if not args.label.strip():
                 raise ValueError("`--label` must not be empty: give a name, or leave the option out")
@@ -114,16 +131,23 @@ def _interrupted(path: Path) -> Checkpoint | None:
     return checkpoint
 
 
-def _rescorer(args: argparse.Namespace, model: str):
-    if not args.rescore or args.engine == "reference":
-        return None
-    from ..evaluation.rescore import Rescorer
+def _rescorer(args: argparse.Namespace, model: str, engine: Any):
+    """What rescores each response (``--rescore``), or None."""
+    from ..evaluation.rescore import EngineRescorer, Rescorer
 
+    if args.rescore == "off":
+        return None
     try:
-        return Rescorer(model)
-    except (OSError, ValueError) as exc:  # a server's model folder that is not on this machine
+        return EngineRescorer(engine) if args.rescore == "engine" else Rescorer(model)
+    except (OSError, ValueError) as exc:  # an engine that cannot score; a model folder not on this machine
         print(f"{PROG}: warning: no rescoring ({exc}); statistics from the chain's own log p0", file=sys.stderr)
         return None
+
+
+def _samples(problems: list[Problem], k: int) -> list[tuple[str, Problem, int]]:
+    """(record id, problem, sample) for each chain: sample 0 has the problem's id (a run with
+    --samples 1 is the run without it), sample j the id ``ID#j``; the id keys the chain."""
+    return [(p.id if j == 0 else f"{p.id}#{j}", p, j) for p in problems for j in range(k)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,31 +155,35 @@ def run(args: argparse.Namespace) -> int:
     for w in rundir.warnings + getattr(task, "errors", []):
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     done = rundir.done_ids()
-    todo = [p for p in problems if p.id not in done]
-    print(f"{PROG}: {task.name}: {len(problems)} problems, {len(problems) - len(todo)} already in {rundir.path}, "
-          f"{len(todo)} to run", file=sys.stderr)
-    rescorer = _rescorer(args, model) if todo else None
+    chains = _samples(problems, args.samples)
+    todo = [c for c in chains if c[0] not in done]
+    print(f"{PROG}: {task.name}: {len(problems)} problems x {args.samples} samples, {len(chains) - len(todo)} already "
+          f"in {rundir.path}, {len(todo)} to run", file=sys.stderr)
+    rescorer = _rescorer(args, model, engine.inner) if todo else None
     workers = args.workers or (8 if args.engine in ("sglang", "vllm") else 1)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
-    bar = _bar(len(problems), len(problems) - len(todo), task.name, show)
+    bar = _bar(len(chains), len(chains) - len(todo), task.name, show)
 
     traces = rundir.path / "traces"
     if args.traces:
         traces.mkdir(exist_ok=True)
 
-    def one(problem: Problem) -> None:
+    def one(chain_id: str, problem: Problem, sample: int) -> None:
         t0 = time.perf_counter()
         if args.traces:
-            name = "".join(c if c.isalnum() or c in "-_." else "_" for c in problem.id)
+            name = "".join(c if c.isalnum() or c in "-_." else "_" for c in chain_id)
             path = traces / f"{name}.jsonl"
             checkpoint = _interrupted(path)
             with open(path, "a" if checkpoint is not None else "w", encoding="utf-8") as f:
                 extra = {"resume": checkpoint} if checkpoint is not None else {}
-                result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=problem.id, trace=TraceWriter(f), **extra)
+                result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, trace=TraceWriter(f), **extra)
         else:
-            result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=problem.id)
-        rundir.append(make_record(problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer,
-                                  seconds=time.perf_counter() - t0))
+            result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id)
+        record = make_record(problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer,
+                             seconds=time.perf_counter() - t0)
+        if args.samples > 1:
+            record |= {"id": chain_id, "problem": problem.id, "sample": sample}
+        rundir.append(record)
         if bar is not None:
             right, n = _accuracy(rundir.records)
             bar.set_postfix_str(f"accuracy {right / n:.1%}" if n else "", refresh=False)
@@ -163,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
 
     pool, ticket = ChainPool(workers, len(todo)), Ticket(math.inf)
     try:
-        futures = pool.submit(ticket, [lambda p=p: one(p) for p in todo]) or []
+        futures = pool.submit(ticket, [lambda c=c: one(*c) for c in todo]) or []
         finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
         ticket.cancel("a chain failed")  # after a failure: chains not started never start, the others stop
         failed = [f.exception() for f in finished if f.exception() is not None]
@@ -178,7 +206,10 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
     right, n = _accuracy(rundir.records)
     acc = f", accuracy {right}/{n} = {right / n:.1%}" if n else ""
-    print(f"{rundir.path}: {len(rundir.records)} records{acc}")
+    results = aggregate(rundir.records)
+    passes = "".join(f", pass@{k} {v:.1%}" for k, v in results.get("pass_at_k", {}).items() if args.samples > 1)
+    write_results(rundir.path / "results.json", {"run": str(rundir.path), "config": rundir.config, **results})
+    print(f"{rundir.path}: {len(rundir.records)} records{acc}{passes}; results.json")
     return 0
 
 

@@ -28,6 +28,7 @@ class Scored:
 
     logp: tuple[float | None, ...]
     top: tuple[tuple[tuple[int, float], ...], ...]
+    entropy: tuple[float | None, ...] | None = None  # H(p0( . | x_{<t})) per token as logp; None: not given
 
     @property
     def next_token(self) -> tuple[int, float]:
@@ -56,10 +57,11 @@ def check_top(top: int) -> int:
 
 def from_logp_rows(ids: Sequence[int], rows: np.ndarray, top: int) -> Scored:
     """A :class:`Scored` from ``rows[t]`` = log p0 of the next token after x_{0:t}, t = 0..n-1
-    (row t scores x_{t+1}; row n-1 is the distribution after the sequence)."""
+    (row t scores x_{t+1}; row n-1 is the distribution after the sequence), with entropies."""
     k = check_top(top)
     n = len(ids)
     logp: list[float | None] = [None] + [float(rows[t - 1, ids[t]]) for t in range(1, n)]
     order = np.argsort(-rows, axis=1, kind="stable")[:, :k]
     tops = [()] + [tuple((int(j), float(rows[t, j])) for j in order[t]) for t in range(n)]
-    return Scored(tuple(logp), tuple(tops))
+    entropy = -(np.exp(rows) * rows).sum(axis=1)  # row t: the entropy at position t + 1
+    return Scored(tuple(logp), tuple(tops), (None, *(float(h) for h in entropy[: n - 1])))

@@ -25,7 +25,7 @@ def make_record(problem: Problem, task: Task, engine: Engine, result: SampleResu
     text, eos_index = answer.text, answer.eos_index
     if rescorer is not None:
         scores = rescorer.score(state.prompt, state.tokens)
-        stats = statistics(scores.logp, scores.entropy)
+        stats = statistics(scores.logp, scores.entropy if scores.entropy is not None else state.entropy)
         rescored: float | None = sum(scores.logp)
     else:
         stats, rescored = statistics(state.logp, state.entropy), None

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..registry import current_record
 from .equivalence import load_records
+from .results import aggregate, write_results
 
 SETTING = ("dataset", "seed", "model", "engine", "chat", "method", "alpha", "tau", "max_new_tokens", "block_size",
            "steps", "keying")
@@ -180,4 +181,9 @@ def write_report(paths: list[str | Path], out: str | Path) -> Path:
     lines += ["", "## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figs if f is not None]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_results(out / "results.json", {"runs": [{"run": str(r.path), "label": r.label, "config": r.config,
+                                                   **aggregate(r.records)} for r in runs],
+                                         "speedups": [{"run": str(x["run"].path), "vs": str(x["base"].path), "n": x["n"],
+                                                       "median_speedup": statistics.median(x["speedup"])}
+                                                      for x in rows]})
     return path

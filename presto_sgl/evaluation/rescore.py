@@ -1,5 +1,7 @@
-"""Rescoring a response under p0 with a float32 transformers forward, for the paper's
-per-response statistics (App. D.2) when the chain's state carries no entropy.
+"""Rescoring a response under p0 for the paper's per-response statistics (App. D.2): through
+the sampling engine itself (:class:`EngineRescorer`, one scoring pass, ``run --rescore
+engine``, the default) or with a float32 transformers forward of a local copy of the model
+(:class:`Rescorer`, ``--rescore local``), which also gives the p0 entropies.
 
 For a response x_{1:n} after prompt x_0, with H_t the entropy of p0( . | x_{0:t-1}):
 
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Scores:
     logp: tuple[float, ...]
-    entropy: tuple[float, ...]
+    entropy: tuple[float, ...] | None
 
 
 def statistics(logp: Sequence[float], entropy: Sequence[float] | None) -> dict[str, float | None]:
@@ -48,3 +50,19 @@ class Rescorer:
         logp = logq.gather(1, tok[:, None])[:, 0]
         entropy = -(logq.exp() * logq).sum(-1)
         return Scores(tuple(logp.tolist()), tuple(entropy.tolist()))
+
+
+class EngineRescorer:
+    """log p0 of every response token through the engine's own scoring pass
+    (:mod:`presto_sgl.engines.scoring`), and the p0 entropies where the engine gives them (the
+    reference and embedded engines; else ``entropy`` is None and the chain's are used)."""
+
+    def __init__(self, engine: object) -> None:
+        from ..engines.scoring import scorer
+
+        self._scorer = scorer(engine)  # CapabilityError (a ValueError) when the engine cannot score
+
+    def score(self, prompt: Sequence[int], response: Sequence[int]) -> Scores:
+        scored = self._scorer.score_tokens([list(prompt) + list(response)], 0)[0]
+        entropy = scored.entropy[len(prompt):] if scored.entropy is not None else None
+        return Scores(tuple(scored.logp[len(prompt):]), entropy)  # type: ignore[arg-type]

@@ -47,6 +47,7 @@ class RunDir:
         self.warnings: list[str] = []
         manifest = self.path / MANIFEST
         config = json.loads(json.dumps(config))  # what a reread manifest would hold (tuples as lists)
+        self.config = config
         if manifest.exists():
             old = current_record(json.loads(manifest.read_text(encoding="utf-8"))["config"])
             diff = {k: (old.get(k), config.get(k)) for k in sorted(set(old) | set(config)) if old.get(k) != config.get(k)}

@@ -78,3 +78,47 @@ def _value(s: str) -> float:
         num, den = s.split("/", 1)
         return float(num) / float(den)
     return float(s)
+
+
+_GSM8K = re.compile(r"####\s*(.+)")
+_LATEX_NOISE = re.compile(r"\\left|\\right|\\!|\\,|\\;|\\ |\s+|\$")
+
+
+def after_hashes(text: str) -> str | None:
+    """GSM8K's answer line: the text after the last ``####`` (up to the line's end), or None."""
+    found = _GSM8K.findall(text)
+    return found[-1].strip() if found and found[-1].strip() else None
+
+
+def reference_answer(solution: str) -> str:
+    r"""A dataset's reference answer from its answer field: GSM8K's (after ``####``), MATH's
+    (the last ``oxed{}``), else the field itself, trimmed."""
+    for pick in (after_hashes, boxed):
+        found = pick(solution)
+        if found is not None:
+            return found.replace(",", "") if last_number(found) == found.replace(",", "") else found
+    return solution.strip()
+
+
+def graded_answer(response: str, reference: str) -> str | None:
+    r"""The answer a response gives, for comparison with ``reference``: after ``####``, else its
+    stated answer (:func:`final_answer`: tags, ``oxed{}``, "the answer is"); for a numeric
+    reference the number in it (or the response's last number)."""
+    stated = after_hashes(response) or final_answer(response)
+    if last_number(reference) == reference:
+        return last_number(stated) if stated is not None and last_number(stated) else last_number(response)
+    return stated
+
+
+def normalize(answer: str) -> str:
+    r"""An answer with LaTeX spacing, ``\left``/``ight``, ``$`` and a trailing period removed, and
+    ``\dfrac``/``	frac`` as ``rac``."""
+    s = _LATEX_NOISE.sub("", answer).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    return s.rstrip(".")
+
+
+def matches(got: str, reference: str) -> bool:
+    """Whether an extracted answer equals the reference: as numbers when both are, else normalized text."""
+    if last_number(reference) == reference and last_number(got) == got:
+        return same_number(got, reference)
+    return normalize(got) == normalize(reference)

@@ -1,6 +1,7 @@
 """A JSONL file of prompts as a task: one JSON object per line.
 
-Fields: ``prompt`` (text, required), ``id`` (default: the line number), ``answer``
+Fields: ``prompt`` (text, required; ``--prompt-field`` names another key), ``id`` (default:
+the line number), ``answer`` (``--answer-field`` names another key)
 (optional: graded by number when it is one, else by exact match after trimming, against
 :func:`~presto_sgl.tasks.extract.final_answer` or else the whole response), ``chat``
 (default true: apply the chat template). Blank lines are skipped. A malformed line is
@@ -19,7 +20,7 @@ from .extract import final_answer, last_number, same_number
 class JsonlTask:
     grader = "exact match of the stated answer (numbers compared as numbers) when a line has 'answer'"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, prompt_field: str = "prompt", answer_field: str = "answer") -> None:
         self.path = Path(path)
         self.name = str(self.path)
         self.errors: list[str] = []
@@ -30,7 +31,7 @@ class JsonlTask:
                 if not line.strip():
                     continue
                 try:
-                    problem = _parse(json.loads(line), n)
+                    problem = _parse(json.loads(line), n, prompt_field, answer_field)
                     if problem.id in seen:
                         raise ValueError(f"duplicate id {problem.id!r}")
                 except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
@@ -54,16 +55,16 @@ class JsonlTask:
         return Grade(correct=got == ref, answer=got)
 
 
-def _parse(obj: object, line: int) -> Problem:
+def _parse(obj: object, line: int, prompt_field: str, answer_field: str) -> Problem:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-    prompt = obj.get("prompt")
+    prompt = obj.get(prompt_field)
     if not isinstance(prompt, str) or not prompt:
-        raise ValueError("'prompt' must be a non-empty string")
+        raise ValueError(f"{prompt_field!r} must be a non-empty string")
     chat = obj.get("chat", True)
     if not isinstance(chat, bool):
         raise ValueError(f"'chat' must be true or false, got {chat!r}")
-    answer = obj.get("answer")
+    answer = obj.get(answer_field)
     if answer is not None and not isinstance(answer, (str, int, float)):
-        raise ValueError(f"'answer' must be a string or a number, got {type(answer).__name__}")
+        raise ValueError(f"{answer_field!r} must be a string or a number, got {type(answer).__name__}")
     return Problem(id=str(obj.get("id", line)), prompt=prompt, chat=chat, reference=answer)

@@ -1,5 +1,6 @@
 """Tasks by name (``presto-sgl run --dataset``): ``addition``, ``humaneval``,
-``reasoning-gym:TASK``, ``champ``, or a path to a JSONL file of prompts.
+``reasoning-gym:TASK``, ``champ``, ``hf:NAME[:CONFIG][:SPLIT]`` (a Hugging Face dataset,
+:mod:`.hf`), or a path to a JSONL file of prompts.
 
 Problems are fixed by the name, the seed (procedural tasks) and the limit: the first
 ``limit`` problems in the dataset's order.
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from .base import Grade, Problem, Task
 
-NAMES = ("addition", "humaneval", "reasoning-gym:TASK", "champ", "FILE.jsonl")
+NAMES = ("addition", "humaneval", "reasoning-gym:TASK", "champ", "hf:NAME[:CONFIG][:SPLIT]", "FILE.jsonl")
 
 
 class Addition:
@@ -35,8 +36,12 @@ class Addition:
         return Grade(correct=got == problem.reference, answer=None if got is None else str(got))
 
 
-def load_task(name: str, *, limit: int | None = None, seed: int = 0) -> tuple[Task, list[Problem]]:
-    """The task called ``name`` and its first ``limit`` problems (all when None)."""
+def load_task(name: str, *, limit: int | None = None, seed: int = 0, prompt_field: str | None = None,
+              answer_field: str | None = None) -> tuple[Task, list[Problem]]:
+    """The task called ``name`` and its first ``limit`` problems (all when None); ``prompt_field`` /
+    ``answer_field`` name the columns of a Hugging Face dataset or the keys of a JSONL file."""
+    if (prompt_field or answer_field) and not (name.startswith("hf:") or name.endswith(".jsonl") or Path(name).is_file()):
+        raise ValueError("--prompt-field / --answer-field apply to hf:... datasets and JSONL files")
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise ValueError(f"--limit (={limit!r}) must be a whole number >= 1")
     size = limit if limit is not None else 100
@@ -51,6 +56,10 @@ def load_task(name: str, *, limit: int | None = None, seed: int = 0) -> tuple[Ta
         from .gym import ReasoningGym
 
         task = ReasoningGym(name.partition(":")[2], size, seed)
+    elif name.startswith("hf:"):
+        from .hf import HFTask
+
+        task = HFTask(name, prompt_field=prompt_field, answer_field=answer_field)
     elif name == "champ":
         from .champ import Champ
 
@@ -60,7 +69,7 @@ def load_task(name: str, *, limit: int | None = None, seed: int = 0) -> tuple[Ta
 
         if not Path(name).is_file():
             raise ValueError(f"--dataset {name!r}: no such file")
-        task = JsonlTask(name)
+        task = JsonlTask(name, prompt_field=prompt_field or "prompt", answer_field=answer_field or "answer")
     else:
         raise ValueError(f"--dataset {name!r}: unknown dataset (choose from {', '.join(NAMES)})")
     problems = task.problems()

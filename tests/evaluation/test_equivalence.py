@@ -52,9 +52,15 @@ def test_equal_runs_pass_and_a_shifted_run_fails(tmp_path, capsys):
     biased = {t.statistic: t for t in compare_runs(tmp_path / "a", tmp_path / "biased")}
     assert not biased["log_likelihood"].equivalent and biased["log_likelihood"].diff == pytest.approx(0.05)
     plot = tmp_path / "forest.png"
-    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "biased"), "--plot", str(plot)]) == 0
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "biased"), "--plot", str(plot)]) == 1
     out = capsys.readouterr().out
-    assert "not shown equivalent" in out and plot.stat().st_size > 1000
+    assert "not shown equivalent" in out and plot.stat().st_size > 1000 and "not established (exit 1)" in out
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "same"), "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["equivalent"] is True and [t["statistic"] for t in verdict["tests"]] == ["log_likelihood", "confidence"]
+    assert verdict["tests"][0]["p_holm"] == pytest.approx(same[0].p_holm) and len(verdict["tests"][0]["ci90"]) == 2
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "biased"), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["equivalent"] is False
     assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
     assert "no records.jsonl" in capsys.readouterr().err
     assert not math.isnan(biased["confidence"].p_holm)

@@ -4,6 +4,7 @@ records, grades, the paper's statistics, resume and its refusals."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -100,7 +101,55 @@ def test_baselines_and_the_report(capsys, tmp_path):
     for png in ("accuracy_vs_time", "speedup_vs_budget", "calls_vs_time_per_call", "certainty", "prefetch_tree",
                 "tost_forest"):
         assert (out / f"{png}.png").stat().st_size > 5000 and f"({png}.png)" in text
+    results = json.loads((out / "results.json").read_text())
+    assert [r["label"] for r in results["runs"]][2] == "my step run" and results["runs"][0]["problems"] == 4
+    assert {Path(s["run"]).name for s in results["speedups"]} == {"bfs"} and results["speedups"][0]["median_speedup"] > 0
     assert cli.main(["report", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+
+
+def test_samples_give_pass_at_k_in_results_json(capsys, tmp_path):
+    """--samples 3: three chains per problem (sample 0 keyed as without --samples), pass@k by the
+    unbiased estimator from the records' grades, all in results.json."""
+    from math import comb
+
+    argv = [*TINY, "--dataset", "addition", "--limit", "3", "--no-rescore", "--alpha", "1.0", "--tau", "1.5"]
+    assert cli.main([*argv, "--samples", "3", "--out", str(tmp_path / "k")]) == 0
+    assert "pass@3" in capsys.readouterr().out
+    recs = records(tmp_path / "k")
+    assert sorted(r["id"] for r in recs) == ["0", "0#1", "0#2", "1", "1#1", "1#2", "2", "2#1", "2#2"]
+    assert cli.main([*argv, "--out", str(tmp_path / "one")]) == 0
+    one = {r["id"]: r["response_ids"] for r in records(tmp_path / "one")}
+    assert {r["id"]: r["response_ids"] for r in recs if r["sample"] == 0} == one
+    results = json.loads((tmp_path / "k" / "results.json").read_text())
+    correct = {p: sum(r["grade"]["correct"] for r in recs if r["problem"] == p) for p in ("0", "1", "2")}
+    want = {k: sum(1 - comb(3 - c, k) / comb(3, k) if 3 - c >= k else 1.0 for c in correct.values()) / 3 for k in (1, 2, 3)}
+    assert results["pass_at_k"] == pytest.approx({str(k): v for k, v in want.items()})
+    assert results["accuracy"] == pytest.approx(sum(correct.values()) / 9) and results["samples_per_problem"] == 3
+    assert results["config"]["samples"] == 3 and results["chains"]["transitions"] == 9 * 12
+
+
+def test_a_hugging_face_dataset_from_disk_and_parquet(capsys, tmp_path):
+    """--dataset hf:DIR (save_to_disk) and hf:DIR-of-Parquet::test, with GSM8K-style answers
+    (#### N) in a renamed column; graded by the number after ####, else the last number."""
+    datasets = pytest.importorskip("datasets")
+    rows = {"q": [f"Q:{a}+{b}=" for a, b in ((12, 34), (5, 6), (70, 8))],
+            "sol": [f"{a} plus {b}\n#### {a + b}" for a, b in ((12, 34), (5, 6), (70, 8))]}
+    data = datasets.Dataset.from_dict(rows)
+    datasets.DatasetDict({"test": data}).save_to_disk(str(tmp_path / "saved"))
+    (tmp_path / "pq").mkdir()
+    data.to_parquet(str(tmp_path / "pq" / "test.parquet"))
+    argv = [*TINY, "--no-chat", "--no-rescore", "--prompt-field", "q", "--answer-field", "sol"]
+    for spec in (f"hf:{tmp_path / 'saved'}", f"hf:{tmp_path / 'pq'}::test"):
+        out = tmp_path / spec.replace("/", "_").replace(":", "_")
+        assert cli.main([*argv, "--dataset", spec, "--out", str(out)]) == 0, capsys.readouterr().err
+        recs = records(out)
+        assert [r["prompt"] for r in recs] == rows["q"]
+        for r, want in zip(recs, ("46", "11", "78")):
+            assert r["grade"]["correct"] is (r["grade"]["answer"] == want)
+        assert sum(r["grade"]["correct"] for r in recs) >= 2  # the tiny model mostly adds right
+    assert cli.main([*argv[:-4], "--prompt-field", "nope", "--dataset", f"hf:{tmp_path / 'saved'}",
+                     "--out", str(tmp_path / "bad")]) == 2
+    assert "--prompt-field 'nope' is not a column" in capsys.readouterr().err
 
 
 def test_a_run_killed_midway_resumes_to_the_same_records(capsys, tmp_path):
