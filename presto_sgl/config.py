@@ -16,7 +16,7 @@ from typing import Any
 
 from . import registry
 from .errors import ConfigError
-from .fields import Param, Validated, boolean, integer, nonempty_text, number, one_of, option, params_of
+from .fields import TEMPERATURE_RANGE, Param, Validated, boolean, integer, nonempty_text, number, one_of, option, params_of
 
 Keying = registry.Keying
 
@@ -39,12 +39,14 @@ class PowerConfig(Validated):
     """
 
     alpha: float = option(4.0, "power alpha of the target p0^alpha",
-                          number(0, strict=True, what="power sampling uses alpha > 1", example=4.0))
+                          number(TEMPERATURE_RANGE[0], strict=False, high=TEMPERATURE_RANGE[1],
+                                 what="power sampling uses alpha > 1; 1/alpha is the default tau", example=4.0))
     max_new_tokens: int = option(64, "response length, a multiple of --block-size")  # checked in _check
     block_size: int = option(16, "tokens per stage", integer(1, example=16))
     steps: int = option(10, "MH transitions per stage, K", integer(0, "MH transitions per block"))
     tau: float | None = option(None, "proposal temperature (default: 1/alpha)",
-                               number(0, strict=True, optional="the default 1/alpha"))
+                               number(TEMPERATURE_RANGE[0], strict=False, high=TEMPERATURE_RANGE[1],
+                                      optional="the default 1/alpha"))
     keying: Keying = option("step", "decision keys; for --rule sequential (default: step); bfs and step imply path "
                             "and step", one_of(("path", "step")), choices=("path", "step"))
     kernel: str = option("powermh", "the MH kernel", one_of(_kernels), choices=_kernels)

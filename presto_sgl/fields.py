@@ -113,14 +113,15 @@ def integer(low: int, what: str = "", example: int | None = None) -> Check:
     return check
 
 
-def number(low: float, *, strict: bool, what: str = "", example: float | None = None, optional: str = "") -> Check:
-    """A finite number > ``low`` (``strict``) or >= ``low``, stored as a float; None allowed
-    when ``optional`` says what None means."""
+def number(low: float, *, strict: bool, high: float | None = None, what: str = "", example: float | None = None,
+           optional: str = "") -> Check:
+    """A finite number > ``low`` (``strict``) or >= ``low``, and <= ``high`` when given, stored as a
+    float; None allowed when ``optional`` says what None means."""
     def check(name: str, value: Any) -> float | None:
         if value is None and optional:
             return None
-        if not is_finite_number(value) or (value <= low if strict else value < low):
-            bound = f"{'>' if strict else '>='} {low:g}"
+        if not is_finite_number(value) or (value <= low if strict else value < low) or (high is not None and value > high):
+            bound = f"{'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
             tail = f"{' (' + what + ')' if what else ''}" + (f", or None for {optional}" if optional else "")
             tail += f", e.g. {{{name}={example}}}" if example is not None else ""
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a finite number {bound}{tail}")
@@ -144,15 +145,23 @@ def boolean(name: str, value: Any) -> bool:
     return value
 
 
+TEMPERATURE_RANGE = (1e-3, 1e3)
+"""Proposal temperatures (tau, 1/alpha, MultiTry's set) outside it are refused: logits / tau
+would overflow or every draw would be the argmax, and the chain's log q would not be finite."""
+
+
 def temperatures(example: str) -> Check:
-    """A non-empty set of distinct finite temperatures > 0, stored as a tuple of floats."""
+    """A non-empty set of distinct temperatures in :data:`TEMPERATURE_RANGE`, stored as a tuple of floats."""
+    low, high = TEMPERATURE_RANGE
+
     def check(name: str, value: Any) -> tuple[float, ...]:
         hint = f"e.g. {{{name}={example}}}"
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty sequence of temperatures > 0, {hint}")
-        bad = [t for t in value if not is_finite_number(t) or t <= 0]
+        bad = [t for t in value if not is_finite_number(t) or not low <= t <= high]
         if bad:
-            raise ConfigError(name, value, f"{{{name}}} (={tuple(value)!r}) has {bad}: each must be a finite number > 0, {hint}")
+            raise ConfigError(name, value, f"{{{name}}} (={tuple(value)!r}) has {bad}: each must be a number in "
+                              f"[{low:g}, {high:g}], {hint}")
         if len(set(value)) != len(value):
             raise ConfigError(name, value, f"{{{name}}} (={tuple(value)!r}) repeats a value; list each temperature once")
         return tuple(float(t) for t in value)

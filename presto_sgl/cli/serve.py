@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     srv.add_argument("--port", type=int, default=DEFAULT_PORT,
                      help=f"port (default: {DEFAULT_PORT}; not vLLM's 8000 nor SGLang's 30000, so both run beside it)")
     srv.add_argument("--api-key", default=os.environ.get("PRESTO_SGL_API_KEY"),
-                     help="require `Authorization: Bearer KEY` on every route but /health, /metrics and /version "
+                     help="require `Authorization: Bearer KEY` on every route but /health, /metrics, /version and /openapi.json "
                      "(default: $PRESTO_SGL_API_KEY; unset: no key)")
     srv.add_argument("--max-body-bytes", type=int, default=8 << 20,
                      help="largest request body; larger ones get 413 (default: 8 MiB)")

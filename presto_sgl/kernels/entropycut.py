@@ -72,7 +72,7 @@ def race(entropy: Sequence[float], beta: float, upto: int, draws: DecisionDraws)
     return best_j
 
 
-BETA = number(0, strict=False, what="EntropyCut's cut-law power", example=4.0)
+BETA = number(0, strict=False, high=64, what="EntropyCut's cut-law power; Delta^beta must stay finite", example=4.0)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The ASGI app (Starlette): ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``, ``/health``,
-``/tokenize``, ``/detokenize``, ``/tokenizer_info`` (vLLM's shapes), ``/metrics`` (Prometheus), ``/version``.
+``/tokenize``, ``/detokenize``, ``/tokenizer_info`` (vLLM's shapes), ``/metrics`` (Prometheus), ``/version``,
+``/openapi.json`` (:mod:`.openapi`).
 
 A request is parsed and its prompts tokenized before any chain starts (400 naming the
 field), admitted whole or refused (429, ``Retry-After``), then awaited while the
@@ -34,6 +35,7 @@ from ..errors import BackendUnavailable, ConfigError, EngineError
 from ..pool import Cancelled, Ticket
 from .metrics import Metrics
 from .openapi import openapi_schema
+from . import tokens
 from .params import ChainJob, ParamError, parse
 from .responses import error_body, response, stream_events
 from .service import Service
@@ -96,23 +98,12 @@ async def _await_chains(request: Request, futures: Sequence[asyncio.Future], tic
             f.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
-def _tokenizer_info(service: Service) -> dict[str, Any]:
-    """vLLM's ``/tokenizer_info`` fields that harnesses read (lm-eval's remote tokenizer)."""
-    tok = getattr(service.text, "tokenizer", None)
-    special = lambda name: getattr(tok, name, None) if tok is not None else None  # noqa: E731
-    return {"tokenizer_class": type(tok).__name__ if tok is not None else type(service.text).__name__,
-            "eos_token": special("eos_token"), "bos_token": special("bos_token"), "pad_token": special("pad_token"),
-            "unk_token": special("unk_token"), "chat_template": special("chat_template"),
-            "model_max_length": service.engine.capabilities.context_length,
-            "vocab_size": service.engine.capabilities.vocab_size, "stop_token_ids": list(service.text.stop_ids)}
-
-
 def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: float = 0.1, keepalive_s: float = 15.0,
                api_key: str | None = None, max_body_bytes: int = 8 << 20) -> Starlette:
     """The app serving ``service``; requests time out after ``request_timeout_s`` (queue time
     included); a stream sends an SSE comment every ``keepalive_s`` while its chains run;
     ``api_key`` (when set) must come as ``Authorization: Bearer KEY`` on every route but
-    ``/health``, ``/metrics`` and ``/version``; bodies over ``max_body_bytes`` get 413."""
+    ``/health``, ``/metrics``, ``/version`` and ``/openapi.json``; bodies over ``max_body_bytes`` get 413."""
     if not request_timeout_s > 0:
         raise ConfigError("request_timeout_s", request_timeout_s, f"{{request_timeout_s}} (={request_timeout_s!r}) must be > 0")
     if not keepalive_s > 0:
@@ -120,7 +111,7 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
     if api_key is not None and not api_key:
         raise ConfigError("api_key", api_key, "{api_key} must be a non-empty string or None (no key)")
     metrics = Metrics()
-    open_paths = {"/health", "/metrics", "/version"}
+    open_paths = {"/health", "/metrics", "/version", "/openapi.json"}
 
     async def body_of(request: Request) -> Any:
         raw = await request.body()
@@ -179,8 +170,16 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
                 yield f"data: {json.dumps(error_body(failure.status, str(failure), failure.param, failure.code))}\n\n"
                 yield "data: [DONE]\n\n"
                 return
+            try:
+                events = list(stream_events(body, job.job.include_usage))
+            except ValueError as exc:  # a value JSON cannot carry (a bug: the validators keep them finite)
+                failure = _failure(exc, request_timeout_s)
+                metrics.request(request.url.path, failure.status)
+                yield f"data: {json.dumps(error_body(failure.status, str(failure), None, failure.code))}\n\n"
+                yield "data: [DONE]\n\n"
+                return
             metrics.request(request.url.path, 200)
-            for event in stream_events(body, job.job.include_usage):
+            for event in events:
                 yield event
         finally:
             if not waiter.done():  # the client went away mid-stream
@@ -199,8 +198,14 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
         except Failure as failure:
             metrics.request(request.url.path, failure.status)
             return failure.answer()
+        try:
+            answer = JSONResponse(body)
+        except ValueError as exc:  # a value JSON cannot carry (a bug: the validators keep them finite)
+            failure = _failure(exc, request_timeout_s)
+            metrics.request(request.url.path, failure.status)
+            return failure.answer()
         metrics.request(request.url.path, 200)
-        return JSONResponse(body)
+        return answer
 
     async def completions(request: Request) -> Response:
         return await serve(request, "completions")
@@ -219,48 +224,18 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
                 "chains": service.pool.snapshot(), "backend_calls": service.engine.calls}
         return JSONResponse(body, 200 if healthy else 503)
 
-    async def tokenize(request: Request) -> Response:
-        """vLLM's ``/tokenize``: ``prompt`` (text; ``add_special_tokens``, default true) or ``messages``
-        (the chat template) -> ``tokens``, ``count``, ``max_model_len``."""
-        try:
-            body = await body_of(request)
-            if not isinstance(body, dict):
-                raise Failure(400, "the request body must be a JSON object")
-            special = body.get("add_special_tokens", True)
-            if not isinstance(special, bool):
-                raise Failure(400, f"`add_special_tokens` (={str(special)[:80]}) must be true or false", "add_special_tokens")
+    def tool(fn: Any) -> Any:
+        """A tokenizer endpoint (:mod:`.tokens`): the body in, the answer's body out, 400 naming a bad field."""
+        async def handle(request: Request) -> Response:
             try:
-                if "messages" in body:
-                    messages = body["messages"]
-                    if not isinstance(messages, list) or not messages:
-                        raise ParamError("messages", "`messages` must be a non-empty list of {role, content} objects")
-                    ids = await run_in_threadpool(service.chat_ids, messages)
-                else:
-                    prompt = body.get("prompt")
-                    if not isinstance(prompt, str):
-                        raise ParamError("prompt", f"`prompt` (={str(prompt)[:80]}) must be a string (or send `messages`)")
-                    ids = await run_in_threadpool(service.encode, prompt, special)
-            except ParamError as exc:
-                raise Failure(400, str(exc), exc.param) from None
-        except Failure as failure:
-            return failure.answer()
-        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": service.engine.capabilities.context_length})
-
-    async def detokenize(request: Request) -> Response:
-        """vLLM's ``/detokenize``: ``tokens`` -> ``prompt``."""
-        try:
-            body = await body_of(request)
-            tokens = body.get("tokens") if isinstance(body, dict) else None
-            vocab = service.engine.capabilities.vocab_size
-            if not isinstance(tokens, list) or not all(
-                    isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in tokens):
-                raise Failure(400, f"`tokens` must be a list of token ids in [0, {vocab})", "tokens")
-        except Failure as failure:
-            return failure.answer()
-        return JSONResponse({"prompt": await run_in_threadpool(service.text.decode, tokens)})
-
-    async def tokenizer_info(request: Request) -> Response:
-        return JSONResponse(_tokenizer_info(service))
+                args = [await body_of(request)] if request.method == "POST" else []
+                try:
+                    return JSONResponse(await run_in_threadpool(fn, service, *args))
+                except ParamError as exc:
+                    raise Failure(400, str(exc), exc.param) from None
+            except Failure as failure:
+                return failure.answer()
+        return handle
 
     async def prometheus(request: Request) -> Response:
         return PlainTextResponse(metrics.render(service.pool.snapshot()), media_type="text/plain; version=0.0.4")
@@ -295,9 +270,9 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
-        Route("/tokenize", tokenize, methods=["POST"]),
-        Route("/detokenize", detokenize, methods=["POST"]),
-        Route("/tokenizer_info", tokenizer_info, methods=["GET"]),
+        Route("/tokenize", tool(tokens.tokenize), methods=["POST"]),
+        Route("/detokenize", tool(tokens.detokenize), methods=["POST"]),
+        Route("/tokenizer_info", tool(tokens.tokenizer_info), methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
         Route("/openapi.json", lambda request: JSONResponse(openapi_schema(service)), methods=["GET"]),

@@ -23,7 +23,7 @@ from typing import Any
 from .. import registry
 from ..config import PowerConfig, PrestoConfig, parameters, with_options
 from ..errors import ConfigError
-from ..fields import params_of
+from ..fields import TEMPERATURE_RANGE, params_of
 
 SERVER_SIDE = frozenset({"predictor", "online"})
 """Parameters only the server's flags set (its files, its learners)."""
@@ -108,14 +108,35 @@ class ChainJob:
         return self.echo and self.logprobs is not None
 
 
+def whole(value: Any) -> int | None:
+    """``value`` as an int when it is a whole number (``3`` or ``3.0``, as JSON Schema and vLLM
+    take integers), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def token_ids(value: Any) -> list[int] | None:
+    """``value`` as a non-empty list of token ids (whole numbers), else None."""
+    if not isinstance(value, list) or not value:
+        return None
+    ids = [whole(t) for t in value]
+    return ids if all(t is not None for t in ids) else None  # type: ignore[return-value]
+
+
 def _int(body: Mapping[str, Any], name: str, default: int | None, low: int) -> int | None:
     """``body[name]`` (``default`` when absent or null), an integer >= ``low``."""
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ParamError(name, f"`{name}` (={value!r}) must be an integer >= {low}")
-    return value
+    n = whole(value)
+    if n is None or n < low:
+        raise ParamError(name, f"`{name}` (={str(value)[:80]}) must be an integer >= {low}")
+    return n
 
 
 def _stop(value: Any) -> tuple[str, ...]:
@@ -130,11 +151,12 @@ def _stop(value: Any) -> tuple[str, ...]:
 
 def _prompts(value: Any) -> tuple[Any, ...]:
     """A completions ``prompt``: text, token ids, or a list of either (one entry per prompt)."""
-    ids = lambda v: isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool) for t in v)  # noqa: E731
-    if isinstance(value, str) or ids(value):
+    if isinstance(value, str):
         return (value,)
-    if isinstance(value, list) and value and all(isinstance(v, str) or ids(v) for v in value):
-        return tuple(value)
+    if (ids := token_ids(value)) is not None:
+        return (ids,)
+    if isinstance(value, list) and value and all(isinstance(v, str) or token_ids(v) is not None for v in value):
+        return tuple(v if isinstance(v, str) else token_ids(v) for v in value)
     raise ParamError("prompt", f"`prompt` (={str(value)[:80]}) must be a string, a list of token ids, or a non-empty "
                      "list of either")
 
@@ -174,16 +196,18 @@ def _logprobs(body: Mapping[str, Any], kind: str) -> int | None:
     """How many top alternatives per token (None: no log-probs). Completions: ``logprobs`` k;
     chat: ``logprobs`` true, with ``top_logprobs`` k (0 unless given)."""
     if kind == "completions":
-        k = body.get("logprobs")
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_LOGPROBS):
-            raise ParamError("logprobs", f"`logprobs` (={str(k)[:80]}) must be an integer in [0, {MAX_LOGPROBS}] or null")
+        raw = body.get("logprobs")
+        k = whole(raw)
+        if raw is not None and (k is None or not 0 <= k <= MAX_LOGPROBS):
+            raise ParamError("logprobs", f"`logprobs` (={str(raw)[:80]}) must be an integer in [0, {MAX_LOGPROBS}] or null")
         return k
-    on, k = body.get("logprobs"), body.get("top_logprobs")
+    on, raw = body.get("logprobs"), body.get("top_logprobs")
     if on is not None and not isinstance(on, bool):
         raise ParamError("logprobs", f"`logprobs` (={str(on)[:80]}) must be true or false")
-    if k is not None:
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_LOGPROBS:
-            raise ParamError("top_logprobs", f"`top_logprobs` (={str(k)[:80]}) must be an integer in [0, {MAX_LOGPROBS}]")
+    k = whole(raw)
+    if raw is not None:
+        if k is None or not 0 <= k <= MAX_LOGPROBS:
+            raise ParamError("top_logprobs", f"`top_logprobs` (={str(raw)[:80]}) must be an integer in [0, {MAX_LOGPROBS}]")
         if not on:
             raise ParamError("top_logprobs", "`top_logprobs` needs `logprobs: true`")
     return (k or 0) if on else None
@@ -200,6 +224,10 @@ def _temperature(body: Mapping[str, Any], overrides: dict[str, Any], names: dict
         raise ParamError("temperature", f"`temperature` (={str(t)[:80]}) must be a number >= 0")
     if t == 0:
         return
+    low, high = TEMPERATURE_RANGE
+    if not low <= t <= high:
+        raise ParamError("temperature", f"`temperature` (={t!r}) must be 0 or in [{low:g}, {high:g}] (it sets alpha = "
+                         "1/temperature, and the proposal temperature 1/alpha must be in that range)")
     alpha = 1.0 / t
     if "alpha" in overrides and abs(float(overrides["alpha"]) - alpha) > 1e-9 * alpha:
         raise ParamError("temperature", f"`temperature` (={t!r}) sets alpha = 1/temperature = {alpha:g}, but `alpha` "
@@ -247,10 +275,10 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
     if n > defaults.max_n:  # type: ignore[operator]
         raise ParamError("n", f"`n` (={n}) exceeds this server's limit of {defaults.max_n} chains per request")
     seed = _int(body, "seed", defaults.seed, 0)
-    for name in ("stream", "return_token_ids", "echo"):
-        if not isinstance(body.get(name, False), bool):
+    for name in ("stream", "return_token_ids", "echo"):  # null: false, as OpenAI's API reads it
+        if not isinstance(body.get(name) or False, bool):
             raise ParamError(name, f"`{name}` (={str(body[name])[:80]}) must be true or false")
-    stream = body.get("stream", False)
+    stream = bool(body.get("stream"))
     options = body.get("stream_options")
     if options is not None:
         if not stream:
@@ -260,7 +288,7 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
             raise ParamError("stream_options", f"`stream_options` (={str(options)[:80]}) must be "
                              "{\"include_usage\": true|false}")
     logprobs = _logprobs(body, kind)
-    echo = body.get("echo", False)
+    echo = bool(body.get("echo"))
     scoring = echo and logprobs is not None
     if scoring and n != 1:
         raise ParamError("n", f"`n` (={n}) must be 1 with `echo` and `logprobs` (the prompt is scored once)")
@@ -285,5 +313,5 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
         except ConfigError as exc:
             raise request_error(exc, names) from None
     return ChainJob(kind, prompts, n, config, presto, seed, _stop(body.get("stop")), stream,
-                    body.get("return_token_ids", False), max_tokens, logprobs, echo,
+                    bool(body.get("return_token_ids")), max_tokens, logprobs, echo,
                     bool((options or {}).get("include_usage", False)) if stream else True)

@@ -139,5 +139,5 @@ def stream_events(body: dict[str, Any], include_usage: bool) -> Iterator[str]:
         chunks.append({**head, "choices": [], "usage": body["usage"]})
     chunks[-1]["presto"] = body["presto"]
     for chunk in chunks:
-        yield f"data: {json.dumps(chunk)}\n\n"
+        yield f"data: {json.dumps(chunk, allow_nan=False)}\n\n"
     yield "data: [DONE]\n\n"
