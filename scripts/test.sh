@@ -8,6 +8,9 @@
 # name test files, the second run happens only for those of the sglang files among them.
 # Without .venv-sglang the second run is skipped, unless PRESTO_SGL_REQUIRE_SGLANG=1 (CI),
 # where that is a failure. pytest's exit 5 (no tests collected) counts as success.
+# tests/integration/test_lm_eval.py runs in the .venv run: it only shells out to
+# .venv-lmeval/bin/lm_eval (bash scripts/install_lmeval.sh); without that venv it skips, unless
+# PRESTO_SGL_REQUIRE_LMEVAL=1 (CI), where it fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/presto-sgl ]; then
@@ -46,6 +49,10 @@ elif [ "${PRESTO_SGL_REQUIRE_SGLANG:-}" = 1 ]; then
   rc2=1
 else
   echo "test.sh: skipped ${RUNTIME_TESTS[*]} (no .venv-sglang; bash scripts/install_sglang.sh creates it)"
+fi
+
+if [ "$named_paths" = no ] && [ ! -x .venv-lmeval/bin/lm_eval ] && [ "${PRESTO_SGL_REQUIRE_LMEVAL:-}" != 1 ]; then
+  echo "test.sh: tests/integration/test_lm_eval.py skipped (no .venv-lmeval; bash scripts/install_lmeval.sh creates it)"
 fi
 
 passed "$rc" || exit "$rc"
