@@ -59,8 +59,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="chains in flight (default: 8 on a server engine, 1 in process)")
     p.add_argument("--rescore", choices=("engine", "local", "off"), default="engine",
                    help="rescore each response under p0 for the log-likelihood statistic: 'engine' through the "
-                   "sampling engine itself (one scoring pass; confidence from the chain's entropies where it has "
-                   "them), 'local' with a float32 forward of a local copy of the model (log-likelihood and "
+                   "sampling engine itself (one scoring pass; the confidence's entropies from it on the embedded and "
+                   "reference engines, else the chain's where it has them), 'local' with a float32 forward of a local copy of the model (log-likelihood and "
                    "confidence), 'off' from the chain's own log p0 (default: engine)")
     p.add_argument("--no-rescore", dest="rescore", action="store_const", const="off", help="same as --rescore off")
     p.add_argument("--traces", action="store_true",

@@ -46,7 +46,7 @@ def scorer(engine: Any) -> Scorer:
     inner = getattr(engine, "inner", engine)
     if not isinstance(inner, Scorer):
         raise CapabilityError(f"the {type(inner).__name__} backend cannot score prompts (echo with logprobs); "
-                              "the reference, embedded and SGLang engines can")
+                              "the reference, embedded, SGLang and vLLM engines can")
     return inner
 
 

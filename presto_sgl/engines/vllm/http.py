@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ConfigError, EngineError
 from ...wire import width
 from ..base import Completion, EngineCapabilities, Request
+from ..scoring import Scored, check_top
 from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, ServerEngine, map_keeping_lost
 from ..text import ModelFolder
 from .layout import parse_fields, signature_count
@@ -203,6 +204,28 @@ class VLLMEngine(ServerEngine, ModelFolder):
         if len(entries) != len(tokens):
             raise EngineError(f"{self.KIND} {self.url} scored {len(entries)} of {len(tokens)} tokens")
         return tuple(_as_float((e or {}).get(str(t), {}).get("logprob")) for e, t in zip(entries, tokens, strict=True))
+
+    def score_tokens(self, sequences: Sequence[Sequence[int]], top: int) -> list[Scored]:
+        """log p0 of each token and the ``top`` alternatives at each position (:mod:`..scoring`),
+        all from raw ``prompt_logprobs`` (which the one-pass plugin leaves alone): the sequence
+        is sent with one placeholder token after it, whose position's entry is the distribution
+        after the sequence; the one decoded token is ignored."""
+        k = check_top(top)
+        out = []
+        for ids in sequences:
+            answer = self._completion({"prompt": [*ids, 0], "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": k})
+            entries = (answer[0].get("prompt_logprobs") or []) if answer is not None else []
+            if len(entries) != len(ids) + 1:
+                raise EngineError(f"{self.KIND} {self.url} scored {len(entries)} positions of {len(ids) + 1} (or aborted)")
+
+            def ranked(entry: Any) -> tuple[tuple[int, float], ...]:
+                best = sorted(((v.get("rank") or 0, int(t), _as_float(v.get("logprob"))) for t, v in (entry or {}).items()
+                               if 1 <= (v.get("rank") or 0) <= k))
+                return tuple((t, lp) for _, t, lp in best)
+
+            logp = (None, *(_as_float((entries[t] or {}).get(str(ids[t]), {}).get("logprob")) for t in range(1, len(ids))))
+            out.append(Scored(logp, ((), *(ranked(entries[t]) for t in range(1, len(ids) + 1)))))
+        return out
 
     # -- probes ------------------------------------------------------------------------------------
     def _server_ids(self, text: str) -> list[int] | None:
