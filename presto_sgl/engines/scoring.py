@@ -61,7 +61,9 @@ def from_logp_rows(ids: Sequence[int], rows: np.ndarray, top: int) -> Scored:
     k = check_top(top)
     n = len(ids)
     logp: list[float | None] = [None] + [float(rows[t - 1, ids[t]]) for t in range(1, n)]
-    order = np.argsort(-rows, axis=1, kind="stable")[:, :k]
+    k = min(k, rows.shape[1])
+    best = np.argpartition(-rows, k - 1, axis=1)[:, :k]  # the k largest per row, then only those sorted
+    order = np.take_along_axis(best, np.argsort(-np.take_along_axis(rows, best, axis=1), axis=1, kind="stable"), axis=1)
     tops = [()] + [tuple((int(j), float(rows[t, j])) for j in order[t]) for t in range(n)]
     entropy = -(np.exp(rows) * rows).sum(axis=1)  # row t: the entropy at position t + 1
     return Scored(tuple(logp), tuple(tops), (None, *(float(h) for h in entropy[: n - 1])))

@@ -99,3 +99,23 @@ def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> bo
             return True
         time.sleep(interval_s)
     return bool(predicate())
+
+
+def assert_prompt_scored(url: str, model: str, hf_model, ids: list[int]) -> None:
+    """``echo`` with ``logprobs`` on ``serve`` at ``url`` (lm-eval's loglikelihood request) scores
+    ``ids`` in one pass as a float32 forward of ``hf_model`` does: log p0 of every token after
+    the first, the greedy next token's log p0, and the top alternatives asked for."""
+    import httpx
+    import torch
+
+    from .forward import TOL, assert_scores_match
+
+    body = {"model": model, "prompt": ids, "echo": True, "logprobs": 2, "max_tokens": 1, "temperature": 0}
+    scored = httpx.post(url + "/v1/completions", json=body, timeout=120).json()
+    logprobs = scored["choices"][0]["logprobs"]
+    assert scored["presto"]["power_sampling"] is False and logprobs["token_logprobs"][0] is None
+    assert_scores_match(hf_model, ids[:1], ids[1:], logprobs["token_logprobs"][1:-1])
+    with torch.no_grad():
+        after = torch.log_softmax(hf_model(torch.tensor([ids])).logits[0, -1].float(), -1)
+    assert abs(logprobs["token_logprobs"][-1] - float(after.max())) < TOL
+    assert all(len(top) >= 2 for top in logprobs["top_logprobs"][1:])

@@ -22,7 +22,7 @@ import openai
 import pytest
 
 from presto_sgl.testing.forward import TOL, assert_scores_match, reference
-from presto_sgl.testing.serving import client, health, serve_cli, wait_for
+from presto_sgl.testing.serving import assert_prompt_scored, client, health, serve_cli, wait_for
 
 pytestmark = pytest.mark.sglang
 
@@ -76,9 +76,6 @@ def test_logprobs_and_a_prompt_scored_in_one_pass_on_a_real_server(server_url, h
     """Chat ``logprobs`` are the answer tokens' log p0; ``echo`` with ``logprobs`` (what lm-eval's
     loglikelihood requests send) scores the prompt in one pass as a float32 forward does, with
     the forward's greedy next token."""
-    import httpx
-    import torch
-
     with serve_cli(*SERVE, "--url", server_url) as (url, _):
         model = _model_name(url)
         r = client(url).chat.completions.create(model=model, messages=MESSAGES, max_tokens=12, logprobs=True,
@@ -86,16 +83,7 @@ def test_logprobs_and_a_prompt_scored_in_one_pass_on_a_real_server(server_url, h
         ch = r.choices[0]
         assert len(ch.token_ids) <= 12 and r.model_extra["presto"]["config"]["max_new_tokens"] == 16
         assert_scores_match(hf_model, ch.prompt_token_ids, ch.token_ids, [e.logprob for e in ch.logprobs.content])
-        ids = list(ch.prompt_token_ids)
-        body = {"model": model, "prompt": ids, "echo": True, "logprobs": 2, "max_tokens": 1, "temperature": 0}
-        scored = httpx.post(url + "/v1/completions", json=body, timeout=120).json()
-        logprobs = scored["choices"][0]["logprobs"]
-        assert scored["presto"]["power_sampling"] is False and logprobs["token_logprobs"][0] is None
-        assert_scores_match(hf_model, ids[:1], ids[1:], logprobs["token_logprobs"][1:-1])
-        with torch.no_grad():
-            after = torch.log_softmax(hf_model(torch.tensor([ids])).logits[0, -1].float(), -1)
-        assert abs(logprobs["token_logprobs"][-1] - float(after.max())) < TOL
-        assert all(len(top) >= 2 for top in logprobs["top_logprobs"][1:])
+        assert_prompt_scored(url, model, hf_model, list(ch.prompt_token_ids))
 
 
 def test_a_client_that_hangs_up_cancels_its_chains_on_the_server(server_url):

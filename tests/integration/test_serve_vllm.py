@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from presto_sgl.testing.forward import TOL, reference
-from presto_sgl.testing.serving import client, serve_cli
+from presto_sgl.testing.serving import assert_prompt_scored, client, serve_cli
 
 pytestmark = pytest.mark.vllm
 
@@ -43,20 +43,9 @@ def test_a_prompt_scored_in_one_pass_on_a_real_vllm_server(server_url, hf_model)
     """``echo`` with ``logprobs`` (lm-eval's loglikelihood request) on vLLM: log p0 of every prompt
     token from raw prompt log-probs, as a float32 forward says, and the forward's greedy next token."""
     import httpx
-    import torch
-
-    from presto_sgl.testing.forward import assert_scores_match
 
     with serve_cli("--engine", "vllm", "--url", server_url) as (url, _):
         model = client(url).models.list().data[0].id
         ids = httpx.post(url + "/tokenize", json={"prompt": "The capital of France is", "add_special_tokens": False},
                          timeout=60).json()["tokens"]
-        body = {"model": model, "prompt": ids, "echo": True, "logprobs": 2, "max_tokens": 1, "temperature": 0}
-        scored = httpx.post(url + "/v1/completions", json=body, timeout=120).json()
-    logprobs = scored["choices"][0]["logprobs"]
-    assert scored["presto"]["power_sampling"] is False and logprobs["token_logprobs"][0] is None
-    assert_scores_match(hf_model, ids[:1], ids[1:], logprobs["token_logprobs"][1:-1])
-    with torch.no_grad():
-        after = torch.log_softmax(hf_model(torch.tensor([ids])).logits[0, -1].float(), -1)
-    assert abs(logprobs["token_logprobs"][-1] - float(after.max())) < TOL
-    assert all(len(top) >= 2 for top in logprobs["top_logprobs"][1:])
+        assert_prompt_scored(url, model, hf_model, ids)
