@@ -17,8 +17,9 @@ from .errors import EngineError
 from .kernels.base import Kernel, Proposal, Transition
 from .keys import ChainKeys, DecisionDraws, DecisionId
 from .metrics import CallRecord, NodeRecord, RequestRecord
-from .planners import Planner, PlannedRequest, RoundContext, RoundFeedback
+from .planners import Planner, PlannedRequest, RoundContext, RoundFeedback, offer_of
 from .proposals import ProposalStore, StoredProposal
+from .scheduler import Offer, current
 from .state import ChainState
 from .trace import TraceWriter
 from .walker import walk
@@ -37,17 +38,34 @@ class Recorder:
         self.nodes: list[NodeRecord] = []
 
     def call(self, requests: Sequence[Request]) -> tuple[list[Completion], float]:
+        """One model call of every request (in a scheduled chain: in the scheduler's next round)."""
         if not requests:
             return [], 0.0
+        _, completions, elapsed = self.submit(Offer((tuple(requests),)))
+        return completions, elapsed
+
+    def submit(self, offer: Offer) -> tuple[int, list[Completion], float]:
+        """(groups sent, their completions, call seconds): a scheduled chain's offer goes to its
+        scheduler, which picks the groups; otherwise every group is sent."""
+        scheduler = current()
         t0 = time.perf_counter()
-        completions = self.engine.generate(list(requests))
-        elapsed = time.perf_counter() - t0
+        if scheduler is None:
+            taken = len(offer.groups)
+            requests = [r for g in offer.groups for r in g]
+            completions = self.engine.generate(requests)
+            elapsed = time.perf_counter() - t0
+        else:
+            check = getattr(self.engine, "check", None)  # a GuardedEngine's ticket (the scheduler calls the backend)
+            if check is not None:
+                check()
+            taken, completions, elapsed = scheduler.submit(offer)
+            requests = [r for g in offer.groups[:taken] for r in g]
         if len(completions) != len(requests):
             raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
         vocab = self.engine.capabilities.vocab_size
         for req, comp in zip(requests, completions):
             validate_completion(req, comp, vocab)
-        return completions, elapsed
+        return taken, completions, elapsed
 
     def record_call(self, record: CallRecord) -> None:
         self.calls.append(record)
@@ -102,16 +120,23 @@ class StageExecutor:
         T = state.length
         t0 = time.perf_counter()
         ctx = RoundContext(state, path, k, cfg.steps - k, self.budget, self.draws, self.store, kernel, cfg.keying)
-        planned = self.planner.plan(ctx)
+        scheduled = current() is not None
+        offer = offer_of(self.planner, ctx) if scheduled else None
+        planned = offer.batch if offer is not None else self.planner.plan(ctx)
         groups = [kernel.suffix_draws(p.cut, T, self.draws(p.decision)) for p in planned]
-        requests = [
-            Request(state.context(p.cut), T - p.cut, d.temperature, d.seed, d.entropy, d.score_temperatures,
-                    self.keys.route)
+        rows = [
+            tuple(Request(state.context(p.cut), T - p.cut, d.temperature, d.seed, d.entropy, d.score_temperatures,
+                          self.keys.route) for d in group)
             for p, group in zip(planned, groups)
-            for d in group
         ]
         plan_s = time.perf_counter() - t0
-        completions, elapsed = rec.call(requests)
+        if not rows:
+            completions, elapsed = [], 0.0
+        else:
+            values, preferred = (offer.values, offer.preferred) if offer is not None else (None, None)
+            taken, completions, elapsed = rec.submit(Offer(tuple(rows), values, preferred))
+            planned, groups, rows = planned[:taken], groups[:taken], rows[:taken]
+        requests = [r for g in rows for r in g]
         t1 = time.perf_counter()
         index = len(rec.calls)
         j = 0
@@ -146,6 +171,7 @@ class StageExecutor:
                 tuple((s.transition.cut, s.transition.log_accept) for s in result.steps),
                 tuple((len(r.prefix), r.max_new_tokens) for r in requests),
                 elapsed,
+                timed=not scheduled,
             )
         )
         k += len(result.steps)

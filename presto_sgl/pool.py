@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any
 from .engines.base import Completion, Engine, EngineCapabilities, Request
 from .engines.text import TextView
 from .errors import ConfigError
+from .scheduler import Scheduler
 
 
 class Cancelled(Exception):
@@ -76,12 +78,16 @@ class GuardedEngine:
     def text(self) -> TextView:
         return self.inner.text
 
-    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+    def check(self) -> None:
+        """Before a model call: raise :class:`Cancelled` if the calling chain's request is gone; count the call."""
         ticket: Ticket | None = getattr(_current, "ticket", None)
         if ticket is not None:
             ticket.check()
         with self._lock:
             self.calls += 1
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        self.check()
         return self.inner.generate(requests)
 
 
@@ -96,15 +102,17 @@ class PoolStats:
 
 
 class ChainPool:
-    """``concurrency`` chains run at once; up to ``queue_size`` more wait their turn."""
+    """``concurrency`` chains run at once; up to ``queue_size`` more wait their turn. With a
+    ``scheduler`` every chain's model calls go through it (one engine call per round)."""
 
-    def __init__(self, concurrency: int, queue_size: int) -> None:
+    def __init__(self, concurrency: int, queue_size: int, scheduler: Scheduler | None = None) -> None:
         for name, value, low in (("concurrency", concurrency, 1), ("queue_size", queue_size, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be an integer >= {low}")
         self.concurrency = concurrency
         self.queue_size = queue_size
         self.stats = PoolStats()
+        self.scheduler = scheduler
         self._lock = threading.Lock()
         self._tickets: dict[Ticket, int] = {}  # the requests in flight: chains not yet finished
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="presto-chain")
@@ -131,7 +139,8 @@ class ChainPool:
         _current.ticket = ticket
         try:
             ticket.check()  # a chain whose request is gone never starts
-            result = chain()
+            with self.scheduler.chain() if self.scheduler is not None else nullcontext():
+                result = chain()
             outcome = "completed"
             return result
         except Cancelled:

@@ -18,6 +18,7 @@ from pathlib import Path
 from .errors import ConfigError
 from .methods import SampleResult
 from .pool import ChainPool, Ticket
+from .scheduler import Scheduler
 from .trace import TraceWriter
 
 
@@ -29,13 +30,16 @@ def run_prompts(
     workers: int = 4,
     trace_dir: str | Path | None = None,
     on_done: Callable[[int, SampleResult], None] | None = None,
+    scheduler: Scheduler | None = None,
 ) -> list[SampleResult]:
     """``run_one(prompt, seed=..., prompt_id=i, trace=...)`` for every prompt, ``workers`` at a time.
 
     ``run_one`` is usually a sampler's ``run``. Results come back in prompt order; with
     ``trace_dir`` each prompt gets its own JSONL trace ``prompt-<i>.jsonl``. The first
     failure is raised after the other in-flight chains finish (chains not yet started then
-    never start). The chains run in a :class:`~presto_sgl.pool.ChainPool`.
+    never start). The chains run in a :class:`~presto_sgl.pool.ChainPool`; with a
+    ``scheduler`` (:meth:`Scheduler.for_sampler`) their model calls are merged, one engine
+    call per round (:mod:`presto_sgl.scheduler`).
     """
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, f"{{workers}} (={workers!r}) must be an integer >= 1")
@@ -55,7 +59,7 @@ def run_prompts(
                 on_done(i, result)
         return result
 
-    pool = ChainPool(workers, len(prompts))
+    pool = ChainPool(workers, len(prompts), scheduler)
     try:
         futures = pool.submit(Ticket(math.inf), [lambda i=i: one(i) for i in range(len(prompts))])
         assert futures is not None, "the queue holds every prompt"

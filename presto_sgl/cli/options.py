@@ -137,3 +137,12 @@ def build(args: argparse.Namespace) -> tuple[GuardedEngine, Method]:
     spec = method_config(args)
     engine = GuardedEngine(ENGINES[args.engine](args))
     return engine, make_method(engine, spec)
+
+
+def add_scheduler_flag(p: argparse.ArgumentParser) -> None:
+    """``--scheduler``: how the chains in flight share the engine (presto_sgl.scheduler)."""
+    p.add_argument("--scheduler", choices=("shared", "off"), default="shared",
+                   help="with several chains in flight, 'shared' merges every chain's model calls into one engine "
+                   "call per round and picks how many prefetched requests each chain sends from a call-time model "
+                   "of the merged calls (the most predicted transitions per second); 'off' lets each chain plan and "
+                   "call alone (default: shared)")

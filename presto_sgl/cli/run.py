@@ -26,12 +26,13 @@ from ..evaluation.results import aggregate, write_results
 from ..evaluation.rundir import RunDir
 from ..methods import Method
 from ..pool import ChainPool, Ticket
+from ..scheduler import Scheduler
 from ..resume import Checkpoint, read_checkpoint, truncate
 from ..tasks.base import Problem
 from ..tasks.registry import NAMES, load_task
 from ..trace import TraceWriter
 from .common import PROG, UsageError, cli_message, flag
-from .options import add_engine_options, add_method_options, build, model_name
+from .options import add_engine_options, add_method_options, add_scheduler_flag, build, model_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "'powermh PreSTO step N_pf=20'); part of the run's config")
     p.add_argument("--workers", type=int, default=None,
                    help="chains in flight (default: 8 on a server engine, 1 in process)")
+    add_scheduler_flag(p)
     p.add_argument("--rescore", choices=("engine", "local", "off"), default="engine",
                    help="rescore each response under p0 for the log-likelihood statistic: 'engine' through the "
                    "sampling engine itself (one scoring pass; the confidence's entropies from it on the embedded and "
@@ -189,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
             bar.set_postfix_str(f"accuracy {right / n:.1%}" if n else "", refresh=False)
             bar.update(1)
 
-    pool, ticket = ChainPool(workers, len(todo)), Ticket(math.inf)
+    scheduler = Scheduler.for_sampler(sampler) if args.scheduler == "shared" and workers > 1 else None
+    pool, ticket = ChainPool(workers, len(todo), scheduler), Ticket(math.inf)
     try:
         futures = pool.submit(ticket, [lambda c=c: one(*c) for c in todo]) or []
         finished, _ = wait(futures, return_when=FIRST_EXCEPTION)

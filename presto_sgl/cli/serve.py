@@ -15,7 +15,7 @@ from .. import registry
 from ..errors import EngineError
 from .common import PROG, UsageError, cli_message
 from .engines import ENGINES
-from .options import add_engine_options, add_method_options, method_config, model_name
+from .options import add_engine_options, add_method_options, add_scheduler_flag, method_config, model_name
 
 DEFAULT_PORT = 8300
 
@@ -44,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      "`presto.seed`)")
     srv.add_argument("--concurrency", type=int, default=None,
                      help="chains running at once (default: 8 on a server engine, 1 in process)")
+    add_scheduler_flag(srv)
     srv.add_argument("--queue-size", type=int, default=64,
                      help="chains that may wait for a free slot; beyond it requests get 429 (default: 64)")
     srv.add_argument("--max-n", type=int, default=16, help="most chains (n) per request (default: 16)")
@@ -61,6 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _service(args: argparse.Namespace):
     """The service and its timeout, or a UsageError naming the flag."""
     from ..pool import ChainPool
+    from ..scheduler import Scheduler
     from ..serve.params import Defaults
     from ..serve.service import Service
 
@@ -78,7 +80,7 @@ def _service(args: argparse.Namespace):
     concurrency = args.concurrency
     if concurrency is None:
         concurrency = 8 if args.engine in ("sglang", "vllm") else 1
-    pool = ChainPool(concurrency, args.queue_size)
+    pool = ChainPool(concurrency, args.queue_size, Scheduler(engine) if args.scheduler == "shared" and concurrency > 1 else None)
     name = args.served_model_name or served_name(model_name(engine, args))
     return Service(engine, defaults, pool, name)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..config import PrestoConfig
 from ..registry import RuleSpec, register_rule
-from .base import PlannedRequest, Planner, RoundContext, RoundFeedback, SequentialPlanner
+from .base import PlannedRequest, Planner, PlanOffer, RoundContext, RoundFeedback, SequentialPlanner, offer_of
 from .bfs import BFSPlanner
 from .costaware import CostAwareStepPlanner
 from .pathcost import CostAwarePathPlanner
@@ -25,6 +25,7 @@ __all__ = [
     "BFSPlanner",
     "CostAwarePathPlanner",
     "CostAwareStepPlanner",
+    "PlanOffer",
     "PlannedRequest",
     "Planner",
     "PredictivePlanner",
@@ -32,6 +33,7 @@ __all__ = [
     "RoundFeedback",
     "SequentialPlanner",
     "StepPlanner",
+    "offer_of",
 ]
 
 

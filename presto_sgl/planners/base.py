@@ -33,6 +33,24 @@ class PlannedRequest:
 
 
 @dataclass(frozen=True)
+class PlanOffer:
+    """What a round could send, for a shared scheduler (:mod:`presto_sgl.scheduler`): the
+    planner's full batch in an order whose every prefix is a valid batch (the first is the
+    decision the walk needs next), ``values[n-1]`` the predicted proposals used of the first
+    n (None: no prediction), ``preferred`` the n the planner picks alone."""
+
+    batch: list[PlannedRequest]
+    values: tuple[float, ...] | None = None
+    preferred: int | None = None
+
+
+def offer_of(planner: Planner, ctx: RoundContext) -> PlanOffer:
+    """The planner's offer (its ``offer`` method), or its plan sent whole."""
+    offer = getattr(planner, "offer", None)
+    return offer(ctx) if offer is not None else PlanOffer(planner.plan(ctx))
+
+
+@dataclass(frozen=True)
 class RoundFeedback:
     """What a round taught the planner: the realized decisions and the call's cost.
 
@@ -44,6 +62,7 @@ class RoundFeedback:
     decisions: tuple[tuple[int, float], ...]  # (cut, log A) of each transition walked
     requests: tuple[tuple[int, int], ...]  # (prefix length, new tokens) of each request sent
     time_s: float  # wall time of the engine call (0 when no request was sent)
+    timed: bool = True  # False: the call was a shared scheduler's merged call (it fits the time model)
 
     def observations(self) -> list[Observation]:
         """The realized decisions as a predictor sees them: (c/T, eps-certainty class)."""

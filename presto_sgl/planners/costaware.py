@@ -39,13 +39,14 @@ exact.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import random
 import threading
 from collections.abc import Sequence
 
 from ..predictor.certainty import Predictor, h_plus
-from .base import PlannedRequest, RoundContext, RoundFeedback
+from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback
 from .rollout import Outcome, RoundModel
 from .step import StepPlanner
 from .timemodel import CallTimeModel
@@ -205,8 +206,35 @@ class CostAwareStepPlanner(StepPlanner):
         batch = super().plan(ctx)
         return batch[: self.choose(ctx, batch)] if batch else batch
 
+    def use_probabilities(self, ctx: RoundContext, batch: Sequence[PlannedRequest]) -> list[float]:
+        """P(the proposal of each batch request is used), this round or a later one of the
+        stage: no accept at an earlier depth i invalidates it (c_d > c_i + G_i), whatever
+        the later rounds send. Over the same sampled futures as the rollout."""
+        rm, idx = self.model(ctx, batch)
+        rng = random.Random(f"{self.seed}/{ctx.k0}/{ctx.remaining}/{ctx.root.length}")
+        outcomes = rm.sampled_outcomes(self.samples, rng)
+        used = [0.0] * len(idx)
+        for bits, gaps, w in outcomes:
+            dead = 0
+            for i in range(max(idx, default=0)):
+                if bits >> i & 1:
+                    dead |= rm.later(i, gaps[i])
+            for j, d in enumerate(idx):
+                if not dead >> d & 1:
+                    used[j] += w
+        return used
+
+    def offer(self, ctx: RoundContext) -> PlanOffer:
+        """The full step batch, V(n) = sum of the first n use probabilities, and n*."""
+        self._learn_match(ctx)
+        batch = super().plan(ctx)
+        if not batch:
+            return PlanOffer(batch)
+        values = tuple(itertools.accumulate(self.use_probabilities(ctx, batch)))
+        return PlanOffer(batch, values, self.choose(ctx, batch))
+
     def observe(self, feedback: RoundFeedback) -> None:
         """Refit the time model on the call; pass the realized decisions to the predictor."""
-        if feedback.requests:
+        if feedback.requests and feedback.timed:
             self.time_model.observe([new for _, new in feedback.requests], feedback.time_s)
         self.predictor.observe(feedback.observations())

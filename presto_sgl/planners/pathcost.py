@@ -23,12 +23,13 @@ and call times, never a proposal's content, so the chain stays exact.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
 from ..config import Keying
 from ..predictor.certainty import Predictor, h_plus
-from .base import PlannedRequest, RoundContext, RoundFeedback, Stateless
+from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback, Stateless
 from .bfs import BFSPlanner
 from .costaware import EXPLORE
 from .predictive import allocate, candidate_tree
@@ -78,20 +79,36 @@ class CostAwarePathPlanner(Stateless):
             out += [T - p.cut] * len(ctx.kernel.suffix_draws(p.cut, T, ctx.draws(p.decision)))
         return out
 
-    def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
-        options = self.options(ctx)
-        if not options:
-            return []
+    def _choice(self, ctx: RoundContext, options: list[tuple[float, list[PlannedRequest]]]) -> int:
+        """Index of the option sent: an exploration fraction during the first calls, else b*."""
         calls = self.time_model.calls
         if calls < len(self.explore):
-            return options[min(len(options), max(1, math.ceil(self.explore[calls] * ctx.budget))) - 1][1]
+            return min(len(options), max(1, math.ceil(self.explore[calls] * ctx.budget))) - 1
         rates = [value / self.time_model.predict(self.rows(ctx, batch)) for value, batch in options]
-        best = max(range(len(options)), key=lambda i: (rates[i], -i))
-        return options[best][1]
+        return max(range(len(options)), key=lambda i: (rates[i], -i))
+
+    def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
+        options = self.options(ctx)
+        return options[self._choice(ctx, options)][1] if options else []
+
+    def offer(self, ctx: RoundContext) -> PlanOffer:
+        """The budget-N batch in an order whose prefixes are optimal (BFS order; for
+        predictive the heaviest candidates best-first, an optimal selection of every size:
+        see :mod:`.predictive`), V(n) their summed weights, and b*."""
+        options = self.options(ctx)
+        if not options:
+            return PlanOffer([])
+        if self.rule == "bfs":
+            batch, values = options[-1][1], tuple(v for v, _ in options)
+        else:
+            nodes = candidate_tree(ctx, self.predictor, ctx.budget)
+            batch = [PlannedRequest(v.path, v.cut) for v in nodes]
+            values = tuple(itertools.accumulate(v.weight for v in nodes))
+        return PlanOffer(batch, values, self._choice(ctx, options) + 1)
 
     def observe(self, feedback: RoundFeedback) -> None:
         """Refit the time model on the call; pass the realized decisions to the predictor."""
-        if feedback.requests:
+        if feedback.requests and feedback.timed:
             self.time_model.observe([new for _, new in feedback.requests], feedback.time_s)
         self.predictor.observe(feedback.observations())
 

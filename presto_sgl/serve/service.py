@@ -85,6 +85,8 @@ class Service:
                 sampler = Sampler(self.engine, job.config, job.presto)
             except ValueError as exc:  # CapabilityError: e.g. entropycut on an engine without entropy
                 raise ParamError("method", str(exc)) from None
+            if self.pool.scheduler is not None:
+                self.pool.scheduler.adopt(sampler)
             self._samplers[key] = sampler
             if len(self._samplers) > SAMPLERS_KEPT:
                 self._samplers.popitem(last=False)

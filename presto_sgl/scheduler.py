@@ -1,0 +1,244 @@
+"""The shared scheduler: every chain in flight waits for one engine call per round.
+
+Each chain that needs a model call hands the scheduler an :class:`Offer`: its planner's
+candidate requests in order (a decision's draws form one group) and, when the planner
+predicts them, the cumulative value V(n) of sending the first n groups (expected
+proposals the chain will use: the step rule's carry-over-aware use probability, the path
+rules' reaching weights). A round starts when every chain in flight is waiting (or the
+oldest has waited ``max_wait_s``); the scheduler picks n_i >= 1 groups of each offer to
+maximize predicted transitions per second of the merged call,
+
+    max_{n_i >= 1}  sum_i V_i(n_i) / t(all rows of the call),
+
+greedily (one group at a time, the best ratio first, while the ratio improves), with
+t the :class:`~presto_sgl.planners.timemodel.CallTimeModel` fitted on the calls the
+engine actually ran (every chain's rows together, so the model sees the load). An offer
+without values is sent whole (and counts one transition: its first group's). With one chain waiting the chain's own choice stands (the
+per-chain cost-aware budget: its rollout on this same model), so one chain in flight is
+the per-chain rule. The first calls explore fixed fractions of every offer, as the
+per-chain planners do.
+
+Exactness: a chain gets a prefix of its own batch with at least its first group (the
+decision its walk needs next); which prefix depends only on cuts, predictions and call
+times, never on a proposal's content, so every chain is the sequential chain of its keys.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from .engines.base import Completion, Engine, Request
+from .errors import ConfigError, EngineError
+from .planners.costaware import EXPLORE
+from .planners.timemodel import MIN_TIME_S, CallTimeModel
+
+_local = threading.local()
+
+
+def current() -> Scheduler | None:
+    """The scheduler of the calling chain's thread (None outside a scheduled chain)."""
+    return getattr(_local, "scheduler", None)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A chain's candidate requests: ``groups[j]`` the draws of its j-th planned decision,
+    ``values[n-1]`` = V(n) (None: send every group), ``preferred`` the chain's own n."""
+
+    groups: tuple[tuple[Request, ...], ...]
+    values: tuple[float, ...] | None = None
+    preferred: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.groups or any(not g for g in self.groups):
+            raise ValueError("an offer needs at least one group, each of at least one request")
+        if self.values is not None and len(self.values) != len(self.groups):
+            raise ValueError(f"{len(self.values)} values for {len(self.groups)} groups")
+        if self.preferred is not None and not 1 <= self.preferred <= len(self.groups):
+            raise ValueError(f"preferred {self.preferred} outside 1..{len(self.groups)}")
+
+
+@dataclass
+class _Entry:
+    offer: Offer
+    since: float
+    taken: int = 0
+    completions: list[Completion] | None = None
+    elapsed: float = 0.0
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass
+class SchedulerStats:
+    calls: int = 0  # merged engine calls
+    offers: int = 0  # chain rounds served
+    rows: int = 0  # requests sent
+    offered_rows: int = 0  # requests the offers held
+    call_s: float = 0.0
+    chains_per_call: list[int] = field(default_factory=list)
+
+
+class Scheduler:
+    """One engine call per round for every chain in flight (module docstring)."""
+
+    def __init__(
+        self,
+        engine: Engine,  # the backend itself (not a GuardedEngine: the leader's ticket must not stop the others)
+        time_model: CallTimeModel | None = None,
+        *,
+        max_wait_s: float = 0.05,
+        explore: Sequence[float] = EXPLORE,
+    ) -> None:
+        if not (isinstance(max_wait_s, (int, float)) and 0.0 <= max_wait_s <= 10.0):
+            raise ConfigError("max_wait_s", max_wait_s, f"{{max_wait_s}} (={max_wait_s!r}) must be seconds in [0, 10]")
+        self.engine = engine
+        self.time_model = time_model if time_model is not None else CallTimeModel()
+        self.max_wait_s = float(max_wait_s)
+        self.explore = tuple(explore)
+        self.stats = SchedulerStats()
+        self._cv = threading.Condition()
+        self._active = 0
+        self._pending: list[_Entry] = []
+        self._busy = False
+
+    @classmethod
+    def for_sampler(cls, sampler: object, **options: object) -> Scheduler:
+        """A scheduler for the chains of ``sampler`` (any method): its backend (a
+        GuardedEngine's inner one), its planner's call-time model when it has one (so a
+        chain's own choice, used when it runs alone, sees the merged calls too)."""
+        engine = sampler.engine  # type: ignore[attr-defined]
+        planner = getattr(sampler, "planner", None)
+        return cls(getattr(engine, "inner", engine), getattr(planner, "time_model", None), **options)  # type: ignore[arg-type]
+
+    def adopt(self, sampler: object) -> None:
+        """Make ``sampler``'s planner plan on this scheduler's call-time model (a sampler made
+        after the scheduler: serve's per-config samplers)."""
+        planner = getattr(sampler, "planner", None)
+        if planner is not None and hasattr(planner, "time_model"):
+            planner.time_model = self.time_model
+
+    @contextmanager
+    def chain(self) -> Iterator[None]:
+        """Run the body (one chain) on this thread under the scheduler."""
+        if current() is not None:
+            raise RuntimeError("this thread already runs a scheduled chain")
+        with self._cv:
+            self._active += 1
+        _local.scheduler = self
+        try:
+            yield
+        finally:
+            _local.scheduler = None
+            with self._cv:
+                self._active -= 1
+                self._cv.notify_all()
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        """Every request, in the next round (a call the chain cannot split: extensions, scoring)."""
+        if not requests:
+            return []
+        _, completions, _ = self.submit(Offer((tuple(requests),)))
+        return completions
+
+    def submit(self, offer: Offer) -> tuple[int, list[Completion], float]:
+        """Wait for the round that serves ``offer``: (groups taken, their completions in
+        order, the merged call's seconds)."""
+        entry = _Entry(offer, time.monotonic())
+        with self._cv:
+            self._pending.append(entry)
+            self._cv.notify_all()
+            while not entry.done:
+                if self._busy or not self._pending:
+                    self._cv.wait()
+                    continue
+                waited = time.monotonic() - self._pending[0].since
+                if len(self._pending) < self._active and waited < self.max_wait_s:
+                    self._cv.wait(self.max_wait_s - waited)
+                    continue
+                batch, self._pending, self._busy = self._pending, [], True
+                self._cv.release()
+                try:
+                    self._serve(batch)
+                finally:
+                    self._cv.acquire()
+                    self._busy = False
+                    self._cv.notify_all()
+        if entry.error is not None:
+            raise entry.error
+        assert entry.completions is not None
+        return entry.taken, entry.completions, entry.elapsed
+
+    def _serve(self, batch: list[_Entry]) -> None:
+        """Choose, call once, hand every entry its completions (or the call's error)."""
+        try:
+            taken = self.choose([e.offer for e in batch])
+            requests = [r for e, n in zip(batch, taken) for g in e.offer.groups[:n] for r in g]
+            t0 = time.perf_counter()
+            completions = self.engine.generate(requests)
+            elapsed = time.perf_counter() - t0
+            if len(completions) != len(requests):
+                raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
+            self.time_model.observe([r.max_new_tokens for r in requests], elapsed)
+            s = self.stats
+            s.calls += 1
+            s.offers += len(batch)
+            s.rows += len(requests)
+            s.offered_rows += sum(len(g) for e in batch for g in e.offer.groups)
+            s.call_s += elapsed
+            s.chains_per_call.append(len(batch))
+            j = 0
+            for e, n in zip(batch, taken):
+                rows = sum(len(g) for g in e.offer.groups[:n])
+                e.taken, e.completions, e.elapsed = n, completions[j : j + rows], elapsed
+                j += rows
+        except BaseException as exc:  # every waiting chain sees the call's failure
+            for e in batch:
+                e.error = exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            for e in batch:
+                e.done = True
+
+    def choose(self, offers: Sequence[Offer]) -> list[int]:
+        """Groups taken of each offer (module docstring)."""
+        if len(offers) == 1:
+            o = offers[0]
+            return [len(o.groups) if o.values is None else (o.preferred or len(o.groups))]
+        full = [len(o.groups) if o.values is None else 1 for o in offers]
+        calls = self.time_model.calls
+        if calls < len(self.explore):
+            f = self.explore[calls]
+            return [n if o.values is None else max(1, math.ceil(f * len(o.groups))) for o, n in zip(offers, full)]
+        taken = list(full)
+        rows = [r.max_new_tokens for o, n in zip(offers, taken) for g in o.groups[:n] for r in g]
+        count, steps, tokens = len(rows), max(rows), sum(rows)
+        value = sum(o.values[n - 1] if o.values is not None else 1.0 for o, n in zip(offers, taken))
+        rate = value / self._time(count, steps, tokens)
+        while True:
+            best = None
+            for i, o in enumerate(offers):
+                n = taken[i]
+                if o.values is None or n >= len(o.groups):
+                    continue
+                g = o.groups[n]
+                new = [r.max_new_tokens for r in g]
+                c, st, tk = count + len(new), max(steps, *new), tokens + sum(new)
+                r = (value + o.values[n] - o.values[n - 1]) / self._time(c, st, tk)
+                if best is None or r > best[0]:
+                    best = (r, i, c, st, tk)
+            if best is None or best[0] <= rate:
+                return taken
+            rate, i, count, steps, tokens = best
+            value += offers[i].values[taken[i]] - offers[i].values[taken[i] - 1]
+            taken[i] += 1
+
+    def _time(self, rows: int, steps: int, tokens: int) -> float:
+        th = self.time_model.theta
+        return max(float(th[0] + th[1] * rows + th[2] * steps + th[3] * tokens), MIN_TIME_S)
