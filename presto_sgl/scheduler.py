@@ -10,7 +10,8 @@ maximize predicted transitions per second of the merged call,
 
     max_{n_i >= 1}  sum_i V_i(n_i) / t(all rows of the call),
 
-greedily (one group at a time, the best ratio first, while the ratio improves), with
+greedily (the extension of one offer by one or more groups with the best ratio first,
+while the ratio improves: values need not shrink along an offer), with
 t the :class:`~presto_sgl.planners.timemodel.CallTimeModel` fitted on the calls the
 engine actually ran (every chain's rows together, so the model sees the load). An offer
 without values is sent whole (and counts one transition: its first group's). With one chain waiting the chain's own choice stands (the
@@ -38,6 +39,12 @@ from .planners.costaware import EXPLORE
 from .planners.timemodel import MIN_TIME_S, CallTimeModel
 
 _local = threading.local()
+
+DISPATCH = ("merged", "concurrent")
+"""merged: one engine call per round (engines that run one call at a time: embedded,
+reference); concurrent: each chain's chosen rows in a call of its own, at once (servers that
+batch concurrent calls continuously: a merged call would hold every chain until the
+longest row of any chain is done)."""
 
 
 def current() -> Scheduler | None:
@@ -82,6 +89,7 @@ class SchedulerStats:
     offered_rows: int = 0  # requests the offers held
     call_s: float = 0.0
     chains_per_call: list[int] = field(default_factory=list)
+    taken: list[tuple[tuple[int, int], ...]] = field(default_factory=list)  # per call: (groups sent, offered) per chain
 
 
 class Scheduler:
@@ -94,7 +102,12 @@ class Scheduler:
         *,
         max_wait_s: float = 0.05,
         explore: Sequence[float] = EXPLORE,
+        dispatch: str = "merged",
     ) -> None:
+        if dispatch not in DISPATCH:
+            raise ConfigError("dispatch", dispatch, f"{{dispatch}} (={dispatch!r}) must be one of {DISPATCH}")
+        self.dispatch = dispatch
+        self.load = LoadModel()
         if not (isinstance(max_wait_s, (int, float)) and 0.0 <= max_wait_s <= 10.0):
             raise ConfigError("max_wait_s", max_wait_s, f"{{max_wait_s}} (={max_wait_s!r}) must be seconds in [0, 10]")
         self.engine = engine
@@ -114,7 +127,9 @@ class Scheduler:
         chain's own choice, used when it runs alone, sees the merged calls too)."""
         engine = sampler.engine  # type: ignore[attr-defined]
         planner = getattr(sampler, "planner", None)
-        return cls(getattr(engine, "inner", engine), getattr(planner, "time_model", None), **options)  # type: ignore[arg-type]
+        inner = getattr(engine, "inner", engine)
+        options.setdefault("dispatch", dispatch_for(inner))
+        return cls(inner, getattr(planner, "time_model", None), **options)  # type: ignore[arg-type]
 
     def adopt(self, sampler: object) -> None:
         """Make ``sampler``'s planner plan on this scheduler's call-time model (a sampler made
@@ -147,8 +162,9 @@ class Scheduler:
         return completions
 
     def submit(self, offer: Offer) -> tuple[int, list[Completion], float]:
-        """Wait for the round that serves ``offer``: (groups taken, their completions in
-        order, the merged call's seconds)."""
+        """Serve ``offer``: (groups taken, their completions in order, the call's seconds)."""
+        if self.dispatch == "concurrent":
+            return self._concurrent(offer)
         entry = _Entry(offer, time.monotonic())
         with self._cv:
             self._pending.append(entry)
@@ -192,6 +208,7 @@ class Scheduler:
             s.offered_rows += sum(len(g) for e in batch for g in e.offer.groups)
             s.call_s += elapsed
             s.chains_per_call.append(len(batch))
+            s.taken.append(tuple((n, len(e.offer.groups)) for e, n in zip(batch, taken)))
             j = 0
             for e, n in zip(batch, taken):
                 rows = sum(len(g) for g in e.offer.groups[:n])
@@ -222,23 +239,121 @@ class Scheduler:
         value = sum(o.values[n - 1] if o.values is not None else 1.0 for o, n in zip(offers, taken))
         rate = value / self._time(count, steps, tokens)
         while True:
-            best = None
+            best = None  # (rate, chain, groups added, rows, steps, tokens)
             for i, o in enumerate(offers):
-                n = taken[i]
-                if o.values is None or n >= len(o.groups):
+                if o.values is None:
                     continue
-                g = o.groups[n]
-                new = [r.max_new_tokens for r in g]
-                c, st, tk = count + len(new), max(steps, *new), tokens + sum(new)
-                r = (value + o.values[n] - o.values[n - 1]) / self._time(c, st, tk)
-                if best is None or r > best[0]:
-                    best = (r, i, c, st, tk)
+                c, st, tk = count, steps, tokens
+                for m in range(taken[i], len(o.groups)):  # extend chain i to m + 1 groups
+                    new = [r.max_new_tokens for r in o.groups[m]]
+                    c, st, tk = c + len(new), max(st, *new), tk + sum(new)
+                    r = (value + o.values[m] - o.values[taken[i] - 1]) / self._time(c, st, tk)
+                    if best is None or r > best[0]:
+                        best = (r, i, m + 1, c, st, tk)
             if best is None or best[0] <= rate:
                 return taken
-            rate, i, count, steps, tokens = best
-            value += offers[i].values[taken[i]] - offers[i].values[taken[i] - 1]
-            taken[i] += 1
+            rate, i, n, count, steps, tokens = best
+            value += offers[i].values[n - 1] - offers[i].values[taken[i] - 1]
+            taken[i] = n
+
+    def _concurrent(self, offer: Offer) -> tuple[int, list[Completion], float]:
+        """The offer's rows in a call of its own, capped by the load (:meth:`LoadModel.cap`)."""
+        with self._cv:
+            others = self.load.rows_in_flight
+            n = self.load.cap(offer, others)
+            requests = [r for g in offer.groups[:n] for r in g]
+            self.load.rows_in_flight += len(requests)
+        t0 = time.perf_counter()
+        try:
+            completions = self.engine.generate(requests)
+        finally:
+            elapsed = time.perf_counter() - t0
+            with self._cv:
+                self.load.rows_in_flight -= len(requests)
+        if len(completions) != len(requests):
+            raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
+        with self._cv:
+            self.load.observe(offer, n, requests, others, elapsed)
+            s = self.stats
+            s.calls += 1
+            s.offers += 1
+            s.rows += len(requests)
+            s.offered_rows += sum(len(g) for g in offer.groups)
+            s.call_s += elapsed
+            s.chains_per_call.append(1)
+            s.taken.append(((n, len(offer.groups)),))
+        return n, completions, elapsed
 
     def _time(self, rows: int, steps: int, tokens: int) -> float:
         th = self.time_model.theta
         return max(float(th[0] + th[1] * rows + th[2] * steps + th[3] * tokens), MIN_TIME_S)
+
+
+def dispatch_for(engine: object) -> str:
+    """``concurrent`` for a server engine (it batches concurrent calls), else ``merged``."""
+    from .engines.server import ServerEngine
+
+    return "concurrent" if isinstance(engine, ServerEngine) else "merged"
+
+
+class LoadModel:
+    """What a continuously batching server costs, for the concurrent dispatch.
+
+    A decode step with R rows in the server takes tau(R) = a + b R (fitted by least squares
+    with a, b >= 0 on each call's seconds per decode step, elapsed / max new tokens, against
+    the rows in the server while it ran: its own plus the others' at send time). A row of L
+    new tokens then costs the server b L seconds of everyone's steps, and the server turns a
+    step into used proposals at the rate of the rows it holds. Under load (b R >> a) a
+    prefetched row pays only if its use probability u is at least the average one's share:
+
+        u_j >= u_bar * b R / (a + b R) * L_j / L_bar,
+
+    with u_bar and L_bar the running means of the rows sent (use probability: the offer's
+    value increment per row; 1 for an offer without values). With no other rows in the
+    server the threshold is b r / (a + b r) of a lone chain's own r rows, small where a
+    step's fixed cost dominates, and the chain's own (rollout) choice stands below it: one
+    chain in flight is the per-chain rule. A chain always sends its first group.
+    """
+
+    def __init__(self) -> None:
+        self.rows_in_flight = 0
+        self._n = 0
+        self._sx = self._sy = self._sxx = self._sxy = 0.0
+        self.a, self.b = 0.0, 0.0
+        self._u_sum, self._l_sum, self._rows = 0.0, 0.0, 0
+
+    def observe(self, offer: Offer, n: int, requests: Sequence[Request], others: int, elapsed: float) -> None:
+        steps = max(r.max_new_tokens for r in requests)
+        x, y = float(others + len(requests)), elapsed / max(1, steps)
+        self._n += 1
+        self._sx += x
+        self._sy += y
+        self._sxx += x * x
+        self._sxy += x * y
+        var = self._sxx - self._sx * self._sx / self._n
+        b = (self._sxy - self._sx * self._sy / self._n) / var if var > 1e-9 else 0.0
+        b = max(b, 0.0)
+        a = max((self._sy - b * self._sx) / self._n, 0.0)
+        self.a, self.b = a, b
+        for j in range(n):
+            u = 1.0 if offer.values is None else offer.values[j] - (offer.values[j - 1] if j else 0.0)
+            for r in offer.groups[j]:
+                self._u_sum += u / len(offer.groups[j])
+                self._l_sum += r.max_new_tokens
+                self._rows += 1
+
+    def cap(self, offer: Offer, others: int) -> int:
+        """Groups of ``offer`` to send with ``others`` rows in the server."""
+        own = len(offer.groups) if offer.values is None else (offer.preferred or len(offer.groups))
+        if offer.values is None or own <= 1 or self._n < 2 or self._rows == 0:
+            return own
+        u_bar, l_bar = self._u_sum / self._rows, self._l_sum / self._rows
+        n = 1
+        for j in range(1, own):
+            rows = others + sum(len(g) for g in offer.groups[:j])
+            load = self.b * rows / (self.a + self.b * rows) if self.a + self.b * rows > 0 else 0.0
+            u = (offer.values[j] - offer.values[j - 1]) / len(offer.groups[j])
+            if any(u < u_bar * load * r.max_new_tokens / l_bar for r in offer.groups[j]):
+                break
+            n = j + 1
+        return n
