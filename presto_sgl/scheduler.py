@@ -272,6 +272,7 @@ class Scheduler:
                 self.load.rows_in_flight -= len(requests)
         if len(completions) != len(requests):
             raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
+        self.time_model.observe([r.max_new_tokens for r in requests], elapsed)  # the chain's own call, as it planned
         with self._cv:
             self.load.observe(offer, n, requests, others, elapsed)
             s = self.stats

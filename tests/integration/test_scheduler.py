@@ -1,0 +1,147 @@
+"""The shared scheduler (presto_sgl.scheduler): exact chains, merged calls, the choice.
+
+Coupling: 8 chains on 8 threads through the scheduler (merged calls; and each chain's
+rows in a call of its own, capped by the load model) end in exactly the states of the
+sequential chains of the same keys, for every kernel x PreSTO rule (seeded reference
+engine). The choice: a chain always gets its first group, a chain alone keeps its own
+choice, under load the rows of low use probability are the ones dropped. Failures reach
+every chain of the call; a chain that leaves never holds a round.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from presto_sgl.engines.base import Request
+from presto_sgl.engines.reference import ReferenceLM
+from presto_sgl.runner import run_prompts
+from presto_sgl.scheduler import LoadModel, Offer, Scheduler, current
+from tests.support.cases import KERNELS, PRESTO_RULES, sequential_sampler
+
+PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [2, 2], [3, 1, 4, 1], [5, 9], [11, 0, 7]]
+SEED = 11
+POWER = dict(alpha=4.0, max_new_tokens=12, block_size=6, steps=6, tries=3)
+COST_AWARE = {"bfs-cost", "predictive-cost", "step-cost"}
+
+
+@pytest.fixture
+def engine(reference_engine):
+    return reference_engine(ReferenceLM(12, sharpness=2.0, seed=3))
+
+
+@pytest.mark.parametrize("dispatch", ["merged", "concurrent"])
+@pytest.mark.parametrize("rule", PRESTO_RULES, ids=str)
+@pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
+def test_scheduled_chains_are_the_sequential_chains(engine, kernel_case, rule, dispatch):
+    cfg, presto = rule.configs(10, **kernel_case.options(**POWER))
+    sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
+    scheduler = Scheduler.for_sampler(sampler, dispatch=dispatch)
+    scheduled = run_prompts(sampler.run, PROMPTS, seed=SEED, workers=8, scheduler=scheduler)
+    seq = sequential_sampler(engine, cfg, kernel_case.make(cfg))
+    for i, (r, p) in enumerate(zip(scheduled, PROMPTS)):
+        assert r.state == seq.run(p, seed=SEED, prompt_id=i).state, f"chain {i} differs"
+    s = scheduler.stats
+    # every request a chain records went through the scheduler (an extension is one request;
+    # a round whose depths were all carried over sends none)
+    assert s.rows == sum(r.metrics.requests_issued + r.metrics.extend_calls for r in scheduled)
+    assert s.offers <= sum(r.metrics.model_calls + r.metrics.extend_calls for r in scheduled)
+    assert s.rows <= s.offered_rows
+    assert 0 < sum(r.metrics.accepted for r in scheduled) < sum(r.metrics.transitions for r in scheduled)
+    if dispatch == "merged":
+        assert max(s.chains_per_call) > 1 and s.calls < s.offers  # calls were merged
+        if rule.name in COST_AWARE:
+            assert s.rows < s.offered_rows  # and chosen: some offered rows were not sent
+
+
+def _offer(lengths: list[int], values: list[float] | None, preferred: int | None = None) -> Offer:
+    groups = tuple((Request((1,), n, 1.0, None),) for n in lengths)
+    return Offer(groups, tuple(values) if values is not None else None, preferred)
+
+
+def _fitted(theta: tuple[float, float, float, float]) -> Scheduler:
+    s = Scheduler(engine=None, explore=())  # type: ignore[arg-type]
+    s.time_model.theta[:] = theta
+    return s
+
+
+def test_choose_keeps_the_first_group_and_a_lone_chains_choice():
+    s = _fitted((0.0, 0.0, 0.0, 1.0))  # pure per-token cost: extra rows never pay
+    offers = [_offer([8, 8, 8], [1.0, 1.2, 1.3]), _offer([4, 4], [1.0, 1.1]), _offer([8, 8], None)]
+    assert s.choose(offers) == [1, 1, 2]  # first groups; an offer without values goes whole
+    assert s.choose([_offer([8, 8, 8], [1.0, 1.2, 1.3], preferred=3)]) == [3]  # alone: its own n
+
+
+def test_choose_sends_rows_that_pay_and_skips_low_values_before_high_ones():
+    s = _fitted((1.0, 0.0, 0.0, 0.01))  # a call's fixed cost dominates: rows are cheap
+    assert s.choose([_offer([8] * 4, [1.0, 2.0, 3.0, 4.0]), _offer([8] * 2, [1.0, 2.0])]) == [4, 2]
+    s = _fitted((0.1, 0.0, 0.0, 0.1))
+    # the second group is nearly worthless but the third is sure: the extension to 3 pays
+    got = s.choose([_offer([1, 1, 1], [1.0, 1.01, 2.5]), _offer([1, 1], [1.0, 1.01])])
+    assert got == [3, 1]
+
+
+def test_explore_fractions_before_the_model_is_fitted():
+    s = Scheduler(engine=None)  # type: ignore[arg-type]
+    offers = [_offer([4] * 8, [float(i + 1) for i in range(8)]), _offer([4] * 2, [1.0, 2.0])]
+    assert s.choose(offers) == [8, 2]  # first call: everything
+    s.time_model.calls = 1
+    assert s.choose(offers) == [1, 1]
+
+
+def test_load_model_fits_step_cost_and_caps_only_under_load():
+    m = LoadModel()
+    offer = _offer([10] * 4, [1.0, 1.5, 1.8, 1.9], preferred=4)
+    for rows_other, per_step in ((0, 0.05), (20, 0.09), (60, 0.17)):  # tau(R) = 0.05 + 0.002 R (own 4 rows)
+        m.observe(offer, 4, [g[0] for g in offer.groups], rows_other, 10 * (0.05 + 0.002 * (rows_other + 4)))
+    assert m.a == pytest.approx(0.05, abs=1e-9) and m.b == pytest.approx(0.002, abs=1e-9)
+    assert m.cap(offer, 0) == 4  # alone: the chain's own choice
+    assert m.cap(offer, 500) == 2  # under load: rows below the average use share are dropped
+    assert m.cap(_offer([10] * 2, None), 500) == 2  # no values: sent whole
+
+
+class _Failing:
+    def __init__(self) -> None:
+        self.capabilities = None
+
+    def generate(self, requests):
+        time.sleep(0.05)
+        raise RuntimeError("backend down")
+
+
+def test_a_failed_call_reaches_every_chain_in_it_and_a_leaving_chain_frees_the_round():
+    s = Scheduler(_Failing(), max_wait_s=5.0)
+    errors: list[str] = []
+    started = threading.Barrier(3)
+
+    def chain() -> None:
+        with s.chain():
+            started.wait()
+            try:
+                s.generate([Request((1,), 2, 1.0, None)])
+            except RuntimeError as exc:
+                errors.append(str(exc))
+
+    def leaver() -> None:  # registered, then gone without a call: the round must not wait 5 s for it
+        with s.chain():
+            started.wait()
+
+    threads = [threading.Thread(target=chain), threading.Thread(target=chain), threading.Thread(target=leaver)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert errors == ["backend down", "backend down"]
+    assert time.monotonic() - t0 < 2.0
+    assert current() is None and s.stats.calls == 0
+
+
+def test_one_thread_runs_one_scheduled_chain():
+    s = Scheduler(_Failing())
+    with s.chain():
+        with pytest.raises(RuntimeError, match="already runs"):
+            with s.chain():
+                pass
