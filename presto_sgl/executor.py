@@ -19,7 +19,8 @@ from .keys import ChainKeys, DecisionDraws, DecisionId
 from .metrics import CallRecord, NodeRecord, RequestRecord
 from .planners import Planner, PlannedRequest, RoundContext, RoundFeedback, offer_of
 from .proposals import ProposalStore, StoredProposal
-from .scheduler import Offer, current
+from .offers import Offer
+from .scheduler import current
 from .state import ChainState
 from .trace import TraceWriter
 from .walker import walk

@@ -10,7 +10,9 @@ registered rule and kernel), through the token-level :class:`SGLangEngine` on th
 backend (its ``RuntimeEndpoint`` URL; ``engine=`` replaces it). It composes like
 ``sgl.gen``: ``s["answer"]`` and ``s.get_meta_info("answer")`` are set, the answer's text is
 appended to the program, ``.run``, ``.run_batch(num_threads=N)`` and ``s.fork(n)`` (one chain
-per fork) work; :mod:`presto_sgl.interpreter` has the two interpreter hooks this takes.
+per fork) work; :mod:`presto_sgl.interpreter` has the two interpreter hooks this takes. The
+chains of one engine that run at once (forks, run_batch's threads) share its scheduler
+(:mod:`presto_sgl.scheduler`: prefetching capped by the server's load).
 
 ``sgl.gen``'s vocabulary: ``max_tokens`` caps the answer. The chain's response length T is
 ``max_tokens`` rounded up to a multiple of ``block_size`` (default ``min(16, max_tokens)``)
@@ -42,12 +44,14 @@ group or a list of states), still runs, with a DeprecationWarning.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
 import secrets
 import threading
 import warnings
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -61,6 +65,7 @@ from .methods import Method
 from .options import MethodConfig, make_method
 from .options import method_config as _method_config
 from .program_state import GenSpec, prompt_ids, record
+from .scheduler import Scheduler, current, dispatch_for
 
 REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: what to do instead
     "regex": "constrained decoding would change the target", "json_schema": "constrained decoding would change the target",
@@ -76,6 +81,7 @@ REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: wh
 
 _engines: dict[str, SGLangEngine] = {}
 _engines_lock = threading.Lock()
+_schedulers: weakref.WeakKeyDictionary[Any, Scheduler] = weakref.WeakKeyDictionary()
 
 
 class PowerGen:
@@ -230,7 +236,10 @@ def _run(executor: Any, spec: GenSpec) -> None:
     place = interpreter.next_call(executor)
     seed = spec.seed if spec.seed is not None else secrets.randbits(63)
     chain_id = spec.chain_id if spec.chain_id is not None else hash64("power_gen", place.path, place.calls) & SEED_MASK
-    result = chain.run(ids, seed=seed, prompt_id=chain_id)
+    scheduler = _scheduler_for(eng)
+    scheduler.adopt(chain)
+    with scheduler.chain() if current() is None else contextlib.nullcontext():
+        result = chain.run(ids, seed=seed, prompt_id=chain_id)
     record(executor, spec, eng, chain, text, ids, source, result, seed, chain_id)
 
 
@@ -289,6 +298,15 @@ def _check_prompt(method: Method, ids: Sequence[int], name: str) -> None:
         raise ValueError(
             f"{where}: its prompt is the program text before it ({len(ids)} tokens) and cannot be sampled from: {exc}{hint}"
         ) from exc
+
+
+def _scheduler_for(engine: Any) -> Scheduler:
+    """The shared scheduler of an engine: the chains of a program's forks and of run_batch's
+    threads that run at once share it (:mod:`presto_sgl.scheduler`)."""
+    with _engines_lock:
+        if engine not in _schedulers:
+            _schedulers[engine] = Scheduler(engine, dispatch=dispatch_for(engine))
+        return _schedulers[engine]
 
 
 def _engine_for(backend: Any) -> SGLangEngine:
