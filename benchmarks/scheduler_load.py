@@ -133,15 +133,20 @@ def row(r: dict) -> str:
 def report(data: dict) -> str:
     runs = data["runs"]
     lines = [f"machine: {data['machine']}", "",
-             "| server | kernel | in flight | mode | transitions/s | vs sequential | p50 latency s (vs seq) | p90 latency s | tr/call |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| server | kernel | in flight | mode | transitions/s | vs sequential | p50 latency s (vs seq) | p90 latency s "
+             "| per-prompt speedup, median (range) | tr/call |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         seq = next((s for s in runs if s["mode"] == "sequential" and s["inflight"] == r["inflight"]
                     and s["kernel"] == r["kernel"] and s["server"] == r["server"]), None)
         ratio = f"{r['transitions_per_s'] / seq['transitions_per_s']:.2f}x" if seq else "-"
         lat = f"{r['latency_p50_s']} ({r['latency_p50_s'] / seq['latency_p50_s']:.2f}x)" if seq else str(r["latency_p50_s"])
+        per = "-"
+        if seq and seq is not r:
+            sp = [a / b for a, b in zip(seq["latency_s"], r["latency_s"], strict=True)]
+            per = f"{statistics.median(sp):.2f} ({min(sp):.2f}-{max(sp):.2f})"
         lines.append(f"| {r['server']} | {r['kernel']} | {r['inflight']} | {r['mode']} | {r['transitions_per_s']:.3f} | "
-                     f"{ratio} | {lat} | {r['latency_p90_s']} | {r['transitions_per_call']:.2f} |")
+                     f"{ratio} | {lat} | {r['latency_p90_s']} | {per} | {r['transitions_per_call']:.2f} |")
     return "\n".join(lines)
 
 

@@ -65,7 +65,7 @@ from .methods import Method
 from .options import MethodConfig, make_method
 from .options import method_config as _method_config
 from .program_state import GenSpec, prompt_ids, record
-from .scheduler import Scheduler, current, dispatch_for
+from .scheduler import Scheduler, current
 
 REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: what to do instead
     "regex": "constrained decoding would change the target", "json_schema": "constrained decoding would change the target",
@@ -305,7 +305,7 @@ def _scheduler_for(engine: Any) -> Scheduler:
     threads that run at once share it (:mod:`presto_sgl.scheduler`)."""
     with _engines_lock:
         if engine not in _schedulers:
-            _schedulers[engine] = Scheduler(engine, dispatch=dispatch_for(engine))
+            _schedulers[engine] = Scheduler(engine)
         return _schedulers[engine]
 
 

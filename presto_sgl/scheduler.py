@@ -43,10 +43,11 @@ from .planners.timemodel import MIN_TIME_S, CallTimeModel
 _local = threading.local()
 
 DISPATCH = ("merged", "concurrent")
-"""merged: one engine call per round (engines that run one call at a time: embedded,
-reference); concurrent: each chain's chosen rows in a call of its own, at once (servers that
-batch concurrent calls continuously: a merged call would hold every chain until the
-longest row of any chain is done)."""
+"""``auto`` (the default) picks by the engine (:func:`dispatch_for`). merged: one engine call
+per round (engines that run one call at a time: embedded, reference); concurrent: each
+chain's chosen rows in a call of its own, at once (servers that batch concurrent calls
+continuously: a merged call would hold every chain until the longest row of any chain is
+done)."""
 
 
 def current() -> Scheduler | None:
@@ -86,11 +87,11 @@ class Scheduler:
         *,
         max_wait_s: float = 0.05,
         explore: Sequence[float] = EXPLORE,
-        dispatch: str = "merged",
+        dispatch: str = "auto",
     ) -> None:
-        if dispatch not in DISPATCH:
-            raise ConfigError("dispatch", dispatch, f"{{dispatch}} (={dispatch!r}) must be one of {DISPATCH}")
-        self.dispatch = dispatch
+        if dispatch not in (*DISPATCH, "auto"):
+            raise ConfigError("dispatch", dispatch, f"{{dispatch}} (={dispatch!r}) must be one of {DISPATCH} or 'auto'")
+        self.dispatch = dispatch_for(engine) if dispatch == "auto" else dispatch
         self.load = LoadModel()
         if not (isinstance(max_wait_s, (int, float)) and 0.0 <= max_wait_s <= 10.0):
             raise ConfigError("max_wait_s", max_wait_s, f"{{max_wait_s}} (={max_wait_s!r}) must be seconds in [0, 10]")
@@ -112,7 +113,6 @@ class Scheduler:
         engine = sampler.engine  # type: ignore[attr-defined]
         planner = getattr(sampler, "planner", None)
         inner = getattr(engine, "inner", engine)
-        options.setdefault("dispatch", dispatch_for(inner))
         return cls(inner, getattr(planner, "time_model", None), **options)  # type: ignore[arg-type]
 
     def adopt(self, sampler: object) -> None:

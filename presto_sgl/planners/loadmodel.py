@@ -22,9 +22,8 @@ class LoadModel:
 
     with u_bar and L_bar the running means of the rows sent (use probability: the offer's
     value increment per row; 1 for an offer without values). With no other rows in the
-    server the threshold is b r / (a + b r) of a lone chain's own r rows, small where a
-    step's fixed cost dominates, and the chain's own (rollout) choice stands below it: one
-    chain in flight is the per-chain rule. A chain always sends its first group.
+    server the chain's own (rollout) choice stands: one chain in flight is the per-chain
+    rule. A chain always sends its first group.
     """
 
     def __init__(self) -> None:
@@ -57,8 +56,8 @@ class LoadModel:
     def cap(self, offer: Offer, others: int) -> int:
         """Groups of ``offer`` to send with ``others`` rows in the server."""
         own = len(offer.groups) if offer.values is None else (offer.preferred or len(offer.groups))
-        if offer.values is None or own <= 1 or self._n < 2 or self._rows == 0:
-            return own
+        if offer.values is None or own <= 1 or others == 0 or self._n < 2 or self._rows == 0:
+            return own  # nothing to share: no other chain's rows in the server, or no fit yet
         u_bar, l_bar = self._u_sum / self._rows, self._l_sum / self._rows
         n = 1
         for j in range(1, own):

@@ -20,15 +20,19 @@ from presto_sgl.engines.base import Engine
 from presto_sgl.serve.app import create_app
 from presto_sgl.serve.params import Defaults
 from presto_sgl.pool import ChainPool
+from presto_sgl.scheduler import Scheduler
 from presto_sgl.serve.service import Service
 from .mutants import cli_command
 from .servers import free_port
 
 
 def make_service(engine: Engine, model: str = "test-model", *, concurrency: int = 2, queue_size: int = 8,
-                 seed: int | None = None, max_n: int = 16, rule: str = "step", **power) -> Service:
+                 seed: int | None = None, max_n: int = 16, rule: str = "step", scheduler: bool = False,
+                 **power) -> Service:
+    """A service as ``presto-sgl serve`` builds it; ``scheduler``: with the shared scheduler."""
     config, presto = sampling_configs(rule, **({"max_new_tokens": 16, "block_size": 8, "steps": 3} | power))
-    return Service(engine, Defaults(config, presto, seed=seed, max_n=max_n), ChainPool(concurrency, queue_size), model)
+    pool = ChainPool(concurrency, queue_size, Scheduler(engine) if scheduler else None)
+    return Service(engine, Defaults(config, presto, seed=seed, max_n=max_n), pool, model)
 
 
 @contextlib.contextmanager

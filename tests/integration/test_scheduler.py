@@ -147,3 +147,21 @@ def test_one_thread_runs_one_scheduled_chain():
         with pytest.raises(RuntimeError, match="already runs"):
             with s.chain():
                 pass
+
+
+def test_serve_with_the_scheduler_answers_as_without():
+    """presto-sgl serve's chains through the scheduler (4 chains of a request at once, merged
+    calls) give the answers the chains give alone: same seed, same texts."""
+    from presto_sgl.testing.serving import client, make_service, serving
+    from tests.integration.test_serve import PROMPT, reference
+
+    answers = {}
+    for scheduled in (False, True):
+        service = make_service(reference(), "reference", concurrency=4, scheduler=scheduled, rule="step", cost_aware=True)
+        with serving(service) as url:
+            r = client(url).completions.create(model="reference", prompt=PROMPT, max_tokens=16, n=4,
+                                               extra_body={"seed": 5})
+        answers[scheduled] = [c.text for c in r.choices]
+        if scheduled:
+            assert max(service.pool.scheduler.stats.chains_per_call) > 1
+    assert answers[True] == answers[False] and len(set(answers[True])) > 1
