@@ -90,13 +90,15 @@ def validate_completion(request: Request, completion: Completion, vocab_size: in
     bad = {k: v for k, v in lengths.items() if v != n}
     if bad:
         raise EngineError(f"engine returned wrong lengths {bad} for a request of {n} new tokens")
-    for t in completion.tokens:
-        if not (0 <= t < vocab_size):
-            raise EngineError(f"engine returned token id {t} outside the vocabulary [0, {vocab_size})")
+    tokens = completion.tokens
+    if tokens and (min(tokens) < 0 or max(tokens) >= vocab_size):  # C loops; the Python one only to name it
+        t = next(t for t in tokens if not 0 <= t < vocab_size)
+        raise EngineError(f"engine returned token id {t} outside the vocabulary [0, {vocab_size})")
     values = {"logq": completion.logq, "logp": completion.logp}
     if request.score_temperatures and completion.logq_at is not None:
         values["logq_at"] = [v for row in completion.logq_at for v in row]
     for name, vs in values.items():
-        for v in vs:
-            if math.isnan(v) or v > 1e-6:
-                raise EngineError(f"engine returned {name} value {v}: log-probabilities must be <= 0 and not NaN")
+        # a NaN makes the sum NaN (values are <= 0 unless max says otherwise, so no inf - inf)
+        if vs and (max(vs) > 1e-6 or math.isnan(sum(vs))):
+            v = next(v for v in vs if math.isnan(v) or v > 1e-6)
+            raise EngineError(f"engine returned {name} value {v}: log-probabilities must be <= 0 and not NaN")
