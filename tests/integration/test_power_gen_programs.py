@@ -134,7 +134,9 @@ def test_forks_run_one_chain_each_and_are_read_back(backend):
 def test_run_batch_draws_fresh_chains_and_one_replays_by_its_seed(backend, tiny):
     """16 programs of a run_batch on the same question: 16 distinct (seed, chain id) keys and
     not one answer for all; replaying one by its recorded seed and chain id gives it token for
-    token (the seeded embedded engine); with a seed, reruns repeat and calls differ."""
+    token (the seeded embedded engine; its log p0 to 1e-4: run_batch's chains share merged calls
+    of the shared scheduler, and a row's float32 logits depend on its batch in the last bits);
+    with a seed, reruns repeat and calls differ."""
     import sglang as sgl
 
     from presto_sgl.frontend import power_gen
@@ -152,7 +154,8 @@ def test_run_batch_draws_fresh_chains_and_one_replays_by_its_seed(backend, tiny)
     assert len({tuple(m["output_ids"]) for m in metas}) > 1
     pick = metas[5]
     replay = add.run(seed=pick["seed"], chain_id=pick["chain_id"], backend=backend).get_meta_info("a")
-    assert replay["output_ids"] == pick["output_ids"] and replay["output_token_logp"] == pick["output_token_logp"]
+    assert replay["output_ids"] == pick["output_ids"]
+    assert max(abs(a - b) for a, b in zip(replay["output_token_logp"], pick["output_token_logp"], strict=True)) < 1e-4
 
     @sgl.function
     def twice(s):
