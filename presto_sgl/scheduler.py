@@ -1,4 +1,5 @@
-"""The shared scheduler: every chain in flight waits for one engine call per round.
+"""The shared scheduler: how the chains in flight share one engine (merged calls, or each
+chain's own calls capped by the load: :data:`DISPATCH`).
 
 Each chain that needs a model call hands the scheduler an :class:`Offer`: its planner's
 candidate requests in order (a decision's draws form one group) and, when the planner
@@ -14,9 +15,9 @@ greedily (the extension of one offer by one or more groups with the best ratio f
 while the ratio improves: values need not shrink along an offer), with
 t the :class:`~presto_sgl.planners.timemodel.CallTimeModel` fitted on the calls the
 engine actually ran (every chain's rows together, so the model sees the load). An offer
-without values is sent whole (and counts one transition: its first group's). With one chain waiting the chain's own choice stands (the
-per-chain cost-aware budget: its rollout on this same model), so one chain in flight is
-the per-chain rule. The first calls explore fixed fractions of every offer, as the
+without values is sent whole (and counts one transition: its first group's). With one
+chain waiting the chain's own choice stands (the per-chain cost-aware budget: its rollout
+on this same model), so one chain in flight is the per-chain rule. The first calls explore fixed fractions of every offer, as the
 per-chain planners do.
 
 Exactness: a chain gets a prefix of its own batch with at least its first group (the
@@ -38,7 +39,7 @@ from .errors import ConfigError, EngineError
 from .planners.costaware import EXPLORE
 from .offers import Offer
 from .planners.loadmodel import LoadModel
-from .planners.timemodel import MIN_TIME_S, CallTimeModel
+from .planners.timemodel import CallTimeModel
 
 _local = threading.local()
 
@@ -185,14 +186,7 @@ class Scheduler:
             if len(completions) != len(requests):
                 raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
             self.time_model.observe([r.max_new_tokens for r in requests], elapsed)
-            s = self.stats
-            s.calls += 1
-            s.offers += len(batch)
-            s.rows += len(requests)
-            s.offered_rows += sum(len(g) for e in batch for g in e.offer.groups)
-            s.call_s += elapsed
-            s.chains_per_call.append(len(batch))
-            s.taken.append(tuple((n, len(e.offer.groups)) for e, n in zip(batch, taken)))
+            self._count([e.offer for e in batch], taken, len(requests), elapsed)
             j = 0
             for e, n in zip(batch, taken):
                 rows = sum(len(g) for g in e.offer.groups[:n])
@@ -221,7 +215,7 @@ class Scheduler:
         rows = [r.max_new_tokens for o, n in zip(offers, taken) for g in o.groups[:n] for r in g]
         count, steps, tokens = len(rows), max(rows), sum(rows)
         value = sum(o.values[n - 1] if o.values is not None else 1.0 for o, n in zip(offers, taken))
-        rate = value / self._time(count, steps, tokens)
+        rate = value / self.time_model.time(count, steps, tokens)
         while True:
             best = None  # (rate, chain, groups added, rows, steps, tokens)
             for i, o in enumerate(offers):
@@ -231,7 +225,7 @@ class Scheduler:
                 for m in range(taken[i], len(o.groups)):  # extend chain i to m + 1 groups
                     new = [r.max_new_tokens for r in o.groups[m]]
                     c, st, tk = c + len(new), max(st, *new), tk + sum(new)
-                    r = (value + o.values[m] - o.values[taken[i] - 1]) / self._time(c, st, tk)
+                    r = (value + o.values[m] - o.values[taken[i] - 1]) / self.time_model.time(c, st, tk)
                     if best is None or r > best[0]:
                         best = (r, i, m + 1, c, st, tk)
             if best is None or best[0] <= rate:
@@ -254,24 +248,23 @@ class Scheduler:
             elapsed = time.perf_counter() - t0
             with self._cv:
                 self.load.rows_in_flight -= len(requests)
-        if len(completions) != len(requests):
-            raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
+        # (the Recorder checks the completions against the requests)
         self.time_model.observe([r.max_new_tokens for r in requests], elapsed)  # the chain's own call, as it planned
         with self._cv:
             self.load.observe(offer, n, requests, others, elapsed)
-            s = self.stats
-            s.calls += 1
-            s.offers += 1
-            s.rows += len(requests)
-            s.offered_rows += sum(len(g) for g in offer.groups)
-            s.call_s += elapsed
-            s.chains_per_call.append(1)
-            s.taken.append(((n, len(offer.groups)),))
+            self._count([offer], [n], len(requests), elapsed)
         return n, completions, elapsed
 
-    def _time(self, rows: int, steps: int, tokens: int) -> float:
-        th = self.time_model.theta
-        return max(float(th[0] + th[1] * rows + th[2] * steps + th[3] * tokens), MIN_TIME_S)
+    def _count(self, offers: Sequence[Offer], taken: Sequence[int], rows: int, elapsed: float) -> None:
+        s = self.stats
+        s.calls += 1
+        s.offers += len(offers)
+        s.rows += rows
+        s.offered_rows += sum(len(g) for o in offers for g in o.groups)
+        s.call_s += elapsed
+        s.chains_per_call.append(len(offers))
+        s.taken.append(tuple((n, len(o.groups)) for o, n in zip(offers, taken)))
+
 
 
 def dispatch_for(engine: object) -> str:

@@ -141,6 +141,11 @@ class CostAwareStepPlanner(StepPlanner):
         draws = len(ctx.kernel.suffix_draws(cuts[0], T, ctx.draws(ctx.k0))) if cuts else 1
         return RoundModel(cuts[:D], accept, T, held & ((1 << D) - 1), self.time_model, self.match, draws), idx
 
+    def sampled_futures(self, ctx: RoundContext, rm: RoundModel) -> list[Outcome]:
+        """``samples`` futures from a generator seeded by (seed, k0, remaining, T): the same
+        draws for every n and b (common random numbers) and on a rerun of the same history."""
+        return rm.sampled_outcomes(self.samples, random.Random(f"{self.seed}/{ctx.k0}/{ctx.remaining}/{ctx.root.length}"))
+
     def rollout_values(
         self,
         ctx: RoundContext,
@@ -158,8 +163,7 @@ class CostAwareStepPlanner(StepPlanner):
         N = len(batch)
         rm, idx = self.model(ctx, batch)
         if outcomes is None:
-            rng = random.Random(f"{self.seed}/{ctx.k0}/{ctx.remaining}/{ctx.root.length}")
-            outcomes = rm.sampled_outcomes(self.samples, rng)
+            outcomes = self.sampled_futures(ctx, rm)
         if base is None:
             root = [(0, rm.held)] * len(outcomes)
             bases = sorted({b for b in BASES if b < N} | {N})
@@ -211,8 +215,7 @@ class CostAwareStepPlanner(StepPlanner):
         stage: no accept at an earlier depth i invalidates it (c_d > c_i + G_i), whatever
         the later rounds send. Over the same sampled futures as the rollout."""
         rm, idx = self.model(ctx, batch)
-        rng = random.Random(f"{self.seed}/{ctx.k0}/{ctx.remaining}/{ctx.root.length}")
-        outcomes = rm.sampled_outcomes(self.samples, rng)
+        outcomes = self.sampled_futures(ctx, rm)
         used = [0.0] * len(idx)
         for bits, gaps, w in outcomes:
             dead = 0

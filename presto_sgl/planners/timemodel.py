@@ -39,7 +39,13 @@ class CallTimeModel:
 
     def predict(self, new_tokens: Sequence[int]) -> float:
         """Predicted seconds of a call with these new-token counts (at least MIN_TIME_S)."""
-        return max(float(self.theta @ self.features(new_tokens)), MIN_TIME_S)
+        return self.time(len(new_tokens), max(new_tokens), sum(new_tokens))
+
+    def time(self, rows: int, steps: int, tokens: int) -> float:
+        """Predicted seconds of a call of ``rows`` requests, ``steps`` decode steps (the most new
+        tokens of one) and ``tokens`` new tokens in all (at least MIN_TIME_S)."""
+        th = self.theta
+        return max(float(th[0] + th[1] * rows + th[2] * steps + th[3] * tokens), MIN_TIME_S)
 
     def observe(self, new_tokens: Sequence[int], time_s: float) -> None:
         """Add one call (its requests' new-token counts and wall time) and refit."""
