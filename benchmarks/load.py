@@ -59,7 +59,7 @@ from presto_sgl.samplers import Sampler
 from presto_sgl.tasks.registry import load_task
 from presto_sgl.testing.servers import free_port, kill_server, server_script
 from presto_sgl.testing.wiretap import Wiretap, asked
-from presto_sgl.trace import read_trace, state_record
+from presto_sgl.trace import StateReplay, read_trace
 
 POWER = dict(alpha=4.0, max_new_tokens=32, block_size=16, steps=4)
 BUDGET = 20
@@ -184,10 +184,11 @@ def rescore_states(traces: Path, prompts) -> dict:
     model = AutoModelForCausalLM.from_pretrained(materialize_smollm2(), dtype=torch.float32).eval()
     worst, n = 0.0, 0
     for i, prompt in enumerate(prompts):
+        replay = StateReplay(tuple(prompt))
         for rec in records(traces, i):
             if rec["type"] != "state":
                 continue
-            state = state_record(rec, tuple(prompt))
+            state = replay.apply(rec)
             _, logp = reference(model, state.prompt, state.tokens, 1.0)
             worst = max(worst, max(abs(a - b) for a, b in zip(logp, state.logp, strict=True)))
             n += 1

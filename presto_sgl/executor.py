@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from .config import PowerConfig
-from .engines.base import Completion, Engine, Request, validate_completion
+from .engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
 from .errors import EngineError
 from .kernels.base import Kernel, Proposal, Transition
 from .keys import ChainKeys, DecisionDraws, DecisionId
@@ -45,9 +45,11 @@ class Recorder:
         _, completions, elapsed = self.submit(Offer((tuple(requests),)))
         return completions, elapsed
 
-    def submit(self, offer: Offer) -> tuple[int, list[Completion], float]:
+    def submit(self, offer: Offer, *, lengths_only: bool = False) -> tuple[int, list[Completion], float]:
         """(groups sent, their completions, call seconds): a scheduled chain's offer goes to its
-        scheduler, which picks the groups; otherwise every group is sent."""
+        scheduler, which picks the groups; otherwise every group is sent. The completions are
+        checked whole; with ``lengths_only`` only their lengths (the caller checks the values of
+        those it uses: :meth:`check`)."""
         scheduler = current()
         t0 = time.perf_counter()
         if scheduler is None:
@@ -65,8 +67,15 @@ class Recorder:
             raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
         vocab = self.engine.capabilities.vocab_size
         for req, comp in zip(requests, completions):
-            validate_completion(req, comp, vocab)
+            if lengths_only:
+                check_lengths(req, comp)
+            else:
+                validate_completion(req, comp, vocab)
         return taken, completions, elapsed
+
+    def check(self, proposal: Proposal) -> None:
+        """The value check of an engine's output, on a draw that is about to be used."""
+        check_values(proposal, self.engine.capabilities.vocab_size)
 
     def record_call(self, record: CallRecord) -> None:
         self.calls.append(record)
@@ -100,7 +109,7 @@ class StageExecutor:
     ) -> None:
         self.kernel, self.config, self.budget, self.planner = kernel, config, budget, planner
         self.stage, self.keys, self.rec, self.on_transition = stage, keys, rec, on_transition
-        self.store = ProposalStore()
+        self.store = ProposalStore(check=rec.check)
         self._draws: dict[DecisionId, DecisionDraws] = {}
 
     def draws(self, decision: DecisionId) -> DecisionDraws:
@@ -135,7 +144,7 @@ class StageExecutor:
             completions, elapsed = [], 0.0
         else:
             values, preferred = (offer.values, offer.preferred) if offer is not None else (None, None)
-            taken, completions, elapsed = rec.submit(Offer(tuple(rows), values, preferred))
+            taken, completions, elapsed = rec.submit(Offer(tuple(rows), values, preferred), lengths_only=True)
             planned, groups, rows = planned[:taken], groups[:taken], rows[:taken]
         requests = [r for g in rows for r in g]
         t1 = time.perf_counter()

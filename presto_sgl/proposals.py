@@ -4,11 +4,14 @@ The draws of decision d at cut c were generated after a prefix P of c response
 tokens. They may serve any state whose first c tokens equal P and whose own cut for d
 is c: that is the only validity rule (Condition 1 generalized to the longest common
 prefix), and it depends on the path, never on the draws' content, so using them is
-exact (docs/design.md §4).
+exact (docs/design.md §4). Each stored set is used at most once (a decision is walked once
+per chain), so the values are checked when the walk takes them (:meth:`ProposalStore.take`):
+draws that are never used are never read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .kernels.base import Proposal
@@ -29,10 +32,12 @@ class StoredProposal:
 
 
 class ProposalStore:
-    """Scored draws by decision; at most one set per (decision, prefix)."""
+    """Scored draws by decision; at most one set per (decision, prefix). ``check`` (e.g. the
+    engine output's value check) runs on each draw the walk takes."""
 
-    def __init__(self) -> None:
+    def __init__(self, check: Callable[[Proposal], None] | None = None) -> None:
         self._by_decision: dict[DecisionId, list[StoredProposal]] = {}
+        self._check = check
 
     def add(self, decision: DecisionId, stored: StoredProposal) -> None:
         entries = self._by_decision.setdefault(decision, [])
@@ -46,6 +51,14 @@ class ProposalStore:
             if e.cut == cut and tokens[:cut] == e.prefix:
                 return e
         return None
+
+    def take(self, decision: DecisionId, tokens: tuple[int, ...], cut: int) -> StoredProposal | None:
+        """:meth:`find` for the walk, which decides with the draws: each is checked first."""
+        found = self.find(decision, tokens, cut)
+        if found is not None and self._check is not None:
+            for p in found.proposals:
+                self._check(p)
+        return found
 
     def discard_before(self, k: int) -> None:
         """Drop step-keyed proposals of decisions < k (they can no longer be used)."""

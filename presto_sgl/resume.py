@@ -2,7 +2,8 @@
 
 The sampler writes a ``state`` record at every boundary the chain reaches: after each block
 extension (k = 0) and after each round's walk (k transitions of the stage done), with the
-state's tokens, their per-token values and the walk's path. A trace cut anywhere (Ctrl-C,
+state's tokens and their per-token values (as the change from the record before) and the
+walk's path. A trace cut anywhere (Ctrl-C,
 ``kill -9`` mid-call or mid-line, a server gone for good) is a prefix of the finished trace:
 resume keeps it up to its last ``state`` record, drops the rest, and runs on from that
 (stage, k, path, state). The keys are functions of a decision's identity only, so with a
@@ -23,7 +24,7 @@ from typing import Any
 from .errors import ConfigError
 from .metrics import CallRecord, NodeRecord
 from .state import ChainState
-from .trace import TraceLineError, call_record, node_record, state_record, trace_records
+from .trace import StateReplay, TraceLineError, call_record, node_record, trace_records
 
 IDENTITY_FREE = ("type", "prompt_len")
 """Run-record fields that follow from the others (not compared on resume)."""
@@ -78,14 +79,15 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     calls: list[CallRecord] = []
     nodes: list[NodeRecord] = []
     state, stage, k, path = None, 0, 0, ""
+    states = StateReplay(tuple(run["prompt"]))
     for j, (r, _) in enumerate(records[: last + 1]):
         try:
             if r["type"] == "call":
                 calls.append(call_record(r))
             elif r["type"] == "node":
                 nodes.append(node_record(r, run["block_size"]))
-            elif j == last and r["type"] == "state":
-                state = state_record(r, tuple(run["prompt"]))
+            elif r["type"] == "state":
+                state = states.apply(r)
                 stage, k, path = int(r["stage"]), int(r["k"]), str(r["path"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"trace {name} line {j + 1}: malformed {r['type']!r} record ({exc!r})") from None

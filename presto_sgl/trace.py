@@ -1,5 +1,10 @@
 """JSONL traces: one record per line (:data:`RECORD_TYPES`), written as a run goes and read back to recompute its metrics (docs/design.md §7) or to resume the chain
-(:mod:`presto_sgl.resume`: ``state`` records hold the chain at its boundaries)."""
+(:mod:`presto_sgl.resume`: ``state`` records hold the chain at its boundaries).
+
+A ``state`` record holds what changed since the run's previous one: ``keep`` (the response
+tokens, with their values, it keeps from that state; 0 or absent: a whole state) and the
+rest. A rejected round keeps everything, so a trace grows by the accepted suffixes, not by
+T per round; :class:`StateReplay` reads the records back in order."""
 
 from __future__ import annotations
 
@@ -17,8 +22,11 @@ class TraceWriter:
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
+        self._last: ChainState | None = None  # the state of the run's previous state record
 
     def write(self, record_type: str, payload: dict[str, Any]) -> None:
+        if record_type in ("run", "resume"):
+            self._last = None  # a run's first state record is whole
         self._stream.write(json.dumps({"type": record_type, **payload}) + "\n")
         self._stream.flush()
 
@@ -29,12 +37,37 @@ class TraceWriter:
         self.write("node", asdict(record))
 
     def state(self, stage: int, k: int, path: str, state: ChainState) -> None:
-        """The chain after ``k`` transitions of ``stage`` (walk path ``path``): what resume needs.
-        JSON floats round-trip exactly, so a resumed chain carries the very same values."""
-        self.write("state", {"stage": stage, "k": k, "path": path, "tokens": list(state.tokens),
-                             "logq": list(state.logq), "logp": list(state.logp),
-                             "entropy": None if state.entropy is None else list(state.entropy),
-                             "logq_at": None if state.logq_at is None else [list(r) for r in state.logq_at]})
+        """The chain after ``k`` transitions of ``stage`` (walk path ``path``): what resume needs,
+        as the change from the previous state record. JSON floats round-trip exactly, so a
+        resumed chain carries the very same values."""
+        c = 0 if self._last is None else kept(self._last, state)
+        self.write("state", {"stage": stage, "k": k, "path": path, "keep": c, "tokens": list(state.tokens[c:]),
+                             "logq": list(state.logq[c:]), "logp": list(state.logp[c:]),
+                             "entropy": None if state.entropy is None else list(state.entropy[c:]),
+                             "logq_at": None if state.logq_at is None else [list(r) for r in state.logq_at[c:]]})
+        self._last = state
+
+
+def _values(state: ChainState) -> tuple[tuple[Any, ...], ...]:
+    return tuple(v for v in (state.tokens, state.logq, state.logp, state.entropy, state.logq_at) if v is not None)
+
+
+def kept(old: ChainState, new: ChainState) -> int:
+    """How many response tokens ``new`` keeps from ``old`` with every per-token value the same
+    (the longest such prefix: a binary search of C-level slice comparisons)."""
+    if new is old:
+        return new.length
+    a, b = _values(old), _values(new)
+    if len(a) != len(b):
+        return 0
+    lo, hi = 0, min(old.length, new.length)
+    while lo < hi:  # invariant: the first lo agree; the first hi + 1 do not (or hi is the end)
+        mid = (lo + hi + 1) // 2
+        if all(x[:mid] == y[:mid] for x, y in zip(a, b)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 RECORD_TYPES = ("run", "call", "node", "state", "resume", "summary", "server", "best_of", "smc_step")
@@ -83,11 +116,30 @@ def call_record(rec: dict[str, Any]) -> CallRecord:
     return CallRecord(**body)
 
 
-def state_record(rec: dict[str, Any], prompt: tuple[int, ...]) -> ChainState:
-    """The chain state of a trace's ``state`` record, after ``prompt``."""
-    entropy, at = rec["entropy"], rec["logq_at"]
-    return ChainState(prompt, tuple(rec["tokens"]), tuple(rec["logq"]), tuple(rec["logp"]),
-                      None if entropy is None else tuple(entropy), None if at is None else tuple(map(tuple, at)))
+class StateReplay:
+    """The chain states of one run's ``state`` records, read in trace order (each keeps a
+    prefix of the one before: :meth:`TraceWriter.state`)."""
+
+    def __init__(self, prompt: tuple[int, ...]) -> None:
+        self.prompt = prompt
+        self.state: ChainState | None = None
+
+    def apply(self, rec: dict[str, Any]) -> ChainState:
+        """The state of the next ``state`` record ``rec``; ValueError when it keeps more than
+        the state before it holds."""
+        keep = int(rec.get("keep", 0))
+        prev = self.state if keep else ChainState(self.prompt, entropy=() if rec["entropy"] is not None else None,
+                                                  logq_at=() if rec["logq_at"] is not None else None)
+        if prev is None or keep > prev.length or keep < 0:
+            have = "no state" if prev is None else f"a state of {prev.length} tokens"
+            raise ValueError(f"state record keeps {keep} tokens of the previous state, which is {have}")
+        entropy, at = rec["entropy"], rec["logq_at"]
+        self.state = prev.replace_suffix(keep, tuple(rec["tokens"]), tuple(rec["logq"]), tuple(rec["logp"]),
+                                         None if entropy is None else tuple(entropy),
+                                         None if at is None else tuple(map(tuple, at)))
+        if (self.state.entropy is None) != (entropy is None) or (self.state.logq_at is None) != (at is None):
+            raise ValueError("state record has other per-token values than the state it keeps")
+        return self.state
 
 
 def node_record(rec: dict[str, Any], block_size: int) -> NodeRecord:

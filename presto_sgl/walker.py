@@ -49,7 +49,7 @@ def walk(
     for k in range(k0, k0 + max_steps):
         decision = decision_of(path, k)
         d = draws(decision)
-        found = store.find(decision, state.tokens, kernel.cut(state, d))
+        found = store.take(decision, state.tokens, kernel.cut(state, d))
         if found is None:
             break
         state, tr = kernel.decide(state, found.proposals, d)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from ..errors import EngineError
 
 if TYPE_CHECKING:
+    from ..kernels.base import Proposal
     from .text import TextView
 
 
@@ -77,6 +78,13 @@ class Engine(Protocol):
 
 def validate_completion(request: Request, completion: Completion, vocab_size: int) -> None:
     """Raise :class:`EngineError` unless ``completion`` answers ``request`` in full."""
+    check_lengths(request, completion)
+    check_values(completion, vocab_size)
+
+
+def check_lengths(request: Request, completion: Completion) -> None:
+    """Raise :class:`EngineError` unless ``completion`` has one value of each kind per new token
+    of ``request`` (O(1) per completion; :func:`check_values` reads the values)."""
     n = request.max_new_tokens
     lengths = {"tokens": len(completion.tokens), "logq": len(completion.logq), "logp": len(completion.logp)}
     if request.return_entropy:
@@ -90,13 +98,18 @@ def validate_completion(request: Request, completion: Completion, vocab_size: in
     bad = {k: v for k, v in lengths.items() if v != n}
     if bad:
         raise EngineError(f"engine returned wrong lengths {bad} for a request of {n} new tokens")
-    tokens = completion.tokens
+
+
+def check_values(scored: Completion | Proposal, vocab_size: int) -> None:
+    """Raise :class:`EngineError` unless every token id of ``scored`` (a completion, or a proposal
+    made of one) is in the vocabulary and every log-probability is <= 0 and not NaN."""
+    tokens = scored.tokens
     if tokens and (min(tokens) < 0 or max(tokens) >= vocab_size):  # C loops; the Python one only to name it
         t = next(t for t in tokens if not 0 <= t < vocab_size)
         raise EngineError(f"engine returned token id {t} outside the vocabulary [0, {vocab_size})")
-    values = {"logq": completion.logq, "logp": completion.logp}
-    if request.score_temperatures and completion.logq_at is not None:
-        values["logq_at"] = [v for row in completion.logq_at for v in row]
+    values = {"logq": scored.logq, "logp": scored.logp}
+    if scored.logq_at is not None:
+        values["logq_at"] = [v for row in scored.logq_at for v in row]
     for name, vs in values.items():
         # a NaN makes the sum NaN (values are <= 0 unless max says otherwise, so no inf - inf)
         if vs and (max(vs) > 1e-6 or math.isnan(sum(vs))):

@@ -151,19 +151,20 @@ def test_unseeded_engine_draws_fresh_and_cache_accounting():
 # -- engine errors never move the chain ----------------------------------------------------
 
 class FaultyEngine:
-    """Wraps the reference engine and corrupts the ``bad_call``-th call."""
+    """Wraps the reference engine and corrupts row ``row`` of the ``bad_call``-th call."""
 
-    def __init__(self, mode: str, bad_call: int):
+    def __init__(self, mode: str, bad_call: int, row: int = 0):
         self.inner = ReferenceEngine(ReferenceLM(12, seed=3))
         self.capabilities = self.inner.capabilities
-        self.mode, self.bad_call, self.calls = mode, bad_call, 0
+        self.mode, self.bad_call, self.row, self.calls = mode, bad_call, row, 0
 
     def generate(self, requests):
         out = self.inner.generate(requests)
         self.calls += 1
         if self.calls != self.bad_call:
             return out
-        c = out[-1]
+        row = self.row % len(out)
+        c = out[row]
         bad = {
             "short": dataclasses.replace(c, tokens=c.tokens[:-1], logq=c.logq[:-1], logp=c.logp[:-1]),
             "logq-length": dataclasses.replace(c, logq=c.logq[:-1]),
@@ -171,24 +172,49 @@ class FaultyEngine:
             "token": dataclasses.replace(c, tokens=(10_000,) + c.tokens[1:]),
             "count": None,
         }[self.mode]
-        return out[:-1] if bad is None else out[:-1] + [bad]
+        if bad is None:
+            return out[:row] + out[row + 1:]
+        return out[:row] + [bad] + out[row + 1:]
+
+
+def _faulty_sampler(rule, engine):
+    keying = "step" if rule in (None, "step") else "path"
+    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, keying=keying)
+    return Sampler(engine, cfg, PrestoConfig("sequential")) if rule is None else Sampler(engine, cfg, PrestoConfig(rule, budget=4))
 
 
 @pytest.mark.parametrize("mode", ["short", "logq-length", "nan", "token", "count"])
 @pytest.mark.parametrize("rule", [None, "bfs", "step"])
 def test_bad_engine_results_raise_and_do_not_advance(mode, rule):
-    keying = "step" if rule in (None, "step") else "path"
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, keying=keying)
-
-    def sampler(engine):
-        return Sampler(engine, cfg, PrestoConfig("sequential")) if rule is None else Sampler(engine, cfg, PrestoConfig(rule, budget=4))
-
+    """The first row of a round is the root's decision, which the walk always takes."""
     good: list = []
-    sampler(FaultyEngine(mode, bad_call=10**9)).run([1, 2], seed=4, on_transition=lambda *a: good.append(a[2]))
+    _faulty_sampler(rule, FaultyEngine(mode, bad_call=10**9)).run([1, 2], seed=4, on_transition=lambda *a: good.append(a[2]))
     seen: list = []
     with pytest.raises(EngineError):
-        sampler(FaultyEngine(mode, bad_call=4)).run([1, 2], seed=4, on_transition=lambda *a: seen.append(a[2]))
+        _faulty_sampler(rule, FaultyEngine(mode, bad_call=4)).run([1, 2], seed=4, on_transition=lambda *a: seen.append(a[2]))
     assert seen == good[: len(seen)] and len(seen) < len(good)  # nothing committed from bad data
+
+
+@pytest.mark.parametrize("mode", ["nan", "token"])
+@pytest.mark.parametrize("rule", ["bfs", "step"])
+def test_bad_values_are_caught_where_the_walk_uses_them(mode, rule):
+    """Lengths are checked on every row, values on the rows the walk takes: a bad value in a
+    prefetched row is an EngineError exactly when the chain would use it, and otherwise never
+    reaches the chain, which ends as an uninterrupted one."""
+    good: list = []
+    _faulty_sampler(rule, FaultyEngine(mode, bad_call=10**9)).run([1, 2], seed=4, on_transition=lambda *a: good.append(a[2]))
+    outcomes = set()
+    for bad_call in range(2, 9):
+        seen: list = []
+        try:
+            _faulty_sampler(rule, FaultyEngine(mode, bad_call, row=-1)).run([1, 2], seed=4,
+                                                                         on_transition=lambda *a: seen.append(a[2]))
+            assert seen == good
+            outcomes.add("unused")
+        except EngineError:
+            assert seen == good[: len(seen)] and len(seen) < len(good)
+            outcomes.add("used")
+    assert outcomes == {"used", "unused"}
 
 
 # -- metrics recomputed from the trace ----------------------------------------------------

@@ -32,7 +32,7 @@ def test_chains_in_flight_survive_a_killed_server(server_url, hf_model, tmp_path
     from presto_sgl.engines.sglang.http import SGLangEngine
     from presto_sgl.runner import run_prompts
     from presto_sgl.samplers import Sampler
-    from presto_sgl.trace import read_trace, state_record
+    from presto_sgl.trace import StateReplay, read_trace
 
     prompts = [SGLangEngine(server_url).chat_prompt(q) for q in QUESTIONS]
     assert len({tuple(p) for p in prompts}) == len(prompts)
@@ -69,9 +69,10 @@ def test_chains_in_flight_survive_a_killed_server(server_url, hf_model, tmp_path
         with open(tmp_path / f"prompt-{i}.jsonl", encoding="utf-8") as f:
             records = read_trace(f)
         assert wire[i] == asked(records), f"chain {i}: the server answered other requests than its trace records"
+        replay = StateReplay(tuple(prompt))
         for rec in records:
             if rec["type"] == "state":
-                state = state_record(rec, tuple(prompt))
+                state = replay.apply(rec)
                 assert_scores_match(hf_model, state.prompt, state.tokens, state.logp)
                 states += 1
     assert states == sum(2 + r.metrics.model_calls for r in results)  # after each extension and each round

@@ -1,6 +1,7 @@
 """Property-based tests (hypothesis) of everything a user can type or a crash can leave:
 config validators, token-id parsing, the radix tree against a dictionary model, and trace
-reading (truncated and corrupted lines: a clear error naming the line, never a wrong metric)."""
+reading (truncated and corrupted lines: a clear error naming the line, never a wrong metric)
+and its state records (each the change from the last, replayed to the very states written)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from presto_sgl import ConfigError, PowerConfig, PrestoConfig, TraceWriter, sampling_configs
+from presto_sgl import ChainState, ConfigError, PowerConfig, PrestoConfig, TraceWriter, sampling_configs
 from presto_sgl.cli.sample import _prompt_ids
 from presto_sgl.engines.reference import ReferenceEngine
 from presto_sgl.resume import EmptyTrace, read_checkpoint
 from presto_sgl.samplers import Sampler
-from presto_sgl.trace import metrics_from_trace, read_trace
+from presto_sgl.trace import StateReplay, metrics_from_trace, read_trace
 from radix.tree import RadixTree, TreeFullError
 
 RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -213,3 +214,76 @@ def test_a_record_missing_a_field_is_an_error_never_a_wrong_metric(line, field):
     del rec[field]
     with pytest.raises(ValueError, match=f"trace record {line + 1} .* is malformed"):
         metrics_from_trace(records)
+
+
+# -- state records as changes ---------------------------------------------------------
+values = st.floats(-30.0, 0.0, allow_nan=False)
+
+
+@st.composite
+def edits(draw):
+    """A chain of states with entropy: each keeps a prefix of the last (a suffix replaced or
+    appended, or only a value changed under the same tokens, as a re-scored row can)."""
+    n = draw(st.integers(1, 12))
+    state = ChainState((9,), tuple(draw(st.lists(st.integers(0, 31), min_size=n, max_size=n))), (-1.0,) * n, (-2.0,) * n, (-0.5,) * n)
+    states = [state]
+    for _ in range(draw(st.integers(0, 8))):
+        cut = draw(st.integers(0, state.length))
+        if draw(st.booleans()):  # the same state again: a rejected round
+            states.append(state)
+            continue
+        m = draw(st.integers(0 if cut < state.length else 1, 6))
+        tokens = state.tokens[cut:cut + m] if draw(st.booleans()) else tuple(draw(st.lists(st.integers(0, 31), min_size=m, max_size=m)))
+        m = len(tokens)
+        lq = tuple(draw(st.lists(values, min_size=m, max_size=m)))
+        state = state.replace_suffix(cut, tokens, lq, tuple(draw(st.lists(values, min_size=m, max_size=m))), lq)
+        states.append(state)
+    return states
+
+
+@settings(RELAXED, max_examples=300)
+@given(states=edits())
+def test_state_records_replay_every_state_and_keep_what_they_can(states):
+    buf = io.StringIO()
+    writer = TraceWriter(buf)
+    writer.write("run", {})
+    for i, s in enumerate(states):
+        writer.state(1, i, "", s)
+    replay = StateReplay((9,))
+    records = [r for r in read_trace(buf.getvalue().splitlines()) if r["type"] == "state"]
+    for prev, s, rec in zip([None, *states], states, records):
+        assert replay.apply(rec) == s
+        if prev is not None:  # the longest prefix kept with all its values, nothing more
+            c = rec["keep"]
+            assert all(a[:c] == b[:c] for a, b in zip(_arrays(prev), _arrays(s)))
+            assert c == min(prev.length, s.length) or any(a[c:c + 1] != b[c:c + 1] for a, b in zip(_arrays(prev), _arrays(s)))
+    assert records[0]["keep"] == 0
+
+
+def _arrays(s: ChainState):
+    return s.tokens, s.logq, s.logp, s.entropy
+
+
+def test_a_state_record_that_keeps_more_than_there_is_is_an_error():
+    replay = StateReplay((9,))
+    rec = {"keep": 2, "tokens": [1], "logq": [-1.0], "logp": [-1.0], "entropy": None, "logq_at": None}
+    with pytest.raises(ValueError, match="keeps 2 tokens of the previous state, which is no state"):
+        replay.apply(rec)
+    replay.apply({**rec, "keep": 0, "tokens": [1, 2], "logq": [-1.0, -1.0], "logp": [-1.0, -1.0]})
+    with pytest.raises(ValueError, match="which is a state of 2 tokens"):
+        replay.apply({**rec, "keep": 3})
+
+
+def test_a_trace_grows_by_accepted_suffixes_not_by_T_per_round():
+    """A 2-stage T = 64 sequential chain: every round writes a state record; together they are
+    far smaller than whole states would be, and they replay to the states the chain visited."""
+    cfg, presto = sampling_configs("sequential", max_new_tokens=64, block_size=32, steps=12)
+    buf, seen = io.StringIO(), []
+    Sampler(ReferenceEngine(), cfg, presto).run([1, 2], seed=3, trace=TraceWriter(buf),
+                                                on_transition=lambda stage, k, s, tr: seen.append(s))
+    records = [r for r in read_trace(buf.getvalue().splitlines()) if r["type"] == "state"]
+    replay = StateReplay((1, 2))
+    replayed = [replay.apply(r) for r in records]
+    assert [r for r in replayed if r.length == 64][1:] == [s for s in seen if s.length == 64]
+    written = sum(len(r["tokens"]) for r in records)
+    assert written < 0.5 * sum(s.length for s in replayed)
