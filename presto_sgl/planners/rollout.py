@@ -47,12 +47,16 @@ class RoundModel:
         self.held = held
         self.match = match
         self.theta = [float(x) for x in time_model.theta]
+        self._new = [length - c for c in self.cuts]
         self._later: dict[tuple[int, int], int] = {}
 
     def call_time(self, depths: Sequence[int]) -> float:
-        new = [self.T - self.cuts[d] for d in depths]
+        new = [self._new[d] for d in depths]
+        return self._time(len(new), max(new), sum(new))
+
+    def _time(self, rows: int, steps: int, tokens: int) -> float:
         th, r = self.theta, self.draws
-        return max(th[0] + th[1] * r * len(new) + th[2] * max(new) + th[3] * r * sum(new), MIN_TIME_S)
+        return max(th[0] + th[1] * r * rows + th[2] * steps + th[3] * r * tokens, MIN_TIME_S)
 
     def later(self, i: int, gap: int) -> int:
         """Mask of depths j > i invalidated by an accept at depth i whose new suffix matches
@@ -72,24 +76,20 @@ class RoundModel:
             pos += 1
         return pos, held
 
-    def missing(self, pos: int, held: int, budget: int) -> list[int]:
-        """The first ``budget`` depths >= pos without a proposal (the step rule's batch)."""
-        out = []
-        for d in range(pos, self.D):
-            if len(out) >= budget:
-                break
-            if not held >> d & 1:
-                out.append(d)
-        return out
-
     def cost_to_go(self, pos: int, held: int, outcome: Outcome, budget: int) -> float:
         """Call time to walk depths pos..D-1 with the step rule at ``budget``, for one accept pattern."""
-        total = 0.0
-        while pos < self.D:
-            depths = self.missing(pos, held, budget)
-            total += self.call_time(depths)
-            for d in depths:
-                held |= 1 << d
+        total, D, new = 0.0, self.D, self._new
+        while pos < D:  # one call: the first ``budget`` depths >= pos without a proposal (the step rule)
+            rows = steps = tokens = 0
+            d = pos
+            while d < D and rows < budget:
+                if not held >> d & 1:
+                    held |= 1 << d
+                    rows += 1
+                    tokens += new[d]
+                    steps = max(steps, new[d])
+                d += 1
+            total += self._time(rows, steps, tokens)
             pos, held = self.walk(pos, held, outcome)
         return total
 

@@ -61,16 +61,19 @@ class CallTimeModel:
         # solution of a support S it equals -theta_S' b_S. Columns are scaled to unit norm
         # (D G D) so that rows and token counts of different magnitudes solve stably. If the
         # unconstrained solution (first support) is non-negative it is optimal: stop there.
+        # The supports of one size are solved in one stacked pinv; the first least loss wins.
         scale = 1.0 / np.sqrt(np.maximum(np.diag(self._gram), 1e-300))
+        gram = scale[:, None] * self._gram * scale
+        b = scale * self._xty
         best, best_loss = np.zeros(4), 0.0  # theta = 0: loss 0 relative to ||y||^2
         for size in range(4, 0, -1):
-            for support in itertools.combinations(range(4), size):
-                s = list(support)
-                d = scale[s]
-                theta_s = d * (np.linalg.pinv(d[:, None] * self._gram[np.ix_(s, s)] * d) @ (d * self._xty[s]))
-                loss = -float(theta_s @ self._xty[s])
-                if np.all(theta_s >= 0.0) and loss < best_loss:
-                    best, best_loss = np.zeros(4), loss
+            supports = np.array(list(itertools.combinations(range(4), size)))
+            g = gram[supports[:, :, None], supports[:, None, :]]
+            theta = np.einsum("sij,sj->si", np.linalg.pinv(g), b[supports]) * scale[supports]
+            loss = -np.einsum("si,si->s", theta, self._xty[supports])
+            for s, theta_s, loss_s in zip(supports, theta, loss):
+                if np.all(theta_s >= 0.0) and loss_s < best_loss:
+                    best, best_loss = np.zeros(4), float(loss_s)
                     best[s] = theta_s
                     if size == 4:
                         return best
