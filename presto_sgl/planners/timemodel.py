@@ -60,21 +60,24 @@ class CallTimeModel:
         # ||X theta - y||^2 - ||y||^2 = theta' G theta - 2 theta' b; on the normal-equation
         # solution of a support S it equals -theta_S' b_S. Columns are scaled to unit norm
         # (D G D) so that rows and token counts of different magnitudes solve stably. If the
-        # unconstrained solution (first support) is non-negative it is optimal: stop there.
-        # The supports of one size are solved in one stacked pinv; the first least loss wins.
+        # unconstrained solution (first support) is non-negative it is optimal. Every support
+        # is solved in one stacked pinv of 4 x 4 matrices, zero outside the support (the pinv
+        # of diag(A, 0) is diag(pinv(A), 0)); the first with the least loss wins.
         scale = 1.0 / np.sqrt(np.maximum(np.diag(self._gram), 1e-300))
         gram = scale[:, None] * self._gram * scale
         b = scale * self._xty
+        masked = gram * (_SUPPORTS[:, :, None] & _SUPPORTS[:, None, :])
+        theta = np.einsum("sij,sj->si", np.linalg.pinv(masked), b * _SUPPORTS) * scale * _SUPPORTS  # exact zeros outside
+        loss = -(theta @ self._xty)
         best, best_loss = np.zeros(4), 0.0  # theta = 0: loss 0 relative to ||y||^2
-        for size in range(4, 0, -1):
-            supports = np.array(list(itertools.combinations(range(4), size)))
-            g = gram[supports[:, :, None], supports[:, None, :]]
-            theta = np.einsum("sij,sj->si", np.linalg.pinv(g), b[supports]) * scale[supports]
-            loss = -np.einsum("si,si->s", theta, self._xty[supports])
-            for s, theta_s, loss_s in zip(supports, theta, loss):
-                if np.all(theta_s >= 0.0) and loss_s < best_loss:
-                    best, best_loss = np.zeros(4), float(loss_s)
-                    best[s] = theta_s
-                    if size == 4:
-                        return best
+        for i in range(len(_SUPPORTS)):
+            if loss[i] < best_loss and np.all(theta[i] >= 0.0):
+                best, best_loss = theta[i], float(loss[i])
+                if i == 0:
+                    break
         return best
+
+
+_SUPPORTS = np.array([[j in s for j in range(4)] for size in range(4, 0, -1)
+                      for s in itertools.combinations(range(4), size)])
+"""The 15 supports of the 4 features, largest first (the unconstrained solution first)."""

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.exactness
 SCHEDULES = [(8, 8, 1), (16, 8, 6), (24, 8, 12), (30, 10, 25)]
 BUDGETS = [1, 2, 5, 20]
 SETTINGS = [(4.0, 2.0), (2.0, 0.7)]  # (alpha, sharpness of the reference LM)
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1)
+"""Two chains per grid point (the grid, not the seeds, spans the paths: 1,242 chain pairs)."""
 
 
 @dataclass(frozen=True)
