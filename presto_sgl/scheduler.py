@@ -17,8 +17,8 @@ t the :class:`~presto_sgl.planners.timemodel.CallTimeModel` fitted on the calls 
 engine actually ran (every chain's rows together, so the model sees the load). An offer
 without values is sent whole (and counts one transition: its first group's). With one
 chain waiting the chain's own choice stands (the per-chain cost-aware budget: its rollout
-on this same model), so one chain in flight is the per-chain rule. The first calls explore fixed fractions of every offer, as the
-per-chain planners do.
+on this same model), so one chain in flight is the per-chain rule. The first calls
+explore fixed fractions of every offer, as the per-chain planners do.
 
 Exactness: a chain gets a prefix of its own batch with at least its first group (the
 decision its walk needs next); which prefix depends only on cuts, predictions and call
@@ -264,7 +264,6 @@ class Scheduler:
         s.call_s += elapsed
         s.chains_per_call.append(len(offers))
         s.taken.append(tuple((n, len(o.groups)) for o, n in zip(offers, taken)))
-
 
 
 def dispatch_for(engine: object) -> str:

@@ -9,7 +9,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from .timemodel import MIN_TIME_S, CallTimeModel
+from .timemodel import CallTimeModel, call_seconds
 
 Outcome = tuple[int, tuple[int, ...], float]
 """One simulated future of the round's depths: (accept bitmask, match gap per depth, weight)."""
@@ -55,8 +55,9 @@ class RoundModel:
         return self._time(len(new), max(new), sum(new))
 
     def _time(self, rows: int, steps: int, tokens: int) -> float:
-        th, r = self.theta, self.draws
-        return max(th[0] + th[1] * r * rows + th[2] * steps + th[3] * r * tokens, MIN_TIME_S)
+        """A call of ``rows`` decisions (``draws`` requests each) on the round's snapshot of theta."""
+        r = self.draws
+        return call_seconds(self.theta, r * rows, steps, r * tokens)
 
     def later(self, i: int, gap: int) -> int:
         """Mask of depths j > i invalidated by an accept at depth i whose new suffix matches

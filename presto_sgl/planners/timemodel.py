@@ -17,6 +17,11 @@ MIN_TIME_S = 1e-6
 """Floor of a predicted call time (seconds), so that ratios by t(n) are always defined."""
 
 
+def call_seconds(theta: Sequence[float], rows: int, steps: int, tokens: int) -> float:
+    """theta . (1, rows, steps, tokens), at least MIN_TIME_S: the one call-time formula."""
+    return max(float(theta[0] + theta[1] * rows + theta[2] * steps + theta[3] * tokens), MIN_TIME_S)
+
+
 class CallTimeModel:
     """t = theta . (1, rows, steps, tokens) with theta >= 0, fitted by exact NNLS.
 
@@ -44,8 +49,7 @@ class CallTimeModel:
     def time(self, rows: int, steps: int, tokens: int) -> float:
         """Predicted seconds of a call of ``rows`` requests, ``steps`` decode steps (the most new
         tokens of one) and ``tokens`` new tokens in all (at least MIN_TIME_S)."""
-        th = self.theta
-        return max(float(th[0] + th[1] * rows + th[2] * steps + th[3] * tokens), MIN_TIME_S)
+        return call_seconds(self.theta, rows, steps, tokens)
 
     def observe(self, new_tokens: Sequence[int], time_s: float) -> None:
         """Add one call (its requests' new-token counts and wall time) and refit."""
