@@ -29,10 +29,10 @@ from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor import ConstantPredictor, OnlinePredictor, load_predictor
 
 LAWS = {
-    # seconds per (call, row, decode step, decoded token)
-    "A embedded": (0.0, 0.074, 0.072, 0.0058),
-    "B sglang-cpu": (0.5, 0.0, 0.0, 0.026),
-    "C gpu-like": (0.3, 0.0, 0.01, 0.0002),
+    # seconds per (call, row, decode step, decoded token, step with two rows or more)
+    "A embedded": (0.0, 0.074, 0.072, 0.0058, 0.0),
+    "B sglang-cpu": (0.5, 0.0, 0.0, 0.026, 0.0),
+    "C gpu-like": (0.3, 0.0, 0.01, 0.0002, 0.0),
 }
 FIXED = (1, 2, 4, 8, 10, 12, 16, 20)
 

@@ -212,25 +212,25 @@ class Scheduler:
             f = self.explore[calls]
             return [n if o.values is None else max(1, math.ceil(f * len(o.groups))) for o, n in zip(offers, full)]
         taken = list(full)
-        rows = [r.max_new_tokens for o, n in zip(offers, taken) for g in o.groups[:n] for r in g]
-        count, steps, tokens = len(rows), max(rows), sum(rows)
+        rows = sorted(r.max_new_tokens for o, n in zip(offers, taken) for g in o.groups[:n] for r in g)
+        count, tokens, top = len(rows), sum(rows), (rows[-2] if len(rows) > 1 else 0, rows[-1])
         value = sum(o.values[n - 1] if o.values is not None else 1.0 for o, n in zip(offers, taken))
-        rate = value / self.time_model.time(count, steps, tokens)
+        rate = value / self.time_model.time(count, top[1], tokens, top[0])
         while True:
-            best = None  # (rate, chain, groups added, rows, steps, tokens)
+            best = None  # (rate, chain, groups added, rows, tokens, (second most, most) new tokens)
             for i, o in enumerate(offers):
                 if o.values is None:
                     continue
-                c, st, tk = count, steps, tokens
+                c, tk, tp = count, tokens, top
                 for m in range(taken[i], len(o.groups)):  # extend chain i to m + 1 groups
                     new = [r.max_new_tokens for r in o.groups[m]]
-                    c, st, tk = c + len(new), max(st, *new), tk + sum(new)
-                    r = (value + o.values[m] - o.values[taken[i] - 1]) / self.time_model.time(c, st, tk)
+                    c, tk, tp = c + len(new), tk + sum(new), tuple(sorted((*tp, *new))[-2:])
+                    r = (value + o.values[m] - o.values[taken[i] - 1]) / self.time_model.time(c, tp[1], tk, tp[0])
                     if best is None or r > best[0]:
-                        best = (r, i, m + 1, c, st, tk)
+                        best = (r, i, m + 1, c, tk, tp)
             if best is None or best[0] <= rate:
                 return taken
-            rate, i, n, count, steps, tokens = best
+            rate, i, n, count, tokens, top = best
             value += offers[i].values[n - 1] - offers[i].values[taken[i] - 1]
             taken[i] = n
 

@@ -25,7 +25,7 @@ class RoundModel:
     invalidates every held proposal of a later depth j with c_j > c_i (its prefix
     root[0:c_j] no longer matches the state: generically, a fresh suffix differs at c_i).
     A call of base policy b requests the first b depths without a proposal from ``pos``
-    (the step rule with budget b) and costs ``time(rows, steps, tokens)``; a decision sends
+    (the step rule with budget b) and costs ``time(rows, steps, tokens, batched)``; a decision sends
     ``draws`` requests (MultiTryMH: 2m - 1), each of its depth's new tokens.
     """
 
@@ -49,15 +49,17 @@ class RoundModel:
         self.theta = [float(x) for x in time_model.theta]
         self._new = [length - c for c in self.cuts]
         self._later: dict[tuple[int, int], int] = {}
+        self._memos: dict[tuple[int, int, tuple[int, ...]], dict[tuple[int, int], float]] = {}
 
     def call_time(self, depths: Sequence[int]) -> float:
-        new = [self._new[d] for d in depths]
-        return self._time(len(new), max(new), sum(new))
+        new = sorted(self._new[d] for d in depths)
+        return self._time(len(new), new[-1], sum(new), new[-2] if len(new) > 1 else 0)
 
-    def _time(self, rows: int, steps: int, tokens: int) -> float:
-        """A call of ``rows`` decisions (``draws`` requests each) on the round's snapshot of theta."""
+    def _time(self, rows: int, steps: int, tokens: int, second: int) -> float:
+        """A call of ``rows`` decisions (``draws`` requests each; ``steps`` and ``second`` the
+        most and second most new tokens of a decision) on the round's snapshot of theta."""
         r = self.draws
-        return call_seconds(self.theta, r * rows, steps, r * tokens)
+        return call_seconds(self.theta, r * rows, steps, r * tokens, steps if r > 1 else second)
 
     def later(self, i: int, gap: int) -> int:
         """Mask of depths j > i invalidated by an accept at depth i whose new suffix matches
@@ -77,22 +79,45 @@ class RoundModel:
             pos += 1
         return pos, held
 
-    def cost_to_go(self, pos: int, held: int, outcome: Outcome, budget: int) -> float:
-        """Call time to walk depths pos..D-1 with the step rule at ``budget``, for one accept pattern."""
-        total, D, new = 0.0, self.D, self._new
-        while pos < D:  # one call: the first ``budget`` depths >= pos without a proposal (the step rule)
-            rows = steps = tokens = 0
+    def cost_to_go(self, pos: int, held: int, outcome: Outcome, budget: int, memo: dict | None = None) -> float:
+        """Call time to walk depths pos..D-1 with the step rule at ``budget``, for one accept pattern.
+
+        ``memo`` (one per outcome and budget) maps (pos, held >> pos) to the tail's call time:
+        the rest of the walk reads no depth below pos, and rollouts from different first
+        calls soon reach the same states. Tails are summed from the end, so a memoized value
+        is the value computed afresh, bit for bit."""
+        if memo is None:
+            memo = {}
+        D, new = self.D, self._new
+        keys: list[tuple[int, int]] = []
+        times: list[float] = []
+        tail = 0.0
+        while pos < D:
+            key = (pos, held >> pos)
+            if key in memo:
+                tail = memo[key]
+                break
+            # one call: the first ``budget`` depths >= pos without a proposal (the step rule)
+            rows = steps = second = tokens = 0
             d = pos
             while d < D and rows < budget:
                 if not held >> d & 1:
                     held |= 1 << d
                     rows += 1
-                    tokens += new[d]
-                    steps = max(steps, new[d])
+                    n = new[d]
+                    tokens += n
+                    if n > steps:
+                        steps, second = n, steps
+                    elif n > second:
+                        second = n
                 d += 1
-            total += self._time(rows, steps, tokens)
+            keys.append(key)
+            times.append(self._time(rows, steps, tokens, second))
             pos, held = self.walk(pos, held, outcome)
-        return total
+        for key, t in zip(reversed(keys), reversed(times)):
+            tail = t + tail
+            memo[key] = tail
+        return tail
 
     def after(self, depths: Sequence[int], outcome: Outcome) -> tuple[int, int]:
         """State (pos, held) after a call requesting ``depths`` from the root and its walk."""
@@ -130,4 +155,7 @@ class RoundModel:
         return min(int(math.log(1.0 - rng.random()) / math.log(self.match)), self.T)
 
     def expected_cost_to_go(self, pos_held: Sequence[tuple[int, int]], outcomes: Sequence[Outcome], budget: int) -> float:
-        return math.fsum(o[2] * self.cost_to_go(p, h, o, budget) for (p, h), o in zip(pos_held, outcomes))
+        """E[cost_to_go] over weighted outcomes, one start state each; tails are memoized per
+        (budget, outcome) for the life of this model."""
+        memos = [self._memos.setdefault((budget, o[0], o[1]), {}) for o in outcomes]
+        return math.fsum(o[2] * self.cost_to_go(p, h, o, budget, m) for (p, h), o, m in zip(pos_held, outcomes, memos))

@@ -63,23 +63,23 @@ def _offer(lengths: list[int], values: list[float] | None, preferred: int | None
     return Offer(groups, tuple(values) if values is not None else None, preferred)
 
 
-def _fitted(theta: tuple[float, float, float, float]) -> Scheduler:
+def _fitted(theta: tuple[float, float, float, float, float]) -> Scheduler:
     s = Scheduler(engine=None, explore=())  # type: ignore[arg-type]
     s.time_model.theta[:] = theta
     return s
 
 
 def test_choose_keeps_the_first_group_and_a_lone_chains_choice():
-    s = _fitted((0.0, 0.0, 0.0, 1.0))  # pure per-token cost: extra rows never pay
+    s = _fitted((0.0, 0.0, 0.0, 1.0, 0.0))  # pure per-token cost: extra rows never pay
     offers = [_offer([8, 8, 8], [1.0, 1.2, 1.3]), _offer([4, 4], [1.0, 1.1]), _offer([8, 8], None)]
     assert s.choose(offers) == [1, 1, 2]  # first groups; an offer without values goes whole
     assert s.choose([_offer([8, 8, 8], [1.0, 1.2, 1.3], preferred=3)]) == [3]  # alone: its own n
 
 
 def test_choose_sends_rows_that_pay_and_skips_low_values_before_high_ones():
-    s = _fitted((1.0, 0.0, 0.0, 0.01))  # a call's fixed cost dominates: rows are cheap
+    s = _fitted((1.0, 0.0, 0.0, 0.01, 0.0))  # a call's fixed cost dominates: rows are cheap
     assert s.choose([_offer([8] * 4, [1.0, 2.0, 3.0, 4.0]), _offer([8] * 2, [1.0, 2.0])]) == [4, 2]
-    s = _fitted((0.1, 0.0, 0.0, 0.1))
+    s = _fitted((0.1, 0.0, 0.0, 0.1, 0.0))
     # the second group is nearly worthless but the third is sure: the extension to 3 pays
     got = s.choose([_offer([1, 1, 1], [1.0, 1.01, 2.5]), _offer([1, 1], [1.0, 1.01])])
     assert got == [3, 1]

@@ -86,4 +86,4 @@ def random_context(rng: random.Random) -> RoundContext:
 
 
 def random_theta(rng: random.Random) -> np.ndarray:
-    return np.array([rng.uniform(0, 1), rng.uniform(0, 0.2), rng.uniform(0, 0.3), rng.uniform(0, 0.1)])
+    return np.array([rng.uniform(0, 1), rng.uniform(0, 0.2), rng.uniform(0, 0.3), rng.uniform(0, 0.1), rng.uniform(0, 0.2)])

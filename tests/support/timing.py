@@ -14,8 +14,9 @@ from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.registry import make_planner
 from tests.support.predictors import CutPredictor, predictive_planner
 
-CPU_LAW = (0.02, 0.005, 0.06, 0.006)
-"""Seconds per (call, row, decode step, decoded token): a CPU-like engine (docs/design.md §5, cost-aware)."""
+CPU_LAW = (0.02, 0.005, 0.06, 0.006, 0.03)
+"""Seconds per (call, row, decode step, decoded token, step with two rows or more): a CPU-like
+engine with a faster path for a batch of one (docs/design.md §5, cost-aware)."""
 
 
 def law_time(new_tokens: Sequence[int], law: Sequence[float] = CPU_LAW) -> float:

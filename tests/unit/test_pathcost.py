@@ -59,11 +59,11 @@ def test_predictive_options_are_the_dp_values():
 @pytest.mark.parametrize("rule", ["bfs", "predictive"])
 def test_the_budget_follows_the_cost_of_a_row(rule):
     round_ = ctx(CUTS, remaining=3, budget=6)
-    per_call = CostAwarePathPlanner(rule, PRED, FixedTime([1.0, 0.0, 0.0, 0.0]))  # rows are free: send all
+    per_call = CostAwarePathPlanner(rule, PRED, FixedTime([1.0, 0.0, 0.0, 0.0, 0.0]))  # rows are free: send all
     assert len(per_call.plan(round_)) == len(per_call.options(round_))
-    per_row = CostAwarePathPlanner(rule, PRED, FixedTime([0.0, 1.0, 0.0, 0.0]))  # E_b <= b: sequential's rate
+    per_row = CostAwarePathPlanner(rule, PRED, FixedTime([0.0, 1.0, 0.0, 0.0, 0.0]))  # E_b <= b: sequential's rate
     assert [p.decision for p in per_row.plan(round_)] == [""]
-    mixed = CostAwarePathPlanner(rule, PRED, FixedTime([1.0, 0.5, 0.0, 0.0]))
+    mixed = CostAwarePathPlanner(rule, PRED, FixedTime([1.0, 0.5, 0.0, 0.0, 0.0]))
     n = len(mixed.plan(round_))
     options = mixed.options(round_)
     rates = [v / (1.0 + 0.5 * len(b)) for v, b in options]
