@@ -88,7 +88,8 @@ class RoundModel:
         is the value computed afresh, bit for bit."""
         if memo is None:
             memo = {}
-        D, new = self.D, self._new
+        D, new, later = self.D, self._new, self.later
+        bits, gaps = outcome[0], outcome[1]
         keys: list[tuple[int, int]] = []
         times: list[float] = []
         tail = 0.0
@@ -113,7 +114,10 @@ class RoundModel:
                 d += 1
             keys.append(key)
             times.append(self._time(rows, steps, tokens, second))
-            pos, held = self.walk(pos, held, outcome)
+            while pos < D and held >> pos & 1:  # the walk (:meth:`walk`, inlined)
+                if bits >> pos & 1:
+                    held &= ~later(pos, gaps[pos])
+                pos += 1
         for key, t in zip(reversed(keys), reversed(times)):
             tail = t + tail
             memo[key] = tail
