@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.compare import machine
+from presto_sgl import read_trace
 
 SPECS = "seq:--rule sequential,seq-path:--rule sequential --keying path,bfs-cost:--rule bfs --cost-aware"
 SHAPE = ["--max-new-tokens", "64", "--block-size", "32", "--steps", "10", "--budget", "20"]
@@ -52,7 +53,7 @@ def run(name: str, args: str, ns: argparse.Namespace) -> float | None:
 
 
 def traces(run_dir: Path) -> dict[str, list[dict]]:
-    return {f.stem: [json.loads(line) for line in f.open()] for f in sorted((run_dir / "traces").glob("*.jsonl"))}
+    return {f.stem: read_trace(f.open()) for f in sorted((run_dir / "traces").glob("*.jsonl"))}
 
 
 def mh_time(records: list[dict]) -> float:

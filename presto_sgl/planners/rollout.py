@@ -9,7 +9,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from .timemodel import CallTimeModel, call_seconds
+from .timemodel import CallTimeModel, call_seconds, second_most
 
 Outcome = tuple[int, tuple[int, ...], float]
 """One simulated future of the round's depths: (accept bitmask, match gap per depth, weight)."""
@@ -52,8 +52,8 @@ class RoundModel:
         self._memos: dict[tuple[int, int, tuple[int, ...]], dict[tuple[int, int], float]] = {}
 
     def call_time(self, depths: Sequence[int]) -> float:
-        new = sorted(self._new[d] for d in depths)
-        return self._time(len(new), new[-1], sum(new), new[-2] if len(new) > 1 else 0)
+        new = [self._new[d] for d in depths]
+        return self._time(len(new), max(new), sum(new), second_most(new))
 
     def _time(self, rows: int, steps: int, tokens: int, second: int) -> float:
         """A call of ``rows`` decisions (``draws`` requests each; ``steps`` and ``second`` the
