@@ -21,6 +21,9 @@ from .fields import TEMPERATURE_RANGE, Param, Validated, boolean, integer, nonem
 Keying = registry.Keying
 
 
+TARGETS = ("fixed", "eos")
+
+
 def _kernels() -> tuple[str, ...]:
     return tuple(registry.KERNELS)
 
@@ -36,6 +39,8 @@ class PowerConfig(Validated):
 
     ``tau`` is the proposal temperature and defaults to 1/alpha. ``max_new_tokens`` must
     be a positive multiple of ``block_size`` (stage l targets the first l*B tokens).
+    ``target``: "fixed" samples responses of exactly T tokens (the paper's); "eos" samples
+    responses that end at the model's first stop token or at T (docs/design.md §2.1).
     """
 
     alpha: float = option(4.0, "power alpha of the target p0^alpha",
@@ -50,6 +55,9 @@ class PowerConfig(Validated):
     keying: Keying = option("step", "decision keys; for --rule sequential (default: step); bfs and step imply path "
                             "and step", one_of(("path", "step")), choices=("path", "step"))
     kernel: str = option("powermh", "the MH kernel", one_of(_kernels), choices=_kernels)
+    target: str = option("fixed", "the response space: fixed = exactly --max-new-tokens tokens (the paper's); eos = "
+                         "responses that end at the model's first stop token (or at --max-new-tokens), so short "
+                         "answers stop paying for T tokens", one_of(TARGETS), choices=TARGETS)
     params: Any = None  # the kernel's parameters (its registry entry's dataclass); None: its defaults
 
     def _check(self) -> None:
@@ -77,6 +85,11 @@ class PowerConfig(Validated):
     @property
     def num_stages(self) -> int:
         return self.max_new_tokens // self.block_size
+
+    @property
+    def ends(self) -> bool:
+        """The EOS-terminated target: responses end at their first stop token."""
+        return self.target == "eos"
 
 
 @dataclass(frozen=True)

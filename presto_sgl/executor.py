@@ -106,9 +106,12 @@ class StageExecutor:
         keys: ChainKeys,
         rec: Recorder,
         on_transition: OnTransition | None,
+        stop: tuple[int, ...] = (),
     ) -> None:
         self.kernel, self.config, self.budget, self.planner = kernel, config, budget, planner
         self.stage, self.keys, self.rec, self.on_transition = stage, keys, rec, on_transition
+        self.stop = stop  # the EOS-terminated target's stop tokens: every draw ends at the first
+        self.horizon = stage * config.block_size  # H: a draw at cut c has at most H - c tokens
         self.store = ProposalStore(check=rec.check)
         self._draws: dict[DecisionId, DecisionDraws] = {}
 
@@ -127,16 +130,16 @@ class StageExecutor:
     def round(self, state: ChainState, path: str, k: int) -> tuple[ChainState, str, int]:
         """One round from root ``state``: the planned draws in one call, then the walk."""
         kernel, cfg, rec = self.kernel, self.config, self.rec
-        T = state.length
+        T, H = state.length, self.horizon
         t0 = time.perf_counter()
         ctx = RoundContext(state, path, k, cfg.steps - k, self.budget, self.draws, self.store, kernel, cfg.keying)
         scheduled = current() is not None
         offer = offer_of(self.planner, ctx) if scheduled else None
         planned = offer.batch if offer is not None else self.planner.plan(ctx)
-        groups = [kernel.suffix_draws(p.cut, T, self.draws(p.decision)) for p in planned]
+        groups = [kernel.suffix_draws(p.cut, H, self.draws(p.decision)) for p in planned]
         rows = [
-            tuple(Request(state.context(p.cut), T - p.cut, d.temperature, d.seed, d.entropy, d.score_temperatures,
-                          self.keys.route) for d in group)
+            tuple(Request(state.context(p.cut), H - p.cut, d.temperature, d.seed, d.entropy, d.score_temperatures,
+                          self.keys.route, self.stop) for d in group)
             for p, group in zip(planned, groups)
         ]
         plan_s = time.perf_counter() - t0
@@ -162,24 +165,26 @@ class StageExecutor:
         if not result.steps:
             raise RuntimeError(f"planner {type(self.planner).__name__} made no progress at stage {self.stage}, k={k}")
         records = [
-            RequestRecord(p.decision, p.cut, len(r.prefix), r.max_new_tokens, c.cached_tokens, p.reachable, r.temperature, r.seed)
+            RequestRecord(p.decision, p.cut, len(r.prefix), len(c.tokens), c.cached_tokens, p.reachable, r.temperature, r.seed)
             for p, r, c in zip(_per_request(planned, groups), requests, completions)
         ]
         rec.record_call(CallRecord(index, self.stage, "mh", k, tuple(records), elapsed, plan_s, walk_s))
+        length = T  # the length of the state each decision was taken at (it varies under target="eos")
         for i, step in enumerate(result.steps):
             tr = step.transition
             rec.record_node(
                 NodeRecord(call=index, stage=self.stage, k=k + i, decision=step.decision, request=step.requests[0],
-                           cut=tr.cut, log_accept=tr.log_accept, uniform=tr.uniform, accepted=tr.accepted, length=T,
-                           draws=len(step.requests), selected=tr.selected)
+                           cut=tr.cut, log_accept=tr.log_accept, uniform=tr.uniform, accepted=tr.accepted,
+                           length=length, draws=len(step.requests), selected=tr.selected)
             )
+            length = step.state.length
             if self.on_transition:
                 self.on_transition(self.stage, k + i, step.state, tr)
         self.planner.observe(
             RoundFeedback(
                 T,
                 tuple((s.transition.cut, s.transition.log_accept) for s in result.steps),
-                tuple((len(r.prefix), r.max_new_tokens) for r in requests),
+                tuple((len(r.prefix), len(c.tokens)) for r, c in zip(requests, completions)),
                 elapsed,
                 timed=not scheduled,
             )

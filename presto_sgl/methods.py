@@ -130,7 +130,7 @@ def extend(rec: Recorder, stage: int, cut: int, requests: Sequence[Request]) -> 
     kind ``extend``: ``cut`` response tokens kept before each request's new ones."""
     comps, elapsed = rec.call(requests)
     records = tuple(
-        RequestRecord(decision=None, cut=cut, prefix_len=len(r.prefix), new_tokens=r.max_new_tokens,
+        RequestRecord(decision=None, cut=cut, prefix_len=len(r.prefix), new_tokens=len(c.tokens),
                       cached_tokens=c.cached_tokens, reachable=True, temperature=r.temperature, seed=r.seed)
         for r, c in zip(requests, comps, strict=True)
     )

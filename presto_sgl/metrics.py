@@ -50,7 +50,7 @@ class NodeRecord:
     log_accept: float
     uniform: float
     accepted: bool
-    length: int  # T, response tokens of the stage (the cut fraction is cut / length)
+    length: int  # response tokens of the state the decision was taken at (the cut fraction is cut / length)
     draws: int = 1  # requests the decision used: request, request + 1, ... of its call
     selected: int = 0  # which of them was proposed (MultiTryMH's selected try)
 

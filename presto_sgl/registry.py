@@ -21,6 +21,7 @@ and as ``power_gen`` keyword arguments::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -123,8 +124,15 @@ def spec_of(method: str) -> KernelSpec | BaselineSpec:
 
 
 def make_kernel(config: Any) -> Any:
-    """The MH kernel of a PowerConfig's ``kernel`` with its ``params``."""
-    return KERNELS[config.kernel].make(float(config.alpha), config.temperature, config.params)
+    """The MH kernel of a PowerConfig's ``kernel`` with its ``params``, for its ``target``
+    (an EOS-terminated one needs a kernel with an ``ends`` field)."""
+    kernel = KERNELS[config.kernel].make(float(config.alpha), config.temperature, config.params)
+    if not config.ends:
+        return kernel
+    if not dataclasses.is_dataclass(kernel) or "ends" not in {f.name for f in dataclasses.fields(kernel)}:
+        raise ConfigError("target", config.target, f"kernel {config.kernel!r} has no EOS-terminated form (no `ends` "
+                          "field); use {target='fixed'} or a kernel that has one (powermh, entropycut, multitry)")
+    return dataclasses.replace(kernel, ends=True)
 
 
 def make_planner(presto: Any) -> Any:

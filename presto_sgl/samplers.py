@@ -1,7 +1,10 @@
 """The sampler: the block schedule around one executor that runs any MH kernel.
 
 Stage l extends the state by B tokens from q_tau (no EOS stop), then runs K MH
-transitions targeting p0(x_{1:lB})^alpha. The transitions run in rounds: the planner
+transitions targeting p0(x_{1:lB})^alpha. Under the EOS-terminated target (``target="eos"``)
+the extension and every proposal end at the model's first stop token, a state that has
+ended is not extended, and stage l targets p0(x)^alpha over responses that end by lB
+(docs/design.md §2.1). The transitions run in rounds: the planner
 picks decisions whose draws one batched model call fetches, the walker takes the MH
 path through them. Sequential PowerMH (paper Alg. 1) is the planner that picks the next
 decision only; PreSTO (Alg. 2) is every other planner. With the same keys every rule
@@ -15,7 +18,7 @@ from dataclasses import asdict
 
 from .config import PowerConfig, PrestoConfig, check_keying, config_options
 from .engines.base import Engine, Request
-from .errors import CapabilityError
+from .errors import CapabilityError, ConfigError
 from .executor import OnTransition, Recorder, StageExecutor
 from .kernels.base import Kernel
 from .keys import ChainKeys
@@ -59,6 +62,21 @@ class Sampler(MethodBase):
         self.planner = planner if planner is not None else make_planner(presto)
         self.max_new_tokens = config.max_new_tokens
         self.transitions_per_run = config.steps * config.num_stages
+        self.stop: tuple[int, ...] = ()  # the EOS-terminated target's stop tokens
+        if config.ends:
+            if not getattr(self.kernel, "ends", False):
+                raise ConfigError("target", config.target, f"the injected {self.kernel.name} kernel samples fixed-length "
+                                  "responses; build it with ends=True for {target='eos'}")
+            if not engine.capabilities.stops:
+                raise CapabilityError("target='eos' needs an engine that ends requests at stop tokens; this one cannot "
+                                      "(use the embedded, reference or SGLang engine, or target='fixed')")
+            self.stop = tuple(sorted(set(engine.text.stop_ids)))
+            if not self.stop:
+                raise CapabilityError("target='eos' needs the model's stop tokens, and this engine's model has none "
+                                      "(no EOS id in its tokenizer or generation config); use target='fixed'")
+        elif getattr(self.kernel, "ends", False):
+            raise ConfigError("target", config.target, f"the injected {self.kernel.name} kernel has ends=True; use "
+                              "{target='eos'}")
         rule = type(planner).__name__ if planner is not None else f"`rule` {presto.rule!r}"
         check_keying(self.planner.keying, config.keying, rule)  # the rule's keys, or an injected planner's
         if self.kernel.needs_entropy and not engine.capabilities.entropy:
@@ -74,6 +92,10 @@ class Sampler(MethodBase):
                 f"return (it scores at {list(have or [])}); use the embedded or reference engine, or an SGLang "
                 "one-pass server started with PRESTO_SGL_SCORE_TEMPERATURES covering them"
             )
+
+    def ended(self, state: ChainState) -> bool:
+        """The state's response has ended at a stop token (EOS-terminated target only)."""
+        return bool(self.stop) and state.length > 0 and state.tokens[-1] in self.stop
 
     @property
     def name(self) -> str:
@@ -124,13 +146,14 @@ class Sampler(MethodBase):
         for stage in range(max(start, 1), cfg.num_stages + 1):
             if stage > start:
                 L = state.length
-                req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy, temps,
-                              keys.route)
-                (comp,) = extend(rec, stage, L, [req])
-                state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)
+                if not self.ended(state):
+                    req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy,
+                                  temps, keys.route, self.stop)
+                    (comp,) = extend(rec, stage, L, [req])
+                    state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)
                 path, k = "", 0
                 rec.record_state(stage, k, path, state)
             state = StageExecutor(
-                self.kernel, cfg, self.presto.budget, planner, stage, keys, rec, on_transition
+                self.kernel, cfg, self.presto.budget, planner, stage, keys, rec, on_transition, self.stop
             ).run(state, path, k)
         return self.close_trace(rec, state)

@@ -1,11 +1,13 @@
 """The token-level engine seam (docs/design.md §6).
 
 A batch of :class:`Request` (prefix token ids, number of new tokens, temperature,
-optional seed) maps to one :class:`Completion` per request: the new token ids with
+optional seed, optional stop tokens) maps to one :class:`Completion` per request: the new token ids with
 per-token log q_tau (after temperature), log p0 (raw, T = 1) and optionally the p0
 entropy and log q at other temperatures (``score_temperatures``), all from the same
 forward pass, plus how many prefix tokens were cached.
-Generation never stops at EOS: exactly ``max_new_tokens`` tokens come back.
+Generation never stops at EOS: exactly ``max_new_tokens`` tokens come back, unless the
+request names ``stop`` tokens (the EOS-terminated target, engines with ``capabilities.stops``):
+then it ends after the first of them, which is returned with its values.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Request:
     return_entropy: bool = False
     score_temperatures: tuple[float, ...] = ()  # also return log q of each new token at these
     route: str | None = None  # the chain's routing key: a router keeps a chain's requests on one worker
+    stop: tuple[int, ...] = ()  # end after the first of these tokens (returned); () never stops early
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class EngineCapabilities:
     context_length: int | None = None  # max prompt + new tokens; None: unbounded
     score_temperatures: tuple[float, ...] | None = ()
     """Temperatures at which log q of each new token can be returned: () none, None any."""
+    stops: bool = False
+    """Requests may end at their ``stop`` tokens (the EOS-terminated target)."""
 
     def scores_at(self, temperatures: Sequence[float]) -> bool:
         """Whether the engine returns log q at every one of ``temperatures``."""
@@ -84,8 +89,21 @@ def validate_completion(request: Request, completion: Completion, vocab_size: in
 
 def check_lengths(request: Request, completion: Completion) -> None:
     """Raise :class:`EngineError` unless ``completion`` has one value of each kind per new token
-    of ``request`` (O(1) per completion; :func:`check_values` reads the values)."""
+    of ``request``: ``max_new_tokens`` of them, or with ``stop`` tokens 1 to ``max_new_tokens``
+    ending at the first stop token (O(1) per completion without ``stop``; :func:`check_values`
+    reads the values)."""
     n = request.max_new_tokens
+    if request.stop:
+        n = len(completion.tokens)
+        stop = set(request.stop)
+        first = next((i for i, t in enumerate(completion.tokens) if t in stop), None)
+        if not 1 <= n <= request.max_new_tokens or (first is None and n < request.max_new_tokens) or (
+            first is not None and first != n - 1
+        ):
+            raise EngineError(
+                f"engine returned {n} tokens for a request of at most {request.max_new_tokens} that ends at its first "
+                f"stop token {sorted(stop)} (first stop at {first}): it must stop there, or run to the limit without one"
+            )
     lengths = {"tokens": len(completion.tokens), "logq": len(completion.logq), "logp": len(completion.logp)}
     if request.return_entropy:
         lengths["entropy"] = -1 if completion.entropy is None else len(completion.entropy)

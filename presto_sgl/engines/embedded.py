@@ -95,7 +95,7 @@ class EmbeddedEngine(TokenizerText):
         self.stop_token_ids = getattr(gen, "eos_token_id", None)
         self.capabilities = EngineCapabilities(
             seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, context_length=self.lm.max_positions,
-            score_temperatures=None,
+            score_temperatures=None, stops=True,
         )
         if cache_bytes < 0:
             raise ConfigError("cache_bytes", cache_bytes, f"{{cache_bytes}} (={cache_bytes}) must be >= 0")
@@ -163,6 +163,11 @@ class EmbeddedEngine(TokenizerText):
             stats.peak_rows = max(stats.peak_rows, active)
             live = [r for r in range(active) if t + 1 < ends[r] and t + 1 == len(seqs[r])]
             self._sample(logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent, out_at)
+            for r in live:
+                if seqs[r][-1] in reqs[r].stop:
+                    ends[r] = len(seqs[r])  # ended at a stop token: no more tokens for this row
+            if active == len(reqs) and all(len(seqs[r]) >= ends[r] for r in range(active)):
+                break
         self._store(reqs, seqs, ends, bufs)
         completions: list[Completion | None] = [None] * len(reqs)
         for r, req in enumerate(reqs):
@@ -176,7 +181,7 @@ class EmbeddedEngine(TokenizerText):
                 logq_at=tuple(out_at[r]) if req.score_temperatures else None,
             )
             completions[order[r]] = comp
-            stats.decode_tokens += req.max_new_tokens
+            stats.decode_tokens += len(comp.tokens)
         stats.seconds = time.perf_counter() - t_start
         self._account(stats)
         return completions  # type: ignore[return-value]

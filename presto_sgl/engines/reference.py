@@ -86,6 +86,7 @@ class ReferenceEngine:
 
     ``seeded=False`` ignores request seeds (like SGLang on CPU): every request is then a
     fresh draw from the engine's own generator (``rng_seed`` makes that reproducible).
+    ``stop_ids`` are the model's stop tokens (its text view's; none by default).
     """
 
     def __init__(
@@ -95,12 +96,13 @@ class ReferenceEngine:
         seeded: bool = True,
         rng_seed: int | None = None,
         cache_tokens: int = 1 << 20,
+        stop_ids: Sequence[int] = (),
     ) -> None:
         self.lm = lm if lm is not None else ReferenceLM()
         self.capabilities = EngineCapabilities(
-            seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, score_temperatures=None
+            seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, score_temperatures=None, stops=True
         )
-        self.text = ReferenceView(self.lm.vocab_size)
+        self.text = ReferenceView(self.lm.vocab_size, stop_ids)
         self._rng = np.random.default_rng(rng_seed)
         self._cache = RadixTree(max_tokens=cache_tokens)
         self._lock = threading.Lock()  # one call at a time: chains may share the engine across threads
@@ -137,6 +139,8 @@ class ReferenceEngine:
             if request.score_temperatures:
                 logq_at.append(tuple(float(lm.distribution(ctx, t)[1][tok]) for t in request.score_temperatures))
             ctx.append(tok)
+            if tok in request.stop:
+                break
         cached = self._cache.match_prefix(request.prefix).length
         self._cache.insert(ctx)
         return Completion(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..errors import EngineError
@@ -50,7 +50,7 @@ def cut_weights(entropy: Sequence[float], beta: float, upto: int) -> list[float]
 
 def log_cut_ratio(current: Sequence[float], proposed: Sequence[float], cut: int, beta: float) -> float:
     """log lambda(c; y) - log lambda(c; x) from the entropies of the current state x and the
-    proposed y (same length T)."""
+    proposed y (each over its own length: they differ under the EOS-terminated target)."""
     wx = cut_weights(current, beta, len(current))
     wy = cut_weights(proposed, beta, len(proposed))
     return (math.log(wy[cut]) - math.log(math.fsum(wy))) - (math.log(wx[cut]) - math.log(math.fsum(wx)))
@@ -89,6 +89,7 @@ class EntropyCutKernel:
     alpha: float
     temperature: float
     beta: float = 4.0
+    ends: bool = field(default=False, kw_only=True)  # the EOS-terminated target (module docstring)
     name: ClassVar[str] = "entropycut"
     needs_entropy: ClassVar[bool] = True
     score_temperatures: ClassVar[tuple[float, ...]] = ()
@@ -114,7 +115,7 @@ class EntropyCutKernel:
             raise EngineError(f"EntropyCut decides on one proposal, got {len(proposals)}")
         p = proposals[0]
         current = _entropy(state)
-        if p.entropy is None or len(p.entropy) != state.length - p.cut:
-            raise EngineError(f"proposal at cut {p.cut} needs {state.length - p.cut} entropies")
+        if p.entropy is None or len(p.entropy) != len(p.tokens):
+            raise EngineError(f"proposal at cut {p.cut} needs {len(p.tokens)} entropies")
         extra = log_cut_ratio(current, current[: p.cut] + p.entropy, p.cut, self.beta)
-        return mh_step(state, p, self.alpha, draws.uniform, extra)
+        return mh_step(state, p, self.alpha, draws.uniform, extra, ends=self.ends)

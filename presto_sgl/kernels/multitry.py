@@ -31,13 +31,18 @@ every tau in S: states carry per-token ``logq_at`` from the pass that produced t
 (engines return it for the request's ``score_temperatures``; the SGLang plugin returns
 the per-position log-normalizers log sum_u p0(u)^(1/tau)), so no candidate is ever
 rescored.
+
+EOS-terminated target (``ends``): the cut law lambda(c; z) = 1/L(z) depends on the state,
+so the weight carries it, w(z) = pi_alpha(z) lambda(c; z) / Q(z); then Q(y) w(y) =
+pi(y) lambda(c; y) and the same swap argument gives pi(x) lambda(c; x) P_c(x -> y) symmetric.
+Draws and the current suffix may have different lengths (L(z) = c + |z_suf|).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..errors import EngineError
@@ -45,7 +50,7 @@ from ..fields import Validated, integer, option, temperatures
 from ..keys import SEED_MASK, DecisionDraws, randbelow, uniform01
 from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
-from .powermh import UniformCut, accepts
+from .powermh import UniformCut, accepts, log_uniform_cut
 
 NEG_INF = float("-inf")
 
@@ -130,6 +135,7 @@ class MultiTryKernel(UniformCut):
     alpha: float
     temperatures: tuple[float, ...] = (0.25, 0.5, 1.0)
     tries: int = 4
+    ends: bool = field(default=False, kw_only=True)  # the EOS-terminated target (module docstring)
     name: ClassVar[str] = "multitry"
     needs_entropy: ClassVar[bool] = False
 
@@ -158,11 +164,15 @@ class MultiTryKernel(UniformCut):
         c = proposals[0].cut
         n = state.length - c
         for p in proposals:
-            if p.cut != c or len(p.tokens) != n:
-                raise EngineError(f"a MultiTryMH draw at cut {p.cut} has {len(p.tokens)} tokens, expected {n} at cut {c}")
+            if p.cut != c or ((len(p.tokens) < 1) if self.ends else (len(p.tokens) != n)):
+                want = "at least 1" if self.ends else str(n)
+                raise EngineError(f"a MultiTryMH draw at cut {p.cut} has {len(p.tokens)} tokens, expected {want} at cut {c}")
         current = _logq_at("current state", state.logq_at, state.length, k)[c:]
-        lw = [log_weight(p.logp, _logq_at("draw", p.logq_at, n, k), self.alpha) for p in proposals]
+        lw = [log_weight(p.logp, _logq_at("draw", p.logq_at, len(p.tokens), k), self.alpha) for p in proposals]
         lw_x = log_weight(state.logp[c:], current, self.alpha)
+        if self.ends:  # the cut law 1/L(z) of each state (module docstring)
+            lw = [w + log_uniform_cut(c + len(p.tokens)) for w, p in zip(lw, proposals)]
+            lw_x += log_uniform_cut(state.length)
         candidates, references = lw[:m], lw[m:]
         u = draws.uniform
         log_a = log_acceptance(candidates, [*references, lw_x])

@@ -7,13 +7,18 @@ from q_tau (paper Eq. 6, derivation App. B.1; docs/design.md §2):
 
 where every term is a sum of per-token log-probabilities over positions c+1..T under
 the shared prefix x_{0:c}. Accept iff u <= A with u ~ Unif(0, 1].
+
+EOS-terminated target (``ends``; docs/design.md §2.1): responses end at their first stop
+token or at the stage horizon H, so lengths vary; the cut is uniform over the *current*
+length, c ~ Unif{0..L(x)-1}, the suffix is drawn until a stop token or H, and the reverse
+move's cut law adds log lambda(c; y) - log lambda(c; x) = log L(x) - log L(y) to the ratio.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..errors import EngineError
@@ -63,14 +68,23 @@ def accepts(log_a: float, u: float) -> bool:
     return log_a >= 0.0 or (log_a > NEG_INF and math.log(u) <= log_a)
 
 
+def log_uniform_cut(length: int) -> float:
+    """log lambda(c; z) = -log L(z) of the uniform cut over a state of ``length`` tokens."""
+    return -math.log(length)
+
+
 def mh_step(
-    state: ChainState, proposal: Proposal, alpha: float, u: float, extra: float = 0.0
+    state: ChainState, proposal: Proposal, alpha: float, u: float, extra: float = 0.0, *, ends: bool = False
 ) -> tuple[ChainState, Transition]:
     """One suffix-resampling MH transition of ``state`` with a scored ``proposal`` and uniform
-    ``u``; ``extra`` is :func:`log_acceptance`'s cut-law term (0 for PowerMH's uniform cut)."""
+    ``u``; ``extra`` is :func:`log_acceptance`'s cut-law term (0 for PowerMH's uniform cut at
+    a fixed length). ``ends``: the EOS-terminated target, whose proposal may have any length
+    >= 1 (the engine checked it against its request); else it has the state's."""
     c = proposal.cut
-    if len(proposal.tokens) != state.length - c:
-        raise EngineError(f"proposal at cut {c} has {len(proposal.tokens)} tokens, expected {state.length - c}")
+    n = len(proposal.tokens)
+    if (n < 1) if ends else (n != state.length - c):
+        want = "at least 1" if ends else str(state.length - c)
+        raise EngineError(f"proposal at cut {c} has {n} tokens, expected {want}")
     log_a = log_acceptance(
         state.suffix_logq(c),
         math.fsum(proposal.logq),
@@ -86,15 +100,37 @@ def mh_step(
     return new_state, Transition(cut=c, log_accept=log_a, uniform=u, accepted=accepted)
 
 
+def uniform_race(upto: int, draws: DecisionDraws) -> int | None:
+    """argmin_{j < upto} E_j of the decision's keyed Exp(1) variables (uniform on
+    {0..upto-1}); None when ``upto`` is 0."""
+    if upto < 1:
+        return None
+    e = draws.exp1s(upto)
+    return min(range(upto), key=e.__getitem__)
+
+
 class UniformCut:
-    """The uniform cut c ~ Unif{0..T-1} (PowerMH, MultiTryMH): a function of T only, so a
-    decision is prefetchable from any node whose state keeps the root's first ``shared``
-    >= c tokens (Condition 1)."""
+    """The uniform cut c ~ Unif{0..L(x)-1} (PowerMH, MultiTryMH).
+
+    Fixed length (L = T at every state of a stage): c = ``draws.cut(T)``, a function of T
+    only, so a decision is prefetchable from any node whose state keeps the root's first
+    ``shared`` >= c tokens (Condition 1). EOS-terminated target (``ends``): L varies with the
+    state, so c is the exponential race argmin_{j < L(x)} E_j with keyed E_j ~ Exp(1); a node
+    that keeps the root's first ``shared`` tokens knows the race over j < shared, and the
+    walker reruns it on the realized state (a tail winner defers the decision, as EntropyCut's)."""
+
+    ends: bool
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
+        if self.ends:
+            c = uniform_race(state.length, draws)
+            assert c is not None, "a stage has at least one response token"
+            return c
         return draws.cut(state.length)
 
     def prefetch_cut(self, root: ChainState, shared: int, draws: DecisionDraws) -> int | None:
+        if self.ends:
+            return uniform_race(min(shared, root.length), draws)
         c = draws.cut(root.length)
         return c if c <= shared else None
 
@@ -107,10 +143,12 @@ class PowerMHParams(Validated):
 @dataclass(frozen=True)
 class PowerMHKernel(UniformCut):
     """PowerMH as a :class:`~presto_sgl.kernels.base.Kernel`: uniform cut, one suffix from
-    q_tau per decision, the acceptance of :func:`log_acceptance`."""
+    q_tau per decision, the acceptance of :func:`log_acceptance` (with the cut-law term of
+    :func:`log_uniform_cut` when ``ends``)."""
 
     alpha: float
     temperature: float
+    ends: bool = field(default=False, kw_only=True)  # the EOS-terminated target (module docstring)
     name: ClassVar[str] = "powermh"
     needs_entropy: ClassVar[bool] = False
     score_temperatures: ClassVar[tuple[float, ...]] = ()
@@ -123,4 +161,8 @@ class PowerMHKernel(UniformCut):
     ) -> tuple[ChainState, Transition]:
         if len(proposals) != 1:
             raise EngineError(f"PowerMH decides on one proposal, got {len(proposals)}")
-        return mh_step(state, proposals[0], self.alpha, draws.uniform)
+        p = proposals[0]
+        if not self.ends:
+            return mh_step(state, p, self.alpha, draws.uniform)
+        extra = log_uniform_cut(p.cut + len(p.tokens)) - log_uniform_cut(state.length)
+        return mh_step(state, p, self.alpha, draws.uniform, extra, ends=True)

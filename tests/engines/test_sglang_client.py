@@ -84,7 +84,7 @@ def test_only_a_reported_abort_is_redrawn(stand_in):
     srv.finish = ["abort"] * 10
     with pytest.raises(EngineError, match="incomplete results"):
         eng.generate([Request((1, 2), 4, 1.0)])
-    for kind, match in (("stop", "finish_reason="), ("short", "a length-finished response must be whole"),
+    for kind, match in (("stop", "finish_reason="), ("short", "it must be whole"),
                         ("nan", "must be <= 0 and not NaN")):
         srv.finish = [kind]
         retries = eng.stats.retries

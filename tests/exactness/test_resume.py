@@ -53,7 +53,7 @@ class DyingEngine:
 
     def __init__(self, inner, calls: int) -> None:
         self.inner, self.left = inner, calls
-        self.capabilities = inner.capabilities
+        self.capabilities, self.text = inner.capabilities, inner.text
 
     def generate(self, requests):
         self.left -= 1

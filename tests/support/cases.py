@@ -35,6 +35,12 @@ class KernelCase:
     sabotaged_matrix: Callable[[ReferenceLM, tuple[int, ...], int, Kernel], np.ndarray]
     """The sabotaged kernel's exact matrix (``matrix`` is written from the kernel's definition,
     so it does not see the library's sabotaged code)."""
+    ending: Callable[..., np.ndarray]
+    """(lm, prompt, H, stop, kernel, sabotaged) -> the exact matrix under the EOS-terminated
+    target at horizon H over exact.continuations(V, H, stop); ``sabotaged``: the law of
+    ``ending_sabotage``'s kernel."""
+    ending_sabotage: Callable[[pytest.MonkeyPatch], None]
+    """Drop the EOS-terminated target's length term (the ending suites must then fail)."""
     state_cut: bool = False
     """The cut law depends on the state's values (EntropyCut): on an engine whose batched and
     single-row log-probs differ in the last bits, an argmin of the race can flip, so bit-wise
@@ -80,28 +86,67 @@ def _wrong_multitry_weight(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(multitry, "log_weight", first_temperature)
 
 
+def _drop_uniform_length_term(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The uniform cut's law taken as constant under the EOS-terminated target: log 1/L(z)
+    read as 0, so PowerMH loses its L(x)/L(y) term and MultiTryMH's weights their lambda."""
+    monkeypatch.setattr(powermh, "log_uniform_cut", lambda length: 0.0)
+    monkeypatch.setattr(multitry, "log_uniform_cut", lambda length: 0.0)
+
+
+def _same_length_entropy_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EntropyCut's reverse cut law read over the current state's positions, as if the
+    proposal had its length (its entropies cut to, or padded with the current's to, L(x))."""
+    orig = entropycut.log_cut_ratio
+    monkeypatch.setattr(entropycut, "log_cut_ratio", lambda x, y, c, beta: orig(x, _as_long_as(y, x), c, beta))
+
+
+def _as_long_as(h_y, h_x):
+    return (tuple(h_y) + tuple(h_x[len(h_y):]))[: len(h_x)]
+
+
+def _powermh_ending(lm, prompt, H, stop, kernel, sabotaged=False):
+    same = (lambda h_y, h_x: exact.uniform_cut_law(h_x)) if sabotaged else None
+    return exact.ending_matrix(lm, prompt, H, stop, kernel.alpha, kernel.temperature, exact.uniform_cut_law, same)
+
+
+def _entropycut_ending(lm, prompt, H, stop, kernel, sabotaged=False):
+    law = exact.entropy_cut_law(kernel.beta)
+    same = (lambda h_y, h_x: law(_as_long_as(h_y, h_x))) if sabotaged else None
+    return exact.ending_matrix(lm, prompt, H, stop, kernel.alpha, kernel.temperature, law, same)
+
+
+def _multitry_ending(lm, prompt, H, stop, kernel, sabotaged=False):
+    return exact.ending_multitry_matrix(lm, prompt, H, stop, kernel, length_term=not sabotaged)
+
+
 KERNELS = [
     KernelCase(
         "powermh",
-        lambda cfg: PowerMHKernel(cfg.alpha, cfg.temperature),
+        lambda cfg: PowerMHKernel(cfg.alpha, cfg.temperature, ends=cfg.ends),
         exact.powermh_matrix,  # type: ignore[arg-type]
         _flip_powermh_q_term,
         lambda lm, prompt, T, kernel: exact.powermh_matrix(lm, prompt, T, kernel, flipped=True),  # type: ignore[arg-type]
+        _powermh_ending,
+        _drop_uniform_length_term,
     ),
     KernelCase(
         "entropycut",
-        lambda cfg: EntropyCutKernel(cfg.alpha, cfg.temperature, cfg.params.beta),
+        lambda cfg: EntropyCutKernel(cfg.alpha, cfg.temperature, cfg.params.beta, ends=cfg.ends),
         exact.entropycut_matrix,
         _flip_entropycut_cut_term,
         lambda lm, prompt, T, kernel: exact.entropycut_matrix(lm, prompt, T, kernel, inverted=True),
+        _entropycut_ending,
+        _same_length_entropy_law,
         state_cut=True,
     ),
     KernelCase(
         "multitry",
-        lambda cfg: MultiTryKernel(cfg.alpha, cfg.params.try_temperatures, cfg.params.tries),
+        lambda cfg: MultiTryKernel(cfg.alpha, cfg.params.try_temperatures, cfg.params.tries, ends=cfg.ends),
         exact.multitry_matrix,
         _wrong_multitry_weight,
         lambda lm, prompt, T, kernel: exact.multitry_matrix(lm, prompt, T, kernel, wrong_weight=True),
+        _multitry_ending,
+        _drop_uniform_length_term,
     ),
 ]
 

@@ -213,3 +213,145 @@ def multitry_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kerne
                 P[rows[ix], rows] += move
     P[np.diag_indices_from(P)] += 1.0 - P.sum(axis=1)
     return P
+
+
+# -- the EOS-terminated target (docs/design.md §2.1) -----------------------------------------
+#
+# States at horizon H are the responses that end at their first stop token or at H: 1..H
+# tokens with a stop token last and nowhere before, or H tokens without one. pi_alpha(x) ∝
+# p0(x)^alpha over them (the events "x is generated" partition the sequence space, so p0
+# sums to 1 there). A kernel cuts at c ~ lambda(c; x) over the current length L(x), draws a
+# suffix from q_tau until a stop token or H, and accepts with
+#
+#     A_c(x, y) = min(1, pi(y) lambda(c; y) q_tau(x_{c+1:} | x_{0:c}) / (pi(x) lambda(c; x) q_tau(y_{c+1:} | x_{0:c}))).
+
+
+def continuations(vocab: int, n: int, stop: frozenset[int]) -> list[tuple[int, ...]]:
+    """Every suffix a draw of at most ``n`` tokens can return: it ends at its first stop
+    token, or has ``n`` tokens and none."""
+    out: list[tuple[int, ...]] = []
+    frontier: list[tuple[int, ...]] = [()]
+    for _ in range(n):
+        grown = []
+        for s in frontier:
+            for t in range(vocab):
+                (out if t in stop else grown).append(s + (t,))
+        frontier = grown
+    return out + frontier
+
+
+def _scored(lm: ReferenceLM, context: tuple[int, ...], tokens: tuple[int, ...], tau: float):
+    """(log q_tau, log p0, p0 entropy) of each of ``tokens`` after ``context``."""
+    ctx, lq, lp, h = list(context), [], [], []
+    for t in tokens:
+        logp, logq, _ = lm.distribution(ctx, tau)
+        lq.append(float(logq[t]))
+        lp.append(float(logp[t]))
+        h.append(float(-np.sum(np.exp(logp) * logp)))
+        ctx.append(t)
+    return tuple(lq), tuple(lp), tuple(h)
+
+
+def uniform_cut_law(h: tuple[float, ...]) -> np.ndarray:
+    """PowerMH's and MultiTryMH's cut law over a state of len(h) tokens: 1/L."""
+    return np.full(len(h), 1.0 / len(h))
+
+
+def entropy_cut_law(beta: float) -> Callable[[tuple[float, ...]], np.ndarray]:
+    """EntropyCut's law over a state's own positions: w_j = max(0, h_j - h_{j-1})^beta + FLOOR."""
+    from presto_sgl.kernels.entropycut import FLOOR
+
+    def law(h: tuple[float, ...]) -> np.ndarray:
+        w = np.array([(max(0.0, h[j] - h[j - 1]) if j else 0.0) ** beta + FLOOR for j in range(len(h))])
+        return w / w.sum()
+
+    return law
+
+
+def ending_matrix(lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], alpha: float,
+                  tau: float, cut_law: Callable[[tuple[float, ...]], np.ndarray],
+                  reverse_law: Callable[[tuple[float, ...], tuple[float, ...]], np.ndarray] | None = None) -> np.ndarray:
+    """The transition matrix over ``continuations(V, horizon, stop)`` of suffix resampling
+    with ``cut_law`` (from a state's entropies) under the EOS-terminated target, from the
+    definition above. ``reverse_law(h_y, h_x)``: the law the *acceptance* uses for lambda(.; y)
+    (default: ``cut_law(h_y)``; a sabotage passes another), the move itself always cuts by
+    ``cut_law(h_x)``."""
+    seqs = continuations(lm.vocab_size, horizon, stop)
+    index = {s: i for i, s in enumerate(seqs)}
+    full = {x: _scored(lm, prompt, x, tau) for x in seqs}
+    P = np.zeros((len(seqs), len(seqs)))
+    for x in seqs:
+        lq_x, lp_x, h_x = full[x]
+        lam = cut_law(h_x)
+        for c in range(len(x)):
+            for z in continuations(lm.vocab_size, horizon - c, stop):
+                y = x[:c] + z
+                lq_y, lp_y, h_y = full[y]
+                lam_y = cut_law(h_y) if reverse_law is None else reverse_law(h_y, h_x)
+                log_a = min(0.0, alpha * (math.fsum(lp_y) - math.fsum(lp_x)) + math.fsum(lq_x[c:]) - math.fsum(lq_y[c:])
+                            + math.log(lam_y[c]) - math.log(lam[c]))
+                P[index[x], index[y]] += lam[c] * math.exp(math.fsum(lq_y[c:]) + log_a)
+        P[index[x], index[x]] += 1.0 - P[index[x]].sum()
+    return P
+
+
+def ending_multitry_matrix(lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], kernel,
+                           length_term: bool = True) -> np.ndarray:
+    """MultiTryMH's matrix under the EOS-terminated target: cut c ~ Unif{0..L(x)-1}; the m
+    candidates and m - 1 references from the temperature mixture Q after x_{0:c} (each until
+    a stop token or the horizon); weights w(z) = p0(z_suf)^alpha lambda(c; z) / Q(z_suf) with
+    lambda(c; z) = 1/L(z); then, as for fixed lengths,
+
+        P_c(x -> y) = m Q(y) w(y) E[1 / max(w(y) + S, w(x) + S')].
+
+    ``length_term=False``: weights without lambda (the sabotage's law)."""
+    m, temps, alpha = kernel.tries, kernel.temperatures, kernel.alpha
+    seqs = continuations(lm.vocab_size, horizon, stop)
+    index = {s: i for i, s in enumerate(seqs)}
+    P = np.zeros((len(seqs), len(seqs)))
+    prefixes = {x[:c] for x in seqs for c in range(len(x))}
+    for prefix in prefixes:
+        c = len(prefix)
+        sufs = continuations(lm.vocab_size, horizon - c, stop)
+        Q, W = np.zeros(len(sufs)), np.zeros(len(sufs))
+        for i, s in enumerate(sufs):
+            lp = lm.score(prompt + prefix, s)[0]
+            Q[i] = sum(math.exp(lm.score(prompt + prefix, s, t)[1]) for t in temps) / len(temps)
+            W[i] = math.exp(alpha * lp) / Q[i] / ((c + len(s)) if length_term else 1.0)
+        vals, probs = _sum_atoms(Q, W, m - 1)
+        rows = [index[prefix + s] for s in sufs]
+        for ix, a in enumerate(W):
+            move = m * Q * W * _expected_inverse_max(a, W, vals, probs) / (c + len(sufs[ix]))
+            move[ix] = 0.0  # the same suffix: no move
+            P[rows[ix], rows] += move
+    P[np.diag_indices_from(P)] += 1.0 - P.sum(axis=1)
+    return P
+
+
+def ending_target(lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], alpha: float) -> np.ndarray:
+    """pi_alpha over ``continuations(V, horizon, stop)`` (normalized)."""
+    logw = np.array([alpha * lm.score(prompt, x)[0] for x in continuations(lm.vocab_size, horizon, stop)])
+    w = np.exp(logw - logw.max())
+    return w / w.sum()
+
+
+def ending_chain_law(lm: ReferenceLM, prompt: tuple[int, ...], max_new_tokens: int, block_size: int, steps: int,
+                     tau: float, stop: frozenset[int], matrix: Callable[[int], np.ndarray]) -> np.ndarray:
+    """Exact law of the final state (over continuations(V, max_new_tokens, stop)): at each
+    stage an unended state is extended by up to B tokens from q_tau (ending at a stop token),
+    an ended one is kept; then ``steps`` transitions of ``matrix(H)`` at the stage horizon H."""
+    V = lm.vocab_size
+    law, prev = np.array([1.0]), [()]
+    for H in range(block_size, max_new_tokens + 1, block_size):
+        seqs = continuations(V, H, stop)
+        index = {s: i for i, s in enumerate(seqs)}
+        ext = np.zeros(len(seqs))
+        for x, p in zip(prev, law):
+            if x and x[-1] in stop:
+                ext[index[x]] += p
+                continue
+            for z in continuations(V, block_size, stop):
+                ext[index[x + z]] += p * math.exp(lm.score(prompt + x, z, tau)[1])
+        law = ext @ np.linalg.matrix_power(matrix(H), steps)
+        prev = seqs
+    return law

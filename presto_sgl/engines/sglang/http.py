@@ -117,7 +117,7 @@ class SGLangEngine(ServerClient, ModelFolder):
         self._mode = ("one-pass" if one_pass else "two-pass") if mode == "auto" else mode
         self.capabilities = EngineCapabilities(
             seeded=seeded, entropy=self._mode == "one-pass", vocab_size=vocab, context_length=context,
-            score_temperatures=temps if self._mode == "one-pass" else (),
+            score_temperatures=temps if self._mode == "one-pass" else (), stops=True,
         )
 
     @property
@@ -152,6 +152,8 @@ class SGLangEngine(ServerClient, ModelFolder):
         items = []
         for r in requests:
             p = {**NEUTRAL, "temperature": r.temperature, "max_new_tokens": r.max_new_tokens}
+            if r.stop:  # target="eos": end at the first stop token, returned with its values
+                p |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop)}
             if self._seeded and r.seed is not None:
                 p["sampling_seed"] = int(r.seed % (1 << 31))
             items.append((list(r.prefix), p, None, r.route))
@@ -160,17 +162,16 @@ class SGLangEngine(ServerClient, ModelFolder):
             if isinstance(res, Lost):
                 out.append(res)
                 continue
-            if self._finished(res) == "abort":
+            if self._finished(res, stops=bool(r.stop)) == "abort":
                 out.append(None)  # re-issued as a fresh draw
                 continue
             meta = res.get("meta_info", {})
             ids = res.get("output_ids") or []
             lps = meta.get("output_token_logprobs") or []
-            if len(ids) != r.max_new_tokens or len(lps) != len(ids) or any(e[1] != t for e, t in zip(lps, ids, strict=True)):
-                raise EngineError(
-                    f"SGLang server {self.url} finished a request of {r.max_new_tokens} tokens with {len(ids)} tokens "
-                    f"and {len(lps)} log-probs (or log-probs of other tokens); a length-finished response must be whole"
-                )
+            whole = 1 <= len(ids) <= r.max_new_tokens if r.stop else len(ids) == r.max_new_tokens
+            if not whole or len(lps) != len(ids) or any(e[1] != t for e, t in zip(lps, ids, strict=True)):
+                raise EngineError(f"SGLang server {self.url} finished a request of {r.max_new_tokens} tokens with "
+                                  f"{len(ids)} tokens and {len(lps)} log-probs (or of other tokens): it must be whole")
             logq = tuple(_as_float(e[0]) for e in lps)
             raw = meta.get(RAW_LOGPROB_KEY)
             ent = meta.get(RAW_ENTROPY_KEY)
@@ -233,16 +234,15 @@ class SGLangEngine(ServerClient, ModelFolder):
             out.append(Scored(logp, ((), *(pairs(t) for t in tops[1:]), pairs(after[0]))))
         return out
 
-    def _finished(self, res: dict[str, Any]) -> str:
-        """``length`` or ``abort``: how the server says it finished one answer; else EngineError."""
+    def _finished(self, res: dict[str, Any], stops: bool = False) -> str:
+        """``length``, ``abort`` or (``stops``: a request with stop tokens) ``stop``; else EngineError."""
         reason = res.get("meta_info", {}).get("finish_reason")
         kind = reason.get("type") if isinstance(reason, dict) else reason
-        if kind in ("length", "abort"):
+        if kind in ("length", "abort") or (stops and kind == "stop"):
             return kind
-        raise EngineError(
-            f"SGLang server {self.url} finished a request with finish_reason={reason!r}; presto-sgl asks for exactly "
-            "max_new_tokens tokens (ignore_eos), so only 'length' (kept) and 'abort' (redrawn) are expected"
-        )
+        raise EngineError(f"SGLang server {self.url} finished a request with finish_reason={reason!r}; presto-sgl asks "
+                          "for max_new_tokens tokens (ignore_eos) or, under target='eos', up to the first stop token, so "
+                          "only 'length' and 'stop' (kept) and 'abort' (redrawn) are expected")
 
     def _generate(self, items: Sequence[tuple[list[int], dict[str, Any], int | None, str | None]]) -> list[dict[str, Any] | Lost]:
         """``/generate`` for (input_ids, sampling_params, logprob_start_len, route) items, answers in
