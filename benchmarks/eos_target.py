@@ -9,7 +9,7 @@ time per prompt, transitions per MH call, accuracy; then, paired by prompt, fixe
 TOST of the answer's log-likelihood and confidence (the tokens up to and including the first
 stop token: the fixed-length answers cut at EOS) of eos against fixed, per rule.
 
-    python -m benchmarks.eos_target --engine embedded --dataset "reasoning-gym:basic_arithmetic" \\
+    python -m benchmarks.eos_target --engine embedded \\
         --max-new-tokens 128 --block-size 32 --out /tmp/eos-gym --json benchmarks/results/eos/gym_embedded.json
     python -m benchmarks.eos_target --engine sglang --url http://127.0.0.1:30131 --dataset humaneval \\
         --max-new-tokens 256 --block-size 64 --out /tmp/eos-he --json benchmarks/results/eos/humaneval_sglang.json
@@ -98,7 +98,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", default="embedded")
     ap.add_argument("--url")
-    ap.add_argument("--dataset", default="reasoning-gym:basic_arithmetic")
+    ap.add_argument("--dataset", default="reasoning-gym:basic_arithmetic:max_terms=2,max_digits=1,operators=('+','-')")
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--block-size", type=int, default=32)

@@ -89,7 +89,8 @@ class PowerGen:
     seed=None, chain_id=None, engine=None, **options)``: a program expression (``s += ...``).
 
     ``options`` are the registry's parameters (``method``, ``rule``, ``max_new_tokens``,
-    ``block_size``, ``steps``, ``alpha``, ``tau``, ``budget``, the kernels' own such as ``beta``,
+    ``block_size``, ``steps``, ``alpha``, ``tau``, ``target`` ("eos": the chain's responses end at
+    the model's stop token), ``budget``, the kernels' own such as ``beta``,
     ``tries`` and ``try_temperatures``; see ``inspect.signature(power_gen)``).
     """
 
