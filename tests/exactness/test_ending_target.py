@@ -10,9 +10,8 @@ law ends before the horizon). Checked here:
 * each matrix leaves pi_alpha invariant and is reversible; without the length term it is not;
 * many independent chains of the block schedule (two blocks of 2, K = 2: a state that ended
   in the first block is not extended) follow the exact law by a chi-square at 0.001, every
-  kernel x rule, on a seeded and an unseeded engine (seeded PreSTO chains *are* the
-  sequential ones, which the coupling test below shows, so seeded runs test the sequential
-  samplers), and a kernel without the length term is rejected by the same test;
+  kernel x rule, on a seeded and an unseeded engine, and a kernel without the length term is
+  rejected by the same test;
 * coupling: for the same keys every PreSTO rule visits the sequential chain's states bit
   for bit, with states ending early, proposals of other lengths and race cuts deferred.
 """
@@ -44,6 +43,8 @@ ALPHA = 2.0
 SCHEDULE = {"max_new_tokens": 4, "block_size": 2, "steps": 2, "tries": 3}
 CHAINS = 2000
 UNSEEDED = ["sequential-path", "sequential-step", "bfs", "predictive", "step", "step-cost"]
+SEEDED = ["sequential-step", "bfs", "predictive", "step", "step-cost"]
+"""Seeded: sequential with either keying gives the same law (the unseeded cases run both)."""
 SCHEDULED = {"predictive", "step-cost"}  # unseeded: 8 chains at a time through the shared scheduler
 
 
@@ -102,8 +103,8 @@ def test_ending_kernel_leaves_target_invariant(kernel_case, horizon):
 
 def law_cases():
     for kernel in KERNELS:
-        # seeded: the sequential law (either keying gives it; the unseeded cases run both)
-        yield pytest.param(kernel, "sequential-step", True, id=f"{kernel}-sequential-step-seeded")
+        for name in SEEDED:
+            yield pytest.param(kernel, name, True, id=f"{kernel}-{name}-seeded")
         for name in UNSEEDED:
             tag = "-scheduled" if name in SCHEDULED else ""
             yield pytest.param(kernel, name, False, id=f"{kernel}-{name}-unseeded{tag}")

@@ -115,3 +115,22 @@ def test_cli_and_serve_take_the_target(capsys):
     assert "stop tokens" in capsys.readouterr().err
     defaults = Defaults(*sampling_configs("step", max_new_tokens=16, block_size=16, steps=2))
     assert parse({"prompt": [1, 2], "target": "eos"}, "completions", defaults).config.target == "eos"
+
+
+def test_compare_answer_tests_the_answer_statistics(tmp_path, capsys):
+    """`compare --answer` runs the TOST on answer_log_likelihood and answer_confidence (the
+    statistics a --target eos run and a --target fixed one share), not on the whole responses'."""
+    runs = []
+    for name, shift in (("fixed", 0.0), ("eos", 0.001)):
+        d = tmp_path / name
+        d.mkdir()
+        rows = [{"id": str(i), "log_likelihood": -3.0 + i, "confidence": None,
+                 "answer_log_likelihood": -1.0 + 0.1 * i + shift * (i % 2), "answer_confidence": -2.0 + 0.1 * i}
+                for i in range(6)]
+        (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs.append(str(d))
+    assert main(["compare", *runs, "--answer", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [t["statistic"] for t in out["tests"]] == ["answer_log_likelihood", "answer_confidence"]
+    assert out["equivalent"]
+    assert main(["compare", *runs]) == 2  # the whole responses' confidence is missing
