@@ -69,7 +69,7 @@ class Sampler(MethodBase):
                                   "responses; build it with ends=True for {target='eos'}")
             if not engine.capabilities.stops:
                 raise CapabilityError("target='eos' needs an engine that ends requests at stop tokens; this one cannot "
-                                      "(use the embedded, reference or SGLang engine, or target='fixed')")
+                                      "(use the embedded, reference, SGLang or vLLM engine, or target='fixed')")
             self.stop = tuple(sorted(set(engine.text.stop_ids)))
             if not self.stop:
                 raise CapabilityError("target='eos' needs the model's stop tokens, and this engine's model has none "

@@ -103,7 +103,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
         self._temps: tuple[float, ...] = self._probe_temperatures() if mode == "one-pass" else ()
         self.capabilities = EngineCapabilities(
             seeded=seeded, entropy=mode == "one-pass", vocab_size=self._vocab,
-            context_length=int(context) if context else None, score_temperatures=self._temps,
+            context_length=int(context) if context else None, score_temperatures=self._temps, stops=True,
         )
 
     @property
@@ -142,7 +142,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
         return out
 
     # -- passes ----------------------------------------------------------------------------------
-    def _completion(self, body: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
+    def _completion(self, body: dict[str, Any], stops: bool = False) -> tuple[dict[str, Any], int] | None:
         """POST /v1/completions: its single choice and the prompt tokens vLLM's prefix cache
         served, or None when the server aborted it."""
         res = self._call("POST", "/v1/completions", {"model": self.model, **_FIXED_PARAMS, **body})
@@ -153,10 +153,11 @@ class VLLMEngine(ServerEngine, ModelFolder):
         reason = choice.get("finish_reason")
         if reason == "abort":
             return None
-        if reason != "length":
+        if reason != "length" and not (stops and reason == "stop"):
             raise EngineError(
                 f"{self.KIND} {self.url} finished a request with finish_reason={reason!r}; presto-sgl asks for "
-                "exactly max_tokens tokens (ignore_eos), so only 'length' (kept) and 'abort' (redrawn) are expected"
+                "max_tokens tokens (ignore_eos) or, under target='eos', up to the first stop token, so only 'length' "
+                "and 'stop' (kept) and 'abort' (redrawn) are expected"
             )
         usage = res.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
@@ -171,7 +172,9 @@ class VLLMEngine(ServerEngine, ModelFolder):
                                 "logprobs": width(self._m or 0) if self._mode == "one-pass" else 0}
         if self._seeded and r.seed is not None:
             body["seed"] = int(r.seed % (1 << 63))
-        answer = self._completion(body)
+        if r.stop:  # target="eos": end at the first stop token, returned with its values
+            body |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop), "skip_special_tokens": False}
+        answer = self._completion(body, stops=bool(r.stop))
         if answer is None:
             return None
         choice, cached = answer
