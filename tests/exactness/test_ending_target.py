@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import functools
 import io
-from collections import Counter
 
 import numpy as np
 import pytest
 
 from presto_sgl import PowerConfig, TraceWriter, read_trace
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl.runner import run_prompts
-from presto_sgl.scheduler import Scheduler
 from tests.conftest import UNSEEDED_RNG
 from tests.support import exact
 from tests.support.cases import KERNELS, PRESTO_RULES, RULES, KernelCase, sequential_sampler
 from tests.support.coupling import assert_same_states, run_states
-from tests.support.enumerated import SAMPLERS, SIGNIFICANCE, chi_square_pvalue
+from tests.support.enumerated import SAMPLERS, SIGNIFICANCE, chi_square_pvalue, sample_counts
 
 pytestmark = pytest.mark.exactness
 
@@ -74,16 +71,6 @@ def states() -> list[tuple[int, ...]]:
     return exact.continuations(3, SCHEDULE["max_new_tokens"], frozenset({STOP}))
 
 
-def sample_counts(kernel_case: KernelCase, sampler_name: str, eng, cfg, presto, scheduled: bool = False) -> Counter:
-    rule, _ = SAMPLERS[sampler_name]
-    sampler = rule.sampler(eng, cfg, presto, kernel_case.make(cfg))
-    if scheduled:
-        results = run_prompts(sampler.run, [PROMPT] * CHAINS, seed=1000, workers=8,
-                              scheduler=Scheduler.for_sampler(sampler, dispatch="merged"))
-        return Counter(r.state.tokens for r in results)
-    return Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(CHAINS))
-
-
 @pytest.mark.parametrize("horizon", [3, 4])
 @pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
 def test_ending_kernel_leaves_target_invariant(kernel_case, horizon):
@@ -114,7 +101,7 @@ def law_cases():
 def test_ending_chains_follow_exact_law(kernel_case, sampler_name, seeded):
     cfg, presto = config(kernel_case, sampler_name)
     scheduled = not seeded and sampler_name in SCHEDULED
-    counts = sample_counts(kernel_case, sampler_name, engine(lm(), seeded), cfg, presto, scheduled)
+    counts = sample_counts(kernel_case, sampler_name, engine(lm(), seeded), cfg, presto, CHAINS, scheduled)
     law = exact_law(kernel_case, cfg)
     p, tv = chi_square_pvalue(counts, law, states(), CHAINS)
     level = SIGNIFICANCE / 10 if scheduled else SIGNIFICANCE  # thread order: not a fixed draw
@@ -127,7 +114,7 @@ def test_dropping_the_length_term_fails_the_chi_square(monkeypatch, kernel_case,
     cfg, presto = config(kernel_case, sampler_name)
     law = exact_law(kernel_case, cfg)
     kernel_case.ending_sabotage(monkeypatch)
-    counts = sample_counts(kernel_case, sampler_name, engine(lm()), cfg, presto)
+    counts = sample_counts(kernel_case, sampler_name, engine(lm()), cfg, presto, CHAINS)
     p, tv = chi_square_pvalue(counts, law, states(), CHAINS)
     assert p < SIGNIFICANCE, f"the missing length term was not detected: p={p:.2e}, TV={tv:.3f}"
     p_bad, _ = chi_square_pvalue(counts, exact_law(kernel_case, cfg, sabotaged=True), states(), CHAINS)

@@ -14,15 +14,12 @@ arrive (those test at 1e-4). A deliberately wrong acceptance fails it (last test
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import numpy as np
 import pytest
 
-from presto_sgl.runner import run_prompts
-from presto_sgl.scheduler import Scheduler
 from tests.support import exact
-from tests.support.cases import KERNELS, KernelCase
+from tests.support.cases import KERNELS
 from tests.support.enumerated import (
     CHAINS,
     PROMPT,
@@ -33,6 +30,7 @@ from tests.support.enumerated import (
     config,
     exact_law,
     lm,
+    sample_counts,
 )
 
 pytestmark = pytest.mark.exactness
@@ -42,17 +40,6 @@ UNSEEDED = ["sequential-path", "sequential-step", "bfs", "predictive", "step", "
 SCHEDULED = {"predictive", "step-cost"}
 """Unseeded rules whose chains run 8 at a time through the shared scheduler (merged calls,
 requests per chain chosen from the predicted values): the law holds with it too."""
-
-
-def sample_counts(kernel_case: KernelCase, sampler_name: str, engine, cfg, presto, chains: int = CHAINS,
-                  scheduled: bool = False) -> Counter:
-    rule, _ = SAMPLERS[sampler_name]
-    sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
-    if scheduled:
-        results = run_prompts(sampler.run, [PROMPT] * chains, seed=1000, workers=8,
-                              scheduler=Scheduler.for_sampler(sampler, dispatch="merged"))
-        return Counter(r.state.tokens for r in results)
-    return Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(chains))
 
 
 @pytest.mark.parametrize("alpha", [2.0, 4.0])

@@ -101,33 +101,12 @@ def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
 
 
 def test_eos_target_on_the_server(server_url, hf_model):
-    """target='eos' on a real server: a request ends at the model's first stop token, which
-    comes back with its values (log p0 as a fresh fp32 forward gives them); sequential and
-    the step rule run K transitions over states that end, PreSTO in fewer calls."""
-    from presto_sgl import sampling_configs
-    from presto_sgl.engines.base import Request
+    """target='eos' on a real SGLang server (:func:`tests.support.eos.check_eos_target`)."""
     from presto_sgl.engines.sglang.http import SGLangEngine
+    from tests.support.eos import check_eos_target
 
     eng = SGLangEngine(server_url)
-    stop = eng.text.stop_ids
-    assert eng.capabilities.stops and stop
-    prompt = tuple(eng.chat_prompt("What is 2 + 3? Reply with the number only."))
-    comps = eng.generate([Request(prompt, 48, 0.25, None, eng.mode == "one-pass", (), None, stop) for _ in range(4)])
-    ended = [c for c in comps if c.tokens[-1] in stop]
-    assert ended and all(len(c.tokens) < 48 for c in ended)
-    for c in comps:
-        assert all(t not in stop for t in c.tokens[:-1])
-        assert_scores_match(hf_model, prompt, c.tokens, c.logp)
-    results = {}
-    for rule in ("sequential", "step"):
-        cfg, presto = sampling_configs(rule, budget=4, alpha=4.0, max_new_tokens=48, block_size=24, steps=4,
-                                       target="eos")
-        results[rule] = Sampler(eng, cfg, presto).run(prompt, seed=1)
-    for r in results.values():
-        st = r.state
-        assert r.metrics.transitions == 8 and (st.tokens[-1] in stop or len(st.tokens) == 48)
-        assert_scores_match(hf_model, st.prompt, st.tokens, st.logp)
-    assert results["step"].metrics.model_calls < results["sequential"].metrics.model_calls == 8
+    check_eos_target(eng, hf_model, entropy=eng.mode == "one-pass")
 
 
 ROUTER_URL = os.environ.get("PRESTO_SGL_ROUTER_URL")

@@ -13,6 +13,8 @@ from scipy import stats
 
 from presto_sgl import PowerConfig
 from presto_sgl.engines.reference import ReferenceLM
+from presto_sgl.runner import run_prompts
+from presto_sgl.scheduler import Scheduler
 from tests.support import exact
 from tests.support.cases import KERNELS, RULES, KernelCase
 
@@ -53,6 +55,19 @@ def exact_law(kernel_case: KernelCase, cfg: PowerConfig) -> np.ndarray:
         model, PROMPT, cfg.max_new_tokens, cfg.block_size, cfg.steps, cfg.temperature,
         lambda T: kernel_case.matrix(model, PROMPT, T, kernel),
     )
+
+
+def sample_counts(kernel_case: KernelCase, sampler_name: str, engine, cfg, presto, chains: int = CHAINS,
+                  scheduled: bool = False) -> Counter:
+    """Final states of ``chains`` independent chains from PROMPT (run seeds 1000 + i); ``scheduled``:
+    8 at a time through the shared scheduler's merged calls."""
+    rule, _ = SAMPLERS[sampler_name]
+    sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
+    if scheduled:
+        results = run_prompts(sampler.run, [PROMPT] * chains, seed=1000, workers=8,
+                              scheduler=Scheduler.for_sampler(sampler, dispatch="merged"))
+        return Counter(r.state.tokens for r in results)
+    return Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(chains))
 
 
 def chi_square_pvalue(counts: Counter, law: np.ndarray, seqs: list, chains: int) -> tuple[float, float]:

@@ -110,27 +110,11 @@ def entropycut_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, ker
         A_c(x, y) = min(1, pi_alpha(y) lambda(c; y) q_tau(x_{c+1:T} | .) / (pi_alpha(x) lambda(c; x) q_tau(y_{c+1:T} | .))).
 
     ``inverted``: the cut-law ratio turned over (the law of the sabotage in cases.py)."""
-    from presto_sgl.kernels.entropycut import FLOOR
-
-    alpha, tau, beta = kernel.alpha, kernel.temperature, kernel.beta
+    alpha, tau = kernel.alpha, kernel.temperature
     seqs = sequences(lm.vocab_size, length)
     index = {s: i for i, s in enumerate(seqs)}
-
-    def scored(prefix: tuple[int, ...], suffix: tuple[int, ...]):
-        ctx, lq, lp, h = list(prompt + prefix), [], [], []
-        for t in suffix:
-            logp, logq, _ = lm.distribution(ctx, tau)
-            lq.append(float(logq[t]))
-            lp.append(float(logp[t]))
-            h.append(float(-np.sum(np.exp(logp) * logp)))
-            ctx.append(t)
-        return tuple(lq), tuple(lp), tuple(h)
-
-    def cut_law(h: tuple[float, ...]) -> np.ndarray:
-        w = np.array([(max(0.0, h[j] - h[j - 1]) if j else 0.0) ** beta + FLOOR for j in range(length)])
-        return w / w.sum()
-
-    full = {x: scored((), x) for x in seqs}
+    cut_law = entropy_cut_law(kernel.beta)
+    full = {x: _scored(lm, prompt, x, tau) for x in seqs}
     P = np.zeros((len(seqs), len(seqs)))
     for x in seqs:
         i = index[x]
