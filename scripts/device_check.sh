@@ -4,7 +4,8 @@
 # download), check on the embedded engine on the device
 #   (a) coupling: sequential PowerMH and every PreSTO rule, with the same keys, visit the same
 #       states (tokens and accept/reject decisions identical, transition by transition), as
-#       tests/exactness/test_coupling.py checks on the CPU;
+#       tests/exactness/test_coupling.py checks on the CPU, for the fixed-length target and
+#       the EOS-terminated one (target='eos': rows of a call end at different positions);
 #   (b) fork batching: one call of N = 1, 4, 10, 20 forks of a state at keyed uniform cuts vs
 #       its longest request alone (benchmarks/engines.py's part F);
 # and print the machine (nvidia-smi -L, torch.version.cuda, CPU) with the results.
@@ -21,6 +22,7 @@
 #   MODEL    the embedded model (default tiny-adder; a folder works too)
 #   DTYPE    float32 (default; the coupling tolerance is float32's)
 #   SEEDS    coupling seeds (default 0,1,2)    PROMPTS  fork-batching prompts (default 5)
+#   TARGETS  coupling targets (default fixed,eos)
 #   TORCH_THREADS  torch threads with DEVICE=cpu (default 1: the model is tiny)
 #   OUT      if set, device_check.log and device_check.json are written there
 #   BUDGET_S the whole run's bound in seconds (default 470): each step's `timeout` is the
@@ -34,6 +36,7 @@ PY="${PYTHON:-python3}"
 MODEL="${MODEL:-tiny-adder}"
 DTYPE="${DTYPE:-float32}"
 SEEDS="${SEEDS:-0,1,2}"
+TARGETS="${TARGETS:-fixed,eos}"
 PROMPTS="${PROMPTS:-5}"
 RESULTS="$(mktemp -d)"
 trap 'rm -rf "$RESULTS"' EXIT
@@ -122,7 +125,7 @@ if torch.cuda.is_available():
 print("presto_sgl from", presto_sgl.__file__)
 EOF
 
-export DEVICE MODEL DTYPE SEEDS PROMPTS RESULTS
+export DEVICE MODEL DTYPE SEEDS TARGETS PROMPTS RESULTS
 # The engine, shared by both checks: embedded_engine(MODEL, device, dtype) where the signature
 # has dtype (older ones load float32 always).
 cat >"$RESULTS/engine.py" <<'EOF'
@@ -146,7 +149,7 @@ def make_engine():
 EOF
 
 # --- (a) coupling on the device ---------------------------------------------------------------
-LIMIT=$(cap 240)
+LIMIT=$(cap 300)
 say "(a) coupling: sequential vs PreSTO, same keys, $MODEL on $DEVICE (at most ${LIMIT} s)"
 timeout "$LIMIT" "$VPY" - <<'EOF'
 import json, os, sys, time
@@ -168,7 +171,7 @@ rules = [("bfs", "path", False), ("predictive", "path", False), ("step", "step",
 
 def run(rule, keying, budget, cost_aware, kernel, params, seed):
     cfg, presto = sampling_configs(rule, keying=keying, budget=budget, cost_aware=cost_aware,
-                                   kernel=kernel, **params, **schedule)
+                                   kernel=kernel, target=target, **params, **schedule)
     seen = []
     result = Sampler(engine, cfg, presto).run(
         prompt, seed=seed, on_transition=lambda stage, k, st, tr: seen.append((stage, k, st, tr.accepted)))
@@ -176,14 +179,15 @@ def run(rule, keying, budget, cost_aware, kernel, params, seed):
 
 
 rows, failures, t0 = [], [], time.perf_counter()
-for kernel, params in kernels.items():
+for target, kernel in [(t, k) for t in os.environ["TARGETS"].split(",") for k in kernels]:
+    params = kernels[kernel]
     for keying in ("path", "step"):
         seqs = {s: run("sequential", keying, 1, False, kernel, params, s) for s in seeds}
         for rule, rkeying, cost_aware in rules:
             if rkeying != keying:
                 continue
             for budget in (2, 20):
-                name = f"{kernel}-{rule}{'+cost' if cost_aware else ''}-N{budget}"
+                name = f"{target}-{kernel}-{rule}{'+cost' if cost_aware else ''}-N{budget}"
                 worst, calls, seq_calls, outcomes = 0.0, 0, 0, set()
                 for seed in seeds:
                     seq, seq_res = seqs[seed]
@@ -206,7 +210,7 @@ for kernel, params in kernels.items():
                     failures.append(f"{name}: {calls} model calls, not fewer than sequential's {seq_calls}")
                 rows.append({"case": name, "seeds": len(seeds), "model_calls": calls, "sequential_calls": seq_calls,
                              "both_outcomes": outcomes == {True, False}, "max_abs_logprob_diff": worst})
-                print(f"  {name:28s} calls {calls:3d} vs sequential {seq_calls:3d}  accept+reject seen "
+                print(f"  {name:34s} calls {calls:3d} vs sequential {seq_calls:3d}  accept+reject seen "
                       f"{outcomes == {True, False}}  max |dlogp| {worst:.2e}", flush=True)
                 json.dump({"rows": rows, "failures": failures, "complete": False},
                           open(os.path.join(os.environ["RESULTS"], "coupling.json"), "w"))

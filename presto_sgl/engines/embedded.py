@@ -5,7 +5,9 @@ by prefix length; at step t every row whose prefix is in place feeds its token a
 absolute position t and attends over its own KV [0, t]. Forks of one root at different
 cuts therefore batch without padding, and the prefix KV of every row comes from the
 radix tree (computed once, reused across rows and calls). The last prefix token is
-always re-fed so the first new token's distribution comes from this pass.
+always re-fed so the first new token's distribution comes from this pass. Rows that have
+their tokens (all of them, or up to a stop token) leave the batch (:class:`_Rows`), so a
+call's cost follows the tokens its rows decode, not rows x its longest row.
 
 Per new token the engine returns log q_tau = log_softmax(logits / tau), log p0 =
 log_softmax(logits), the p0 entropy and log q at any requested score temperatures, all
@@ -30,7 +32,7 @@ from radix import RadixTree
 
 from ..errors import ConfigError
 from .base import Completion, EngineCapabilities, Request
-from .forward import BufferView, CausalLM
+from .forward import BufferView, CausalLM, KVBuffers
 from .scoring import Scored, from_logp_rows
 from .text import TokenizerText
 
@@ -44,6 +46,7 @@ class CallStats:
     prefill_tokens: int = 0  # prefix tokens computed in this call
     decode_tokens: int = 0  # new tokens generated
     forward_steps: int = 0  # position-synchronous decode steps
+    row_steps: int = 0  # rows fed, summed over those steps
     seconds: float = 0.0
     peak_rows: int = 0
 
@@ -72,6 +75,49 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch
     inner = torch.cumsum(padded[torch.arange(rows, device=probs.device), bi].double(), dim=-1) + before[:, None]
     ti = torch.searchsorted(inner, target[:, None]).clamp_(max=block - 1)[:, 0]
     return (bi * block + ti).clamp_(max=vocab - 1)
+
+
+class _Rows:
+    """The rows a call still decodes, kept contiguous in a working KV buffer.
+
+    Rows are in ``bufs`` slot order (sorted by prefix length, so the rows whose prefix is
+    in place are a leading run). A row that has all its tokens leaves the batch: once
+    finished rows are at least half of the working rows, the rest are gathered into a
+    smaller buffer, and every row's KV goes back to its own slot of ``bufs`` when it
+    leaves (the radix cache stores from there). Under stop tokens rows end at different
+    positions; without this a call would feed every ended row until its longest row ends.
+    """
+
+    def __init__(self, bufs: KVBuffers, n: int) -> None:
+        self.bufs = bufs
+        self.work = bufs
+        self.slots = list(range(n))  # request index in each working row
+
+    def active(self, starts: list[int], t: int) -> int:
+        """Working rows whose prefix is in place at step t (a leading run of the slots)."""
+        n = 0
+        while n < len(self.slots) and starts[self.slots[n]] <= t:
+            n += 1
+        return n
+
+    def drop(self, finished: list[int], fed: int) -> None:
+        """Retire ``finished`` (request indices) once they are half the working rows or all of
+        them; ``fed``: positions whose KV is written for every working row."""
+        if not finished or 2 * len(finished) < len(self.slots):
+            return
+        gone = set(finished)
+        if self.work is not self.bufs:
+            for j, r in enumerate(self.slots):
+                if r in gone:
+                    for dst, src in ((self.bufs.k, self.work.k), (self.bufs.v, self.work.v)):
+                        for i in range(len(dst)):
+                            dst[i][r, :, :fed] = src[i][j, :, :fed]
+        keep = [j for j, r in enumerate(self.slots) if r not in gone]
+        self.slots = [self.slots[j] for j in keep]
+        if self.slots:
+            idx = torch.tensor(keep, device=self.work.k[0].device)
+            self.work = KVBuffers([x.index_select(0, idx) for x in self.work.k],
+                                  [x.index_select(0, idx) for x in self.work.v])
 
 
 class EmbeddedEngine(TokenizerText):
@@ -153,20 +199,21 @@ class EmbeddedEngine(TokenizerText):
         gens = [self._generator(r) for r in reqs]
         temps = torch.tensor([r.temperature for r in reqs], dtype=torch.float32, device=lm.device)
         starts = [len(r.prefix) - 1 for r in reqs]
-        active = 0
+        rows = _Rows(bufs, len(reqs))
         for t in range(starts[0], width):
-            while active < len(reqs) and starts[active] <= t:
-                active += 1
-            feed = [seqs[r][t] if t < len(seqs[r]) else 0 for r in range(active)]
-            logits = lm.forward(torch.tensor(feed, device=lm.device)[:, None], t, bufs.rows(0, active))
+            active = rows.active(starts, t)
+            feed = [seqs[r][t] if t < len(seqs[r]) else 0 for r in rows.slots[:active]]
+            logits = lm.forward(torch.tensor(feed, device=lm.device)[:, None], t, rows.work.rows(0, active))
             stats.forward_steps += 1
+            stats.row_steps += active
             stats.peak_rows = max(stats.peak_rows, active)
-            live = [r for r in range(active) if t + 1 < ends[r] and t + 1 == len(seqs[r])]
+            live = [(j, r) for j, r in enumerate(rows.slots[:active]) if t + 1 < ends[r] and t + 1 == len(seqs[r])]
             self._sample(logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent, out_at)
-            for r in live:
+            for _, r in live:
                 if seqs[r][-1] in reqs[r].stop:
                     ends[r] = len(seqs[r])  # ended at a stop token: no more tokens for this row
-            if active == len(reqs) and all(len(seqs[r]) >= ends[r] for r in range(active)):
+            rows.drop([r for r in rows.slots if len(seqs[r]) >= ends[r]], fed=t + 1)
+            if not rows.slots:  # every row has its tokens (at the latest at t = width - 1)
                 break
         self._store(reqs, seqs, ends, bufs)
         completions: list[Completion | None] = [None] * len(reqs)
@@ -195,12 +242,14 @@ class EmbeddedEngine(TokenizerText):
         return self._rng
 
     def _sample(self, logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent, out_at) -> None:
-        """Draw the next token of each live row from q_tau = softmax(z / tau) by inverse CDF."""
+        """Draw the next token of each live row from q_tau = softmax(z / tau) by inverse CDF
+        (``live``: (row of ``logits``, request index) pairs)."""
         if not live:
             return
-        idx = torch.tensor(live, device=logits.device)
+        idx = torch.tensor([j for j, _ in live], device=logits.device)
+        live = [r for _, r in live]
         z = logits[idx]
-        zq = z / temps[idx, None]
+        zq = z / temps[torch.tensor(live, device=temps.device), None]
         lse_p = torch.logsumexp(z, dim=-1)
         lse_q = torch.logsumexp(zq, dim=-1)
         u = 1.0 - torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in live])  # (0, 1]

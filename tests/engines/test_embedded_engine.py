@@ -107,6 +107,32 @@ def test_uncached_engine_and_prefill_numerics_agree():
     assert_matches(model, req, a)
 
 
+def test_rows_leave_the_batch_when_they_end():
+    """Rows that end at different positions leave the call's batch (fewer row-steps than
+    feeding every row to the end), their values still equal a full forward, and the radix
+    cache holds the KV of the rows that left: continuing each from the cache equals an
+    uncached engine."""
+    model = random_model()
+    eng, plain = EmbeddedEngine(model), EmbeddedEngine(model, cache_bytes=0)
+    shape = [(2, 3, 1), (4, 30, 2), (3, 5, 3), (6, 2, 4), (5, 9, 5), (2, 4, 6)]  # (prefix length, new tokens, seed)
+    reqs = [Request(tuple(range(1, n + 1)), m, 0.5, seed=s, return_entropy=True) for n, m, s in shape]
+    comps = eng.generate(reqs)
+    for req, comp in zip(reqs, comps):
+        assert_matches(model, req, comp)
+    stats = eng.last_call
+    starts = sorted(n - 1 for n, _, _ in shape)
+    width = max(n + m for n, m, _ in shape) - 1
+    fed_to_the_end = sum(sum(s <= t for s in starts) for t in range(starts[0], width))
+    assert stats.forward_steps == width - starts[0]
+    assert stats.row_steps < fed_to_the_end // 2  # one long row: the others leave early
+    for req, comp in zip(reqs, comps):
+        follow = Request(req.prefix + comp.tokens, 4, 0.5, seed=9)
+        (a,), (b,) = eng.generate([follow]), plain.generate([follow])
+        assert a.cached_tokens == len(follow.prefix) - 1
+        assert a.tokens == b.tokens
+        assert max(abs(x - y) for x, y in zip(a.logp, b.logp)) < TOL
+
+
 def test_seeds_reproduce_tokens_whatever_the_batch():
     model = random_model()
     eng = EmbeddedEngine(model, cache_bytes=0)

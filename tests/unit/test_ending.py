@@ -60,6 +60,7 @@ def test_embedded_engine_stops_rows_alone(tiny_engine, tiny_adder):
         assert c.tokens == f.tokens[:n]
         assert max(abs(a - b) for a, b in zip(c.logp, f.logp[:n])) < 1e-4
     assert len(lengths) >= 3 and min(lengths) < 36  # rows of the batch end at different points
+    assert tiny_engine.last_call.row_steps < tiny_engine.last_call.forward_steps * len(reqs)  # ended rows left
 
 
 def test_a_target_the_engine_or_model_cannot_serve_is_refused():
