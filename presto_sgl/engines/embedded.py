@@ -106,18 +106,14 @@ class _Rows:
         if not finished or 2 * len(finished) < len(self.slots):
             return
         gone = set(finished)
-        if self.work is not self.bufs:
+        if self.work is not self.bufs:  # in bufs itself a row already sits in its own slot
             for j, r in enumerate(self.slots):
                 if r in gone:
-                    for dst, src in ((self.bufs.k, self.work.k), (self.bufs.v, self.work.v)):
-                        for i in range(len(dst)):
-                            dst[i][r, :, :fed] = src[i][j, :, :fed]
+                    self.bufs.put_row(r, self.work, j, fed)
         keep = [j for j, r in enumerate(self.slots) if r not in gone]
         self.slots = [self.slots[j] for j in keep]
         if self.slots:
-            idx = torch.tensor(keep, device=self.work.k[0].device)
-            self.work = KVBuffers([x.index_select(0, idx) for x in self.work.k],
-                                  [x.index_select(0, idx) for x in self.work.v])
+            self.work = self.work.select(keep)
 
 
 class EmbeddedEngine(TokenizerText):

@@ -28,6 +28,16 @@ class KVBuffers:
     def rows(self, start: int, stop: int) -> KVBuffers:
         return KVBuffers([x[start:stop] for x in self.k], [x[start:stop] for x in self.v])
 
+    def select(self, rows: list[int]) -> KVBuffers:
+        """A copy holding ``rows``, in that order."""
+        idx = torch.tensor(rows, device=self.k[0].device)
+        return KVBuffers([x.index_select(0, idx) for x in self.k], [x.index_select(0, idx) for x in self.v])
+
+    def put_row(self, row: int, src: KVBuffers, src_row: int, n: int) -> None:
+        """Copy the first ``n`` positions of ``src``'s row ``src_row`` into ``row``."""
+        for dst, frm in zip(self.k + self.v, src.k + src.v):
+            dst[row, :, :n] = frm[src_row, :, :n]
+
 
 @dataclass
 class KVSegment:
