@@ -6,7 +6,7 @@ absolute position t and attends over its own KV [0, t]. Forks of one root at dif
 cuts therefore batch without padding, and the prefix KV of every row comes from the
 radix tree (computed once, reused across rows and calls). The last prefix token is
 always re-fed so the first new token's distribution comes from this pass. Rows that have
-their tokens (all of them, or up to a stop token) leave the batch (:class:`_Rows`), so a
+their tokens (all of them, or up to a stop token) leave the batch (:class:`~.forward.WorkingRows`), so a
 call's cost follows the tokens its rows decode, not rows x its longest row.
 
 Per new token the engine returns log q_tau = log_softmax(logits / tau), log p0 =
@@ -32,7 +32,7 @@ from radix import RadixTree
 
 from ..errors import ConfigError
 from .base import Completion, EngineCapabilities, Request
-from .forward import BufferView, CausalLM, KVBuffers
+from .forward import BufferView, CausalLM, WorkingRows
 from .scoring import Scored, from_logp_rows
 from .text import TokenizerText
 
@@ -75,45 +75,6 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch
     inner = torch.cumsum(padded[torch.arange(rows, device=probs.device), bi].double(), dim=-1) + before[:, None]
     ti = torch.searchsorted(inner, target[:, None]).clamp_(max=block - 1)[:, 0]
     return (bi * block + ti).clamp_(max=vocab - 1)
-
-
-class _Rows:
-    """The rows a call still decodes, kept contiguous in a working KV buffer.
-
-    Rows are in ``bufs`` slot order (sorted by prefix length, so the rows whose prefix is
-    in place are a leading run). A row that has all its tokens leaves the batch: once
-    finished rows are at least half of the working rows, the rest are gathered into a
-    smaller buffer, and every row's KV goes back to its own slot of ``bufs`` when it
-    leaves (the radix cache stores from there). Under stop tokens rows end at different
-    positions; without this a call would feed every ended row until its longest row ends.
-    """
-
-    def __init__(self, bufs: KVBuffers, n: int) -> None:
-        self.bufs = bufs
-        self.work = bufs
-        self.slots = list(range(n))  # request index in each working row
-
-    def active(self, starts: list[int], t: int) -> int:
-        """Working rows whose prefix is in place at step t (a leading run of the slots)."""
-        n = 0
-        while n < len(self.slots) and starts[self.slots[n]] <= t:
-            n += 1
-        return n
-
-    def drop(self, finished: list[int], fed: int) -> None:
-        """Retire ``finished`` (request indices) once they are half the working rows or all of
-        them; ``fed``: positions whose KV is written for every working row."""
-        if not finished or 2 * len(finished) < len(self.slots):
-            return
-        gone = set(finished)
-        if self.work is not self.bufs:  # in bufs itself a row already sits in its own slot
-            for j, r in enumerate(self.slots):
-                if r in gone:
-                    self.bufs.put_row(r, self.work, j, fed)
-        keep = [j for j, r in enumerate(self.slots) if r not in gone]
-        self.slots = [self.slots[j] for j in keep]
-        if self.slots:
-            self.work = self.work.select(keep)
 
 
 class EmbeddedEngine(TokenizerText):
@@ -195,7 +156,7 @@ class EmbeddedEngine(TokenizerText):
         gens = [self._generator(r) for r in reqs]
         temps = torch.tensor([r.temperature for r in reqs], dtype=torch.float32, device=lm.device)
         starts = [len(r.prefix) - 1 for r in reqs]
-        rows = _Rows(bufs, len(reqs))
+        rows = WorkingRows(bufs, len(reqs))
         for t in range(starts[0], width):
             active = rows.active(starts, t)
             feed = [seqs[r][t] if t < len(seqs[r]) else 0 for r in rows.slots[:active]]

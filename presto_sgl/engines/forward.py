@@ -39,6 +39,45 @@ class KVBuffers:
             dst[row, :, :n] = frm[src_row, :, :n]
 
 
+class WorkingRows:
+    """The rows a call still decodes, kept contiguous in a working KV buffer.
+
+    Rows are in ``bufs`` slot order (sorted by prefix length, so the rows whose prefix is
+    in place are a leading run). A row that has all its tokens leaves the batch: once
+    finished rows are at least half of the working rows, the rest are gathered into a
+    smaller buffer, and every row's KV goes back to its own slot of ``bufs`` when it
+    leaves (the radix cache stores from there). Under stop tokens rows end at different
+    positions; without this a call would feed every ended row until its longest row ends.
+    """
+
+    def __init__(self, bufs: KVBuffers, n: int) -> None:
+        self.bufs = bufs
+        self.work = bufs
+        self.slots = list(range(n))  # request index in each working row
+
+    def active(self, starts: list[int], t: int) -> int:
+        """Working rows whose prefix is in place at step t (a leading run of the slots)."""
+        n = 0
+        while n < len(self.slots) and starts[self.slots[n]] <= t:
+            n += 1
+        return n
+
+    def drop(self, finished: list[int], fed: int) -> None:
+        """Retire ``finished`` (request indices) once they are half the working rows or all of
+        them; ``fed``: positions whose KV is written for every working row."""
+        if not finished or 2 * len(finished) < len(self.slots):
+            return
+        gone = set(finished)
+        if self.work is not self.bufs:  # in bufs itself a row already sits in its own slot
+            for j, r in enumerate(self.slots):
+                if r in gone:
+                    self.bufs.put_row(r, self.work, j, fed)
+        keep = [j for j, r in enumerate(self.slots) if r not in gone]
+        self.slots = [self.slots[j] for j in keep]
+        if self.slots:
+            self.work = self.work.select(keep)
+
+
 @dataclass
 class KVSegment:
     """KV of a run of consecutive tokens, [layers, kv_heads, n, head_dim]; a radix-tree payload."""
