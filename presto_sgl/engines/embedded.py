@@ -159,6 +159,8 @@ class EmbeddedEngine(TokenizerText):
         rows = WorkingRows(bufs, len(reqs))
         for t in range(starts[0], width):
             active = rows.active(starts, t)
+            if not active:  # the rows in place have all left; the next joins at its own start
+                continue
             feed = [seqs[r][t] if t < len(seqs[r]) else 0 for r in rows.slots[:active]]
             logits = lm.forward(torch.tensor(feed, device=lm.device)[:, None], t, rows.work.rows(0, active))
             stats.forward_steps += 1

@@ -133,6 +133,19 @@ def test_rows_leave_the_batch_when_they_end():
         assert max(abs(x - y) for x, y in zip(a.logp, b.logp)) < TOL
 
 
+def test_rows_that_leave_before_a_later_row_joins():
+    """Every row in place ends before a longer prefix's row joins: the steps in between
+    feed no row (no empty forward), and the late row's values still equal a full forward."""
+    model = random_model()
+    eng = EmbeddedEngine(model, cache_bytes=0)
+    reqs = [Request((1, 2), 1, 0.5, seed=1), Request(tuple(range(1, 9)), 4, 0.5, seed=2)]
+    comps = eng.generate(reqs)
+    for req, comp in zip(reqs, comps):
+        assert_matches(model, req, comp)
+    assert [len(c.tokens) for c in comps] == [1, 4]
+    assert (eng.last_call.forward_steps, eng.last_call.row_steps) == (1 + 4, 1 + 4)  # t = 1, then t = 7..10
+
+
 def test_seeds_reproduce_tokens_whatever_the_batch():
     model = random_model()
     eng = EmbeddedEngine(model, cache_bytes=0)
