@@ -132,7 +132,7 @@ class StageExecutor:
         kernel, cfg, rec = self.kernel, self.config, self.rec
         T, H = state.length, self.horizon
         t0 = time.perf_counter()
-        ctx = RoundContext(state, path, k, cfg.steps - k, self.budget, self.draws, self.store, kernel, cfg.keying)
+        ctx = RoundContext(state, path, k, cfg.steps - k, self.budget, self.draws, self.store, kernel, cfg.keying, H)
         scheduled = current() is not None
         offer = offer_of(self.planner, ctx) if scheduled else None
         planned = offer.batch if offer is not None else self.planner.plan(ctx)

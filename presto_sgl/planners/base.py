@@ -80,6 +80,7 @@ class RoundContext:
     store: ProposalStore
     kernel: Kernel
     keying: Keying
+    horizon: int | None = None  # H: a request at cut c draws at most H - c tokens (None: the root's length)
 
     def decision(self, path: str, k: int) -> DecisionId:
         """The identity of the decision at the node with ``path`` and depth ``k`` in the stage."""

@@ -26,6 +26,12 @@ bits (:class:`MatchRate`, shared by the runs). The expectation is a Monte-Carlo 
 over ``samples`` futures (common to every n and b, seeded by the round); with exact
 enumeration it equals a store-level simulation of the real step rule (tests).
 
+Under target="eos" a proposal ends at its own stop token, not at the root's length L: a
+request at cut c decodes n = min(H, max(c + 1, r L)) - c tokens with r = (c + n) / L drawn
+from the ratios realized by earlier requests of every run (:class:`EndLengths`; H the stage
+horizon), sampled with each future, so the rollout prices E[longest row of a call], not the
+longest of the mean lengths (one rambling proposal sets a lockstep call's decode steps).
+
 Call time t(n): :class:`~presto_sgl.planners.timemodel.CallTimeModel`, fitted to the
 calls of every run of the sampler. The first calls explore fixed fractions of N (the fit
 needs different row counts to tell per-call from per-row cost). Measured numbers are in
@@ -38,12 +44,13 @@ exact.
 
 from __future__ import annotations
 
+import collections
 import copy
 import itertools
 import math
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..predictor.certainty import Predictor, h_plus
 from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback
@@ -79,6 +86,36 @@ class MatchRate:
         return self.tokens / total if total else 0.0
 
 
+class EndLengths:
+    """Where proposals end under target="eos", relative to the root: r = (c + n) / L(root) of
+    the last ``keep`` requests of every run (thread-safe). Lengths are known for every
+    request sent (like the call-time model's counts), and they only shape the batch size."""
+
+    MIN_OBSERVED = 8
+    """Requests seen before the ratios are used (until then a request decodes L - c)."""
+
+    def __init__(self, keep: int = 1024) -> None:
+        self._lock = threading.Lock()
+        self._ratios: collections.deque[float] = collections.deque(maxlen=keep)
+
+    def add(self, length: int, ends: Sequence[tuple[int, int]]) -> None:
+        """Requests (cut, new tokens) of one call from a root of ``length`` tokens."""
+        with self._lock:
+            self._ratios.extend((c + n) / length for c, n in ends)
+
+    def sampler(self, length: int, horizon: int) -> Callable[[random.Random, int], int] | None:
+        """``draw(rng, cut)`` -> new tokens, or None before MIN_OBSERVED requests."""
+        with self._lock:
+            ratios = tuple(self._ratios)
+        if len(ratios) < self.MIN_OBSERVED:
+            return None
+
+        def draw(rng: random.Random, cut: int) -> int:
+            return min(horizon, max(cut + 1, round(ratios[rng.randrange(len(ratios))] * length))) - cut
+
+        return draw
+
+
 class CostAwareStepPlanner(StepPlanner):
     """The step rule's batch cut to the n* requests of the rollout (module docstring).
 
@@ -97,6 +134,7 @@ class CostAwareStepPlanner(StepPlanner):
         horizon: int = 40,
         seed: int = 0,
         match: MatchRate | None = None,
+        ends: EndLengths | None = None,
     ) -> None:
         self.predictor = predictor
         self.time_model = time_model if time_model is not None else CallTimeModel()
@@ -105,6 +143,7 @@ class CostAwareStepPlanner(StepPlanner):
         self.horizon = horizon
         self.seed = seed
         self.match_rate = match if match is not None else MatchRate()
+        self.end_lengths = ends if ends is not None else EndLengths()
         self.last_base: int | None = None  # b* of the last rollout choice (diagnostics)
         self._previous: RoundContext | None = None
 
@@ -144,7 +183,10 @@ class CostAwareStepPlanner(StepPlanner):
     def sampled_futures(self, ctx: RoundContext, rm: RoundModel) -> list[Outcome]:
         """``samples`` futures from a generator seeded by (seed, k0, remaining, T): the same
         draws for every n and b (common random numbers) and on a rerun of the same history."""
-        return rm.sampled_outcomes(self.samples, random.Random(f"{self.seed}/{ctx.k0}/{ctx.remaining}/{ctx.root.length}"))
+        rng = random.Random(f"{self.seed}/{ctx.k0}/{ctx.remaining}/{ctx.root.length}")
+        T = ctx.root.length
+        lengths = self.end_lengths.sampler(T, ctx.horizon or T) if getattr(ctx.kernel, "ends", False) else None
+        return rm.sampled_outcomes(self.samples, rng, lengths)
 
     def rollout_values(
         self,
@@ -171,7 +213,7 @@ class CostAwareStepPlanner(StepPlanner):
         Q = []
         for n in range(1, N + 1):
             after = [rm.after(idx[:n], o) for o in outcomes]
-            Q.append(rm.call_time(idx[:n]) + rm.expected_cost_to_go(after, outcomes, base))
+            Q.append(rm.expected_call_time(idx[:n], outcomes) + rm.expected_cost_to_go(after, outcomes, base))
         return base, Q
 
     def choose(self, ctx: RoundContext, batch: Sequence[PlannedRequest]) -> int:
@@ -217,7 +259,7 @@ class CostAwareStepPlanner(StepPlanner):
         rm, idx = self.model(ctx, batch)
         outcomes = self.sampled_futures(ctx, rm)
         used = [0.0] * len(idx)
-        for bits, gaps, w in outcomes:
+        for bits, gaps, w, _ in outcomes:
             dead = 0
             for i in range(max(idx, default=0)):
                 if bits >> i & 1:
@@ -237,7 +279,12 @@ class CostAwareStepPlanner(StepPlanner):
         return PlanOffer(batch, values, self.choose(ctx, batch))
 
     def observe(self, feedback: RoundFeedback) -> None:
-        """Refit the time model on the call; pass the realized decisions to the predictor."""
+        """Refit the time model on the call; under target="eos" add where its requests ended;
+        pass the realized decisions to the predictor."""
         if feedback.requests and feedback.timed:
             self.time_model.observe([new for _, new in feedback.requests], feedback.time_s)
+        ctx = self._previous  # this round's context (set by plan/offer)
+        if feedback.requests and ctx is not None and getattr(ctx.kernel, "ends", False):
+            prompt = len(ctx.root.prompt)
+            self.end_lengths.add(feedback.length, [(prefix - prompt, new) for prefix, new in feedback.requests])
         self.predictor.observe(feedback.observations())

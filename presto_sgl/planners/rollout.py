@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .timemodel import CallTimeModel, call_seconds, second_most
 
-Outcome = tuple[int, tuple[int, ...], float]
-"""One simulated future of the round's depths: (accept bitmask, match gap per depth, weight)."""
+Outcome = tuple[int, tuple[int, ...], float, tuple[int, ...] | None]
+"""One simulated future of the round's depths: (accept bitmask, match gap per depth, weight,
+new tokens per depth or None: each depth's ``length - cut``)."""
 
 
 class RoundModel:
@@ -49,11 +50,19 @@ class RoundModel:
         self.theta = [float(x) for x in time_model.theta]
         self._new = [length - c for c in self.cuts]
         self._later: dict[tuple[int, int], int] = {}
-        self._memos: dict[tuple[int, int, tuple[int, ...]], dict[tuple[int, int], float]] = {}
+        self._memos: dict[tuple, dict[tuple[int, int], float]] = {}
 
-    def call_time(self, depths: Sequence[int]) -> float:
-        new = [self._new[d] for d in depths]
+    def call_time(self, depths: Sequence[int], outcome: Outcome | None = None) -> float:
+        """Predicted time of a call requesting ``depths`` (new tokens from ``outcome`` if it has them)."""
+        lengths = self._new if outcome is None or outcome[3] is None else outcome[3]
+        new = [lengths[d] for d in depths]
         return self._time(len(new), max(new), sum(new), second_most(new))
+
+    def expected_call_time(self, depths: Sequence[int], outcomes: Sequence[Outcome]) -> float:
+        """E[call time] over weighted outcomes (the one deterministic time when none samples lengths)."""
+        if all(o[3] is None for o in outcomes):
+            return self.call_time(depths)
+        return math.fsum(o[2] * self.call_time(depths, o) for o in outcomes)
 
     def _time(self, rows: int, steps: int, tokens: int, second: int) -> float:
         """A call of ``rows`` decisions (``draws`` requests each; ``steps`` and ``second`` the
@@ -88,7 +97,8 @@ class RoundModel:
         is the value computed afresh, bit for bit."""
         if memo is None:
             memo = {}
-        D, new, later = self.D, self._new, self.later
+        D, later = self.D, self.later
+        new = self._new if outcome[3] is None else outcome[3]
         bits, gaps = outcome[0], outcome[1]
         keys: list[tuple[int, int]] = []
         times: list[float] = []
@@ -138,17 +148,22 @@ class RoundModel:
         out = []
         for bits in range(1 << self.D):
             w = math.prod(a if bits >> i & 1 else 1.0 - a for i, a in enumerate(self.accept))
-            out.append((bits, zeros, w))
+            out.append((bits, zeros, w, None))
         return out
 
-    def sampled_outcomes(self, samples: int, rng: random.Random) -> list[Outcome]:
-        """``samples`` independent draws of (accept bits, match gaps), weight 1/samples each.
-        A gap is geometric: P(gap >= g) = match^g."""
+    def sampled_outcomes(
+        self, samples: int, rng: random.Random, lengths: Callable[[random.Random, int], int] | None = None
+    ) -> list[Outcome]:
+        """``samples`` independent draws of (accept bits, match gaps[, new tokens]), weight
+        1/samples each. A gap is geometric: P(gap >= g) = match^g. ``lengths(rng, cut)``
+        draws a depth's new tokens (target="eos": proposals end at their own length);
+        without it every depth has ``length - cut``."""
         out = []
         for _ in range(samples):
             bits = sum(1 << i for i, a in enumerate(self.accept) if rng.random() < a)
             gaps = tuple(self._gap(rng) for _ in range(self.D))
-            out.append((bits, gaps, 1.0 / samples))
+            new = None if lengths is None else tuple(lengths(rng, c) for c in self.cuts)
+            out.append((bits, gaps, 1.0 / samples, new))
         return out
 
     def _gap(self, rng: random.Random) -> int:
@@ -161,5 +176,5 @@ class RoundModel:
     def expected_cost_to_go(self, pos_held: Sequence[tuple[int, int]], outcomes: Sequence[Outcome], budget: int) -> float:
         """E[cost_to_go] over weighted outcomes, one start state each; tails are memoized per
         (budget, outcome) for the life of this model."""
-        memos = [self._memos.setdefault((budget, o[0], o[1]), {}) for o in outcomes]
+        memos = [self._memos.setdefault((budget, o[0], o[1], o[3]), {}) for o in outcomes]
         return math.fsum(o[2] * self.cost_to_go(p, h, o, budget, m) for (p, h), o, m in zip(pos_held, outcomes, memos))

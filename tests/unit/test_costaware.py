@@ -20,7 +20,7 @@ from presto_sgl.config import PrestoConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
 from presto_sgl.planners import CostAwareStepPlanner, RoundContext, RoundFeedback, StepPlanner
-from presto_sgl.planners.costaware import BASES, EXPLORE, MatchRate
+from presto_sgl.planners.costaware import BASES, EXPLORE, EndLengths, MatchRate
 from presto_sgl.planners.timemodel import MIN_TIME_S, CallTimeModel
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation, h_plus
 from presto_sgl.proposals import ProposalStore, StoredProposal
@@ -30,10 +30,13 @@ from tests.support.predictors import CutPredictor
 from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampler
 
 
-def brute_force_cost(ctx: RoundContext, first: list, budget: int, theta: np.ndarray, bits: tuple[int, ...]) -> float:
+def brute_force_cost(
+    ctx: RoundContext, first: list, budget: int, theta: np.ndarray, bits: tuple[int, ...], new: tuple[int, ...] | None = None
+) -> float:
     """Call time to finish the stage: send ``first``, walk, then the step rule at ``budget``
     until depth K, with the real ProposalStore, StepPlanner and walk rule. Every proposal
-    gets fresh tokens (never the state's), and depth k accepts iff bits[k - k0]."""
+    gets fresh tokens (never the state's), and depth k accepts iff bits[k - k0]; a call
+    is priced with new[k - k0] tokens for decision k (default T - cut)."""
     T = ctx.root.length
     store = ProposalStore()
     for k in range(ctx.k0, ctx.k0 + ctx.remaining):
@@ -43,7 +46,8 @@ def brute_force_cost(ctx: RoundContext, first: list, budget: int, theta: np.ndar
     tokens, k, end, fresh, total = ctx.root.tokens, ctx.k0, ctx.k0 + ctx.remaining, 1000, 0.0
     requests = first
     while k < end:
-        total += max(float(CallTimeModel.features([T - p.cut for p in requests]) @ theta), MIN_TIME_S)
+        counts = [T - p.cut if new is None else new[p.decision - ctx.k0] for p in requests]
+        total += max(float(CallTimeModel.features(counts) @ theta), MIN_TIME_S)
         for p in requests:
             store.add(p.decision, StoredProposal(tokens[: p.cut], (Proposal(p.cut, tuple(range(fresh, fresh + T - p.cut)), (0.0,) * (T - p.cut), (0.0,) * (T - p.cut)),), ((0, 0),)))
             fresh += T
@@ -95,6 +99,69 @@ def test_rollout_values_match_brute_force(seed):
         assert Q[b - 1] == pytest.approx(J[b], rel=1e-9)  # sending b then continuing at b is the fixed rule b
     best, _ = planner.rollout_values(ctx, batch, outcomes)
     assert J[best] == pytest.approx(min(J.values()), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rollout_values_price_sampled_lengths(seed):
+    """Futures that carry each depth's new tokens (target="eos"): Q(n) = t(n) + J_b(after)
+    of one future equals the store-level simulation with calls priced at those lengths."""
+    rng = random.Random(seed)
+    ctx = random_context(rng)
+    model = CallTimeModel()
+    model.theta = random_theta(rng)
+    planner = CostAwareStepPlanner(ConstantPredictor(0.5, 0.2, 0.3), model, explore=(), horizon=100)
+    batch = StepPlanner().plan(ctx)
+    if not batch:
+        return
+    rm = planner.model(ctx, batch)[0]
+    bits = tuple(rng.randint(0, 1) for _ in range(ctx.remaining))
+    new = tuple(rng.randint(1, 3 * ctx.root.length) for _ in range(rm.D))
+    future = [(sum(b << i for i, b in enumerate(bits[: rm.D])), (0,) * rm.D, 1.0, new)]
+    for b in sorted({b for b in BASES if b < len(batch)} | {len(batch)}):
+        _, Q = planner.rollout_values(ctx, batch, future, base=b)
+        for n in range(1, len(batch) + 1):
+            assert Q[n - 1] == pytest.approx(brute_force_cost(ctx, batch[:n], b, model.theta, bits, new), rel=1e-9)
+
+
+def test_end_lengths_sample_where_proposals_ended():
+    """Ratios (c + n) / L of the requests seen; a draw at cut c is r L - c new tokens, at
+    least 1, at most H - c; nothing before MIN_OBSERVED requests."""
+    ends = EndLengths(keep=EndLengths.MIN_OBSERVED)
+    ends.add(10, [(2, 3)] * (EndLengths.MIN_OBSERVED - 1))  # r = 0.5
+    assert ends.sampler(10, 20) is None
+    ends.add(10, [(4, 16), (4, 16)])  # r = 2.0 twice; the oldest 0.5 leaves (keep)
+    assert sorted(ends._ratios) == [0.5] * (EndLengths.MIN_OBSERVED - 2) + [2.0, 2.0]
+    draw = ends.sampler(20, 30)
+    got = {draw(random.Random(i), 6) for i in range(200)}
+    assert got == {10 - 6, 30 - 6}  # 0.5 * 20 = 10 tokens in all; 2.0 * 20 = 40, capped at H = 30
+    assert {draw(random.Random(i), 15) for i in range(200)} == {1, 15}  # ends at least one token after the cut
+
+
+class Ending:
+    """The hand-built rounds' kernel (forced cuts) marked as the EOS-terminated target's."""
+
+    ends = True
+
+    def __getattr__(self, name: str):
+        return getattr(KERNEL, name)
+
+
+def test_only_the_eos_target_learns_end_lengths_and_samples_them():
+    eos = Ending()
+    for kernel, learns in ((KERNEL, False), (eos, True)):
+        planner = CostAwareStepPlanner(ConstantPredictor(), SyntheticClock(), explore=())
+        ctx = random_context(random.Random(1))
+        ctx = RoundContext(ctx.root, "", ctx.k0, ctx.remaining, 8, ctx.draws, ctx.store, kernel, "step", 40)
+        batch = StepPlanner().plan(ctx)
+        for _ in range(EndLengths.MIN_OBSERVED):
+            planner.plan(ctx)
+            prompt = len(ctx.root.prompt)
+            planner.observe(RoundFeedback(ctx.root.length, (), tuple((prompt + p.cut, 30 - p.cut) for p in batch), 1.0))
+        assert (len(planner.end_lengths._ratios) > 0) == learns
+        futures = planner.sampled_futures(ctx, planner.model(ctx, batch)[0])
+        assert all((o[3] is not None) == learns for o in futures)
+        if learns:  # every request ended 30 tokens into the response: r = 30 / L, so n = 30 - c
+            assert all(o[3] == tuple(30 - c for c in planner.model(ctx, batch)[0].cuts) for o in futures)
 
 
 def test_rollout_choice_is_the_argmin_and_varies():

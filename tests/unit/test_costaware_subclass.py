@@ -27,7 +27,7 @@ def test_for_run_of_a_subclass_keeps_its_type_and_settings_and_shares_the_learne
     run = planner.for_run()
     assert type(run) is Clocked and run is not planner and run.law == 0.25
     assert run.predictor is planner.predictor and run.time_model is planner.time_model
-    assert run.match_rate is planner.match_rate
+    assert run.match_rate is planner.match_rate and run.end_lengths is planner.end_lengths
     assert (run.explore, run.samples, run.horizon, run.seed) == ((1.0,) * 10, 8, 12, 3)
     run.observe(RoundFeedback(8, ((2, 0.0),), ((5, 6),), 0.5))
     assert planner.for_run().time_model.calls == 1  # learned by one run, shared with all
@@ -36,5 +36,5 @@ def test_for_run_of_a_subclass_keeps_its_type_and_settings_and_shares_the_learne
 def test_per_run_state_of_the_library_planner_is_what_for_run_resets():
     """Guard: ``for_run`` copies the planner and resets ``_previous`` and ``last_base``; a
     new per-run attribute of the library's planner must be reset too."""
-    shared = {"predictor", "time_model", "explore", "samples", "horizon", "seed", "match_rate"}
+    shared = {"predictor", "time_model", "explore", "samples", "horizon", "seed", "match_rate", "end_lengths"}
     assert set(vars(CostAwareStepPlanner(ConstantPredictor()))) - shared == {"_previous", "last_base"}
