@@ -239,7 +239,8 @@ def _temperature(body: Mapping[str, Any], overrides: dict[str, Any], names: dict
 def _length(body: Mapping[str, Any], field: str, defaults: Defaults, overrides: dict[str, Any], scoring: bool) -> int:
     """The answer's cap ``max_tokens`` (0 or 1 when scoring); sets the chain's length T, the
     smallest multiple of the block size >= the cap, with the block size ``min(server's,
-    cap)`` unless the request sends one."""
+    cap)`` unless the request sends one; a sent block size above the cap becomes the cap
+    (one block: T = cap, not a block of tokens that the answer would cut to the cap)."""
     if scoring:
         cap = _int(body, field, 0, 0)
         if cap > 1:  # type: ignore[operator]
@@ -249,6 +250,8 @@ def _length(body: Mapping[str, Any], field: str, defaults: Defaults, overrides: 
     cap = _int(body, field, defaults.config.max_new_tokens, 1)
     block = overrides.setdefault("block_size", min(defaults.config.block_size, cap))  # type: ignore[type-var]
     if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
+        if isinstance(cap, int) and block > cap:  # one block: a chain of block_size tokens would be cut to cap
+            overrides["block_size"] = block = cap
         overrides[LENGTH] = -(-cap // block) * block  # type: ignore[operator]
     else:
         overrides[LENGTH] = cap

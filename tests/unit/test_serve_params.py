@@ -36,6 +36,8 @@ def test_max_tokens_caps_the_answer_and_rounds_the_chain_up_to_whole_blocks():
     assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (5, 5, 5)
     job = parse({"prompt": [1], "max_tokens": 9, "block_size": 4}, "completions", DEFAULTS)
     assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (9, 12, 4)
+    job = parse({"prompt": [1], "max_tokens": 9, "block_size": 439972}, "completions", DEFAULTS)  # one block of 9,
+    assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (9, 9, 9)  # not 439972 tokens
     job = parse({"prompt": [1]}, "completions", DEFAULTS)  # the server's default length
     assert (job.max_tokens, job.config.max_new_tokens) == (32, 32)
     job = parse({"prompt": [1], "stop": ["a", "b", "c", "d", "e", "f"]}, "completions", DEFAULTS)
