@@ -15,8 +15,8 @@ chains of one engine that run at once (forks, run_batch's threads) share its sch
 (:mod:`presto_sgl.scheduler`: prefetching capped by the server's load).
 
 ``sgl.gen``'s vocabulary: ``max_tokens`` caps the answer. The chain's response length T is
-``max_tokens`` rounded up to a multiple of ``block_size`` (default ``min(16, max_tokens)``)
-and its response is cut back to ``max_tokens``; ``max_new_tokens`` instead sets T exactly.
+``max_tokens`` rounded up to a multiple of ``block_size`` (default ``min(16, max_tokens)``; a
+larger ``block_size`` is one block of ``max_tokens``) and its response is cut back to ``max_tokens``; ``max_new_tokens`` instead sets T exactly.
 The answer ends at the model's first stop token (an EOS id of the tokenizer or of the
 generation config), at any of ``stop_token_ids``, and before the first of the ``stop``
 strings, whichever comes first (``finish_reason`` in the meta info says which).
@@ -155,6 +155,8 @@ def gen_spec(name: str | None = None, *, max_tokens: int | None = None, stop: st
                               "length), not both")
         block = options.setdefault("block_size", min(PowerConfig.block_size, max_tokens))
         if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
+            if block > max_tokens:  # one block of the cap, not block_size tokens cut back to it
+                options["block_size"] = block = max_tokens
             options["max_new_tokens"] = math.ceil(max_tokens / block) * block
     return GenSpec(name, method_config(options), max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed,
                    chain_id, engine)

@@ -44,6 +44,15 @@ def test_max_tokens_caps_the_answer_and_rounds_the_chain_up_to_whole_blocks():
     assert job.stop == ("a", "b", "c", "d", "e", "f")  # any number of stop strings, as vLLM takes
 
 
+def test_power_gen_rounds_the_chain_up_to_whole_blocks_of_at_most_max_tokens():
+    """``power_gen``'s spec (the SGLang primitive) reads lengths as the serve parser does."""
+    from presto_sgl.frontend import gen_spec
+
+    for block, T, B in ((4, 12, 4), (439972, 9, 9), (None, 9, 9)):
+        config = gen_spec("a", max_tokens=9, **({} if block is None else {"block_size": block})).method.config
+        assert (config.max_new_tokens, config.block_size) == (T, B)
+
+
 def test_temperature_is_the_targets_sequence_level_temperature_one_over_alpha():
     assert parse({"prompt": [1], "temperature": 0.25}, "completions", DEFAULTS).config.alpha == 4.0
     assert parse({"prompt": [1], "temperature": 0.5, "alpha": 2.0}, "completions", DEFAULTS).config.alpha == 2.0
