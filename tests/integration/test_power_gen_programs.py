@@ -214,7 +214,8 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
     assert by_run["a"] == cut["a"] and by_run.get_meta_info("a")["config"]["max_new_tokens"] == 16
     assert by_run.get_meta_info("a")["output_token_logprobs"][0][1] == kept[0]
     own = bare.run(max_new_tokens=10, stop="never", backend=backend, kw={"max_tokens": 4, "stop": []})
-    assert own.get_meta_info("a")["config"]["max_new_tokens"] == 8 and len(own.get_meta_info("a")["answer_ids"]) <= 4
+    own_config = own.get_meta_info("a")["config"]  # block_size 8 > max_tokens 4: one block of 4
+    assert (own_config["max_new_tokens"], own_config["block_size"]) == (4, 4) and len(own.get_meta_info("a")["answer_ids"]) <= 4
 
 
 def test_the_papers_kernels_in_a_program(backend, hf_model):
