@@ -92,6 +92,14 @@ class PowerConfig(Validated):
         return self.target == "eos"
 
 
+def capped_blocks(cap: int, block: int) -> tuple[int, int]:
+    """(T, B) of a chain whose answer is capped at ``cap`` tokens (serve's ``max_tokens``,
+    ``power_gen``'s): B = min(block, cap), so a larger block is one block of the cap, and T
+    the smallest multiple of B >= cap (the response is cut back to the cap)."""
+    block = min(block, cap)
+    return -(-cap // block) * block, block
+
+
 @dataclass(frozen=True)
 class PrestoConfig(Validated):
     """How the K transitions run: ``rule`` and the per-call request ``budget`` (N_pf).

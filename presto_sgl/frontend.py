@@ -15,8 +15,9 @@ chains of one engine that run at once (forks, run_batch's threads) share its sch
 (:mod:`presto_sgl.scheduler`: prefetching capped by the server's load).
 
 ``sgl.gen``'s vocabulary: ``max_tokens`` caps the answer. The chain's response length T is
-``max_tokens`` rounded up to a multiple of ``block_size`` (default ``min(16, max_tokens)``; a
-larger ``block_size`` is one block of ``max_tokens``) and its response is cut back to ``max_tokens``; ``max_new_tokens`` instead sets T exactly.
+``max_tokens`` rounded up to a multiple of ``min(block_size, max_tokens)`` (``block_size``
+default 16) and its response is cut back to ``max_tokens``; ``max_new_tokens`` instead sets
+T exactly.
 The answer ends at the model's first stop token (an EOS id of the tokenizer or of the
 generation config), at any of ``stop_token_ids``, and before the first of the ``stop``
 strings, whichever comes first (``finish_reason`` in the meta info says which).
@@ -47,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import math
 import secrets
 import threading
 import warnings
@@ -57,7 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from . import interpreter
-from .config import PowerConfig, parameters
+from .config import PowerConfig, capped_blocks, parameters
 from .engines.sglang.http import SGLangEngine
 from .errors import ConfigError
 from .keys import SEED_MASK, hash64
@@ -153,11 +153,9 @@ def gen_spec(name: str | None = None, *, max_tokens: int | None = None, stop: st
             raise ConfigError("max_new_tokens", options["max_new_tokens"], "pass {max_tokens} (the answer's cap; "
                               "the response is rounded up to whole blocks) or {max_new_tokens} (the exact response "
                               "length), not both")
-        block = options.setdefault("block_size", min(PowerConfig.block_size, max_tokens))
+        block = options.setdefault("block_size", PowerConfig.block_size)
         if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
-            if block > max_tokens:  # one block of the cap, not block_size tokens cut back to it
-                options["block_size"] = block = max_tokens
-            options["max_new_tokens"] = math.ceil(max_tokens / block) * block
+            options["max_new_tokens"], options["block_size"] = capped_blocks(max_tokens, block)
     return GenSpec(name, method_config(options), max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed,
                    chain_id, engine)
 

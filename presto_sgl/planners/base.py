@@ -82,6 +82,11 @@ class RoundContext:
     keying: Keying
     horizon: int | None = None  # H: a request at cut c draws at most H - c tokens (None: the root's length)
 
+    @property
+    def ends(self) -> bool:
+        """target="eos": a draw runs to its own stop token (at most ``horizon`` - cut tokens)."""
+        return getattr(self.kernel, "ends", False)
+
     def decision(self, path: str, k: int) -> DecisionId:
         """The identity of the decision at the node with ``path`` and depth ``k`` in the stage."""
         return path if self.keying == "path" else k

@@ -185,7 +185,7 @@ class CostAwareStepPlanner(StepPlanner):
         draws for every n and b (common random numbers) and on a rerun of the same history."""
         rng = random.Random(f"{self.seed}/{ctx.k0}/{ctx.remaining}/{ctx.root.length}")
         T = ctx.root.length
-        lengths = self.end_lengths.sampler(T, ctx.horizon or T) if getattr(ctx.kernel, "ends", False) else None
+        lengths = self.end_lengths.sampler(T, ctx.horizon or T) if ctx.ends else None
         return rm.sampled_outcomes(self.samples, rng, lengths)
 
     def rollout_values(
@@ -284,7 +284,7 @@ class CostAwareStepPlanner(StepPlanner):
         if feedback.requests and feedback.timed:
             self.time_model.observe([new for _, new in feedback.requests], feedback.time_s)
         ctx = self._previous  # this round's context (set by plan/offer)
-        if feedback.requests and ctx is not None and getattr(ctx.kernel, "ends", False):
+        if feedback.requests and ctx is not None and ctx.ends:
             prompt = len(ctx.root.prompt)
             self.end_lengths.add(feedback.length, [(prefix - prompt, new) for prefix, new in feedback.requests])
         self.predictor.observe(feedback.observations())

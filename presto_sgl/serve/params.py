@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import registry
-from ..config import PowerConfig, PrestoConfig, parameters, with_options
+from ..config import PowerConfig, PrestoConfig, capped_blocks, parameters, with_options
 from ..errors import ConfigError
 from ..fields import TEMPERATURE_RANGE, params_of
 
@@ -238,9 +238,8 @@ def _temperature(body: Mapping[str, Any], overrides: dict[str, Any], names: dict
 
 def _length(body: Mapping[str, Any], field: str, defaults: Defaults, overrides: dict[str, Any], scoring: bool) -> int:
     """The answer's cap ``max_tokens`` (0 or 1 when scoring); sets the chain's length T, the
-    smallest multiple of the block size >= the cap, with the block size ``min(server's,
-    cap)`` unless the request sends one; a sent block size above the cap becomes the cap
-    (one block: T = cap, not a block of tokens that the answer would cut to the cap)."""
+    smallest multiple of the block size >= the cap, with the block size min(the request's or
+    else the server's, cap) (:func:`~presto_sgl.config.capped_blocks`)."""
     if scoring:
         cap = _int(body, field, 0, 0)
         if cap > 1:  # type: ignore[operator]
@@ -248,11 +247,9 @@ def _length(body: Mapping[str, Any], field: str, defaults: Defaults, overrides: 
                              "scored in one pass (no power sampling), plus the greedy next token when 1")
         return cap  # type: ignore[return-value]
     cap = _int(body, field, defaults.config.max_new_tokens, 1)
-    block = overrides.setdefault("block_size", min(defaults.config.block_size, cap))  # type: ignore[type-var]
+    block = overrides.setdefault("block_size", defaults.config.block_size)
     if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
-        if isinstance(cap, int) and block > cap:  # one block: a chain of block_size tokens would be cut to cap
-            overrides["block_size"] = block = cap
-        overrides[LENGTH] = -(-cap // block) * block  # type: ignore[operator]
+        overrides[LENGTH], overrides["block_size"] = capped_blocks(cap, block)  # type: ignore[arg-type]
     else:
         overrides[LENGTH] = cap
     return cap  # type: ignore[return-value]
