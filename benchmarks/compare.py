@@ -65,9 +65,18 @@ class Method:
         own = [p.name for p in params_of(registry.KERNELS[self.kernel].params)]
         kernel = {k: getattr(args, k) for k in own if hasattr(args, k)}
         config, presto = sampling_configs(
-            self.rule, keying=self.keying, budget=self.budget, predictor=self.predictor, online=self.online,
-            cost_aware=self.cost_aware, alpha=args.alpha, max_new_tokens=args.T, block_size=getattr(args, "B", args.T), steps=args.K,
-            kernel=self.kernel, **kernel,
+            self.rule,
+            keying=self.keying,
+            budget=self.budget,
+            predictor=self.predictor,
+            online=self.online,
+            cost_aware=self.cost_aware,
+            alpha=args.alpha,
+            max_new_tokens=args.T,
+            block_size=getattr(args, "B", args.T),
+            steps=args.K,
+            kernel=self.kernel,
+            **kernel,
         )
         return Sampler(engine, config, presto)
 
@@ -75,8 +84,10 @@ class Method:
 def default_methods(budgets) -> list[Method]:
     """Sequential (path keys), bfs at each budget, sequential (step keys), step at each budget."""
     return [
-        Method("sequential", "path"), *[Method("bfs", "path", "bfs", b) for b in budgets],
-        Method("sequential", "step"), *[Method("step", "step", "step", b) for b in budgets],
+        Method("sequential", "path"),
+        *[Method("bfs", "path", "bfs", b) for b in budgets],
+        Method("sequential", "step"),
+        *[Method("step", "step", "step", b) for b in budgets],
     ]
 
 
@@ -92,7 +103,7 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
     for m in methods or default_methods(args.budgets):
         results, classes = [], Counter()
 
-        def count(stage, k, state, tr):
+        def count(stage, k, state, tr, classes=classes):
             classes[certainty_class(tr.log_accept)] += 1
 
         # One sampler per method over all prompts, as a user samples a dataset: what a
@@ -113,13 +124,17 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
         same_str = f"{sum(same)}/{len(same)}" if engine.capabilities.seeded else "n/a (unseeded engine)"
         scored = sum(classes.values())
         row = {
-            "rule": m.label, "keys": m.keying, "budget": m.budget,
+            "rule": m.label,
+            "keys": m.keying,
+            "budget": m.budget,
             "calls_per_prompt": calls / len(ms),
             "transitions_per_call": sum(x.transitions for x in ms) / calls,
             "requests_per_call": sum(x.requests_issued for x in ms) / calls,
             "time_per_call_s": sum(x.call_time_s for x in ms) / calls,
-            "call_time_per_prompt_s": call_time, "speedup": seq_time[m.keying] / call_time,
-            "speedup_median": statistics.median(per_prompt), "speedup_min": min(per_prompt),
+            "call_time_per_prompt_s": call_time,
+            "speedup": seq_time[m.keying] / call_time,
+            "speedup_median": statistics.median(per_prompt),
+            "speedup_min": min(per_prompt),
             "speedup_max": max(per_prompt),
             "cached_share": sum(x.cached_tokens for x in ms) / max(1, sum(x.prefill_tokens for x in ms)),
             "acceptance": sum(x.accepted for x in ms) / sum(x.transitions for x in ms),
@@ -133,12 +148,17 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
             row.update(kv_tokens_peak=s.kv_tokens_peak, kv_usage_peak=s.kv_usage_peak)
             kv = f" kv-peak={s.kv_tokens_peak}"
         rows.append(row)
-        print(f"B {m.kernel:10s} {m.label:12s} {m.keying:4s} N_pf={row['budget']:2d} calls/prompt={row['calls_per_prompt']:5.1f} "
-              f"trans/call={row['transitions_per_call']:5.2f} req/call={row['requests_per_call']:5.2f} "
-              f"time/call={row['time_per_call_s']:5.2f}s call time/prompt={call_time:6.1f}s "
-              f"speedup={row['speedup']:4.2f} (per prompt median {row['speedup_median']:4.2f}, "
-              f"{row['speedup_min']:4.2f}-{row['speedup_max']:4.2f}) cached={row['cached_share']:.0%} acc={row['acceptance']:.0%} "
-              f"coord={row['coordinator_ms_per_call']:.1f}ms same-as-sequential={row['same_final_tokens']}{kv}", flush=True)
+        print(
+            f"B {m.kernel:10s} {m.label:12s} {m.keying:4s} N_pf={row['budget']:2d} "
+            f"calls/prompt={row['calls_per_prompt']:5.1f} "
+            f"trans/call={row['transitions_per_call']:5.2f} req/call={row['requests_per_call']:5.2f} "
+            f"time/call={row['time_per_call_s']:5.2f}s call time/prompt={call_time:6.1f}s "
+            f"speedup={row['speedup']:4.2f} (per prompt median {row['speedup_median']:4.2f}, "
+            f"{row['speedup_min']:4.2f}-{row['speedup_max']:4.2f}) "
+            f"cached={row['cached_share']:.0%} acc={row['acceptance']:.0%} "
+            f"coord={row['coordinator_ms_per_call']:.1f}ms same-as-sequential={row['same_final_tokens']}{kv}",
+            flush=True,
+        )
     return rows
 
 
@@ -203,4 +223,6 @@ def machine() -> str:
             flags = set(value.split())
             break
     simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
-    return f"cpu={model} flags={','.join(simd) or 'none'} cores={os.cpu_count()} torch_threads={torch.get_num_threads()}"
+    return (
+        f"cpu={model} flags={','.join(simd) or 'none'} cores={os.cpu_count()} torch_threads={torch.get_num_threads()}"
+    )

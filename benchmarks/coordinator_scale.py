@@ -41,8 +41,10 @@ RULES = {
     "bfs-cost": dict(rule="bfs", cost_aware=True),
     "predictive-cost": dict(rule="predictive", cost_aware=True),
 }
-SHAPES = {"one-block": lambda T: dict(max_new_tokens=T, block_size=T, steps=100),
-          "16-blocks": lambda T: dict(max_new_tokens=T, block_size=T // 16, steps=10)}
+SHAPES = {
+    "one-block": lambda T: dict(max_new_tokens=T, block_size=T, steps=100),
+    "16-blocks": lambda T: dict(max_new_tokens=T, block_size=T // 16, steps=10),
+}
 
 
 class TimedEngine:
@@ -102,9 +104,14 @@ def one(rule: str, T: int, shape: str, prompt, i: int, trace: bool) -> dict:
     r = sampler.run(prompt, seed=3, prompt_id=i, trace=TraceWriter(buf) if trace else None)
     wall = time.perf_counter() - t0
     coord = wall - engine.seconds
-    return {"coord_s": coord, "per_call_ms": 1e3 * coord / r.metrics.model_calls,
-            "per_transition_ms": 1e3 * coord / r.metrics.transitions, "calls": r.metrics.model_calls,
-            "transitions": r.metrics.transitions, "trace_bytes": len(buf.getvalue().encode()) if trace else 0}
+    return {
+        "coord_s": coord,
+        "per_call_ms": 1e3 * coord / r.metrics.model_calls,
+        "per_transition_ms": 1e3 * coord / r.metrics.transitions,
+        "calls": r.metrics.model_calls,
+        "transitions": r.metrics.transitions,
+        "trace_bytes": len(buf.getvalue().encode()) if trace else 0,
+    }
 
 
 def scheduled(rule: str, T: int, shape: str, prompts) -> dict:
@@ -115,8 +122,11 @@ def scheduled(rule: str, T: int, shape: str, prompts) -> dict:
     results = run_prompts(sampler.run, prompts, seed=3, workers=4, scheduler=sched)
     coord = time.perf_counter() - t0 - engine.seconds
     calls = sum(r.metrics.model_calls for r in results)
-    return {"per_call_ms": 1e3 * coord / calls, "per_transition_ms": 1e3 * coord / sum(r.metrics.transitions for r in results),
-            "merged_calls": sched.stats.calls}
+    return {
+        "per_call_ms": 1e3 * coord / calls,
+        "per_transition_ms": 1e3 * coord / sum(r.metrics.transitions for r in results),
+        "merged_calls": sched.stats.calls,
+    }
 
 
 def memory(rule: str, T: int, shape: str, prompt) -> dict:
@@ -126,8 +136,11 @@ def memory(rule: str, T: int, shape: str, prompt) -> dict:
         sampler.run(prompt, seed=3, prompt_id=0)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    return {"peak_python_mib": round(peak / 2**20, 2), "store_peak_entries": store.entries,
-            "store_peak_numbers": store.numbers}
+    return {
+        "peak_python_mib": round(peak / 2**20, 2),
+        "store_peak_entries": store.entries,
+        "store_peak_numbers": store.numbers,
+    }
 
 
 def summary(values: list[float]) -> dict:
@@ -152,13 +165,18 @@ def main() -> None:
             for rule in args.rules.split(","):
                 plain = [one(rule, T, shape, p, i, False) for i, p in enumerate(prompts)]
                 traced = [one(rule, T, shape, p, i, True) for i, p in enumerate(prompts[:3])]
-                row = {"shape": shape, "T": T, "rule": rule, "prompts": len(prompts),
-                       "per_call_ms": summary([x["per_call_ms"] for x in plain]),
-                       "per_transition_ms": summary([x["per_transition_ms"] for x in plain]),
-                       "calls_per_prompt": statistics.median(x["calls"] for x in plain),
-                       "traced_per_call_ms": summary([x["per_call_ms"] for x in traced]),
-                       "trace_bytes_per_prompt": statistics.median(x["trace_bytes"] for x in traced),
-                       **memory(rule, T, shape, prompts[0])}
+                row = {
+                    "shape": shape,
+                    "T": T,
+                    "rule": rule,
+                    "prompts": len(prompts),
+                    "per_call_ms": summary([x["per_call_ms"] for x in plain]),
+                    "per_transition_ms": summary([x["per_transition_ms"] for x in plain]),
+                    "calls_per_prompt": statistics.median(x["calls"] for x in plain),
+                    "traced_per_call_ms": summary([x["per_call_ms"] for x in traced]),
+                    "trace_bytes_per_prompt": statistics.median(x["trace_bytes"] for x in traced),
+                    **memory(rule, T, shape, prompts[0]),
+                }
                 if rule != "sequential":
                     row["scheduler_merged_4"] = scheduled(rule, T, shape, prompts[:4])
                 data["runs"].append(row)

@@ -119,8 +119,10 @@ def main() -> None:
     fixed = {
         b: run_chains(Sampler(engine, *sampling_configs("step", budget=b, **power)), prompts, seeds) for b in FIXED
     }
-    print(f"reference LM V={args.vocab} sharpness={args.sharpness}; T={args.n} K={args.steps} alpha={args.alpha}; "
-          f"{args.prompts} prompts x {args.seeds} seeds; transitions per synthetic second (MH calls)")
+    print(
+        f"reference LM V={args.vocab} sharpness={args.sharpness}; T={args.n} K={args.steps} alpha={args.alpha}; "
+        f"{args.prompts} prompts x {args.seeds} seeds; transitions per synthetic second (MH calls)"
+    )
     names = [f"fix{b}" for b in FIXED] + [f"roll@{N}" for N in args.budgets]  # the rollout objective
     print(f"{'law':<14}" + "".join(f"{n:>10}" for n in names) + f"{'best fix':>10}")
     for law_name in args.laws:
@@ -137,9 +139,11 @@ def main() -> None:
             tr, calls = run_chains(sampler, prompts, seeds)
             row.append(tr / sum(law_time(c, law) for c in calls))
             sizes = [len(c) for c in calls]
-            notes.append(f"rollout@{N}: {len(calls)} calls, mean n {sum(sizes) / len(sizes):.1f}, "
-                         f"plan {1e3 * planner.timer.seconds / max(planner.timer.plans, 1):.1f} ms/call, "
-                         f"match {planner.match:.2f}")
+            notes.append(
+                f"rollout@{N}: {len(calls)} calls, mean n {sum(sizes) / len(sizes):.1f}, "
+                f"plan {1e3 * planner.timer.seconds / max(planner.timer.plans, 1):.1f} ms/call, "
+                f"match {planner.match:.2f}"
+            )
         best = max(range(len(FIXED)), key=lambda j: row[j])
         print(f"{law_name:<14}" + "".join(f"{x:>10.3f}" for x in row) + f"{'fix' + str(FIXED[best]):>10}")
         for n in notes:

@@ -39,7 +39,9 @@ def part_a(engine, args) -> list[dict]:
         engine.generate([Request(root, 1, 1.0, seed=2)])  # cache the whole root's KV
         keys = ChainKeys(7)
         cuts = [keys.decision(1, k).cut(args.T) for k in range(20)]
-        reqs = [Request(root[: len(prompt) + c], args.T - c, 1.0 / args.alpha, seed=100 + k) for k, c in enumerate(cuts)]
+        reqs = [
+            Request(root[: len(prompt) + c], args.T - c, 1.0 / args.alpha, seed=100 + k) for k, c in enumerate(cuts)
+        ]
         singles = []
         for r in reqs[:6]:
             t0 = time.perf_counter()
@@ -56,16 +58,29 @@ def part_a(engine, args) -> list[dict]:
             dt = time.perf_counter() - t0
             st = engine.last_call
             share = prefix_sharing(root, [r.prefix for r in reqs[:n]])
-            rows.append({
-                "root_len": len(root), "requests": n, "seconds": dt, "x_single": dt / single,
-                "x_longest_single": dt / t_longest, "new_tokens": st.decode_tokens,
-                "prefill_computed": st.prefill_tokens, "prefill_cached": st.cached_tokens, "steps": st.forward_steps,
-                "radix_segments": share.segments, "unique_prefix_tokens": share.unique_prefix_tokens,
-            })
-            print(f"A root={len(root):4d} N={n:2d} {dt:6.2f}s  x{dt / single:4.2f} of a mean single request ({single:.2f}s)"
-                  f"  x{dt / t_longest:4.2f} of its longest request alone ({t_longest:.2f}s)  new={st.decode_tokens:4d}"
-                  f"  steps={st.forward_steps}  prefill computed={st.prefill_tokens} cached={st.cached_tokens}"
-                  f"  batch radix: {share.segments} segments over {share.unique_prefix_tokens} unique prefix tokens", flush=True)
+            rows.append(
+                {
+                    "root_len": len(root),
+                    "requests": n,
+                    "seconds": dt,
+                    "x_single": dt / single,
+                    "x_longest_single": dt / t_longest,
+                    "new_tokens": st.decode_tokens,
+                    "prefill_computed": st.prefill_tokens,
+                    "prefill_cached": st.cached_tokens,
+                    "steps": st.forward_steps,
+                    "radix_segments": share.segments,
+                    "unique_prefix_tokens": share.unique_prefix_tokens,
+                }
+            )
+            print(
+                f"A root={len(root):4d} N={n:2d} {dt:6.2f}s  "
+                f"x{dt / single:4.2f} of a mean single request ({single:.2f}s)"
+                f"  x{dt / t_longest:4.2f} of its longest request alone ({t_longest:.2f}s)  new={st.decode_tokens:4d}"
+                f"  steps={st.forward_steps}  prefill computed={st.prefill_tokens} cached={st.cached_tokens}"
+                f"  batch radix: {share.segments} segments over {share.unique_prefix_tokens} unique prefix tokens",
+                flush=True,
+            )
     return rows
 
 
@@ -88,7 +103,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     engine = embedded_engine(args.model)
-    print(f"model={args.model} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets} threads={args.threads}", flush=True)
+    print(
+        f"model={args.model} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets} threads={args.threads}",
+        flush=True,
+    )
     print(machine(), flush=True)
     out = {"args": {k: str(v) for k, v in vars(args).items()}}
     if "A" in args.part:

@@ -68,7 +68,9 @@ def part_f(name: str, engine, prompts, args) -> list[dict]:
         state = tuple(prompt) + root.tokens
         cuts = [ChainKeys(100 + i).decision(1, k).cut(args.T) for k in range(max(FORKS))]
         for n in FORKS:
-            reqs = [Request(state[: len(prompt) + c], args.T - c, tau, seed=1000 * i + j) for j, c in enumerate(cuts[:n])]
+            reqs = [
+                Request(state[: len(prompt) + c], args.T - c, tau, seed=1000 * i + j) for j, c in enumerate(cuts[:n])
+            ]
             t0 = time.perf_counter()
             engine.generate(reqs)
             dt = time.perf_counter() - t0
@@ -82,8 +84,11 @@ def part_f(name: str, engine, prompts, args) -> list[dict]:
     for n in FORKS:
         rows.append({"engine": name, "forks": n, "time_s": spread(times[n]), "vs_longest_alone": spread(ratios[n])})
         t, r = rows[-1]["time_s"], rows[-1]["vs_longest_alone"]
-        print(f"F {name:8s} N={n:2d} call {t['median']:6.2f}s ({t['min']:.2f}-{t['max']:.2f}) "
-              f"x longest alone {r['median']:4.2f} ({r['min']:.2f}-{r['max']:.2f})", flush=True)
+        print(
+            f"F {name:8s} N={n:2d} call {t['median']:6.2f}s ({t['min']:.2f}-{t['max']:.2f}) "
+            f"x longest alone {r['median']:4.2f} ({r['min']:.2f}-{r['max']:.2f})",
+            flush=True,
+        )
     return rows
 
 
@@ -102,7 +107,9 @@ def methods(rules: list[str], budget: int) -> list[Method]:
 
     path = [method(r) for r in RULES if r in rules and not r.startswith("step")]
     step = [method(r) for r in RULES if r in rules and r.startswith("step")]
-    return ([Method("sequential", "path"), *path] if path else []) + ([Method("sequential", "step"), *step] if step else [])
+    return ([Method("sequential", "path"), *path] if path else []) + (
+        [Method("sequential", "step"), *step] if step else []
+    )
 
 
 F_COLUMNS = [
@@ -114,7 +121,10 @@ F_COLUMNS = [
 B_COLUMNS = [
     ("engine", lambda r: r["engine"]),
     *RULE_COLUMNS,
-    ("speedup per prompt, median (range)", lambda r: f"{r['speedup_median']:.2f} ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})"),
+    (
+        "speedup per prompt, median (range)",
+        lambda r: f"{r['speedup_median']:.2f} ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})",
+    ),
     ("cached", lambda r: f"{r['cached_share']:.0%}"),
     ("KV peak (tokens)", lambda r: str(r.get("kv_tokens_peak", "-"))),
     ("same as seq.", lambda r: r["same_final_tokens"]),
@@ -126,11 +136,16 @@ def main() -> None:
     ap.add_argument("--engines", default="embedded,sglang,vllm")
     ap.add_argument("--sglang-url", default="http://127.0.0.1:30000")
     ap.add_argument("--vllm-url", default="http://127.0.0.1:8000", help="vLLM with the presto_onepass plugin")
-    ap.add_argument("--vllm-stock-url", default="http://127.0.0.1:8001",
-                    help="engine vllm-two-pass: a stock vLLM (scripts/vllm_server.sh start --stock)")
+    ap.add_argument(
+        "--vllm-stock-url",
+        default="http://127.0.0.1:8001",
+        help="engine vllm-two-pass: a stock vLLM (scripts/vllm_server.sh start --stock)",
+    )
     ap.add_argument("--shape", choices=sorted(SHAPES), default="one")
     ap.add_argument("--part", default="FB", help="F (fork batching), B (rules), or both")
-    ap.add_argument("--rules", default=",".join(RULES), help=f"PreSTO rules to compare (default: all of {','.join(RULES)})")
+    ap.add_argument(
+        "--rules", default=",".join(RULES), help=f"PreSTO rules to compare (default: all of {','.join(RULES)})"
+    )
     ap.add_argument("--budget", type=int, default=20, help="N_pf of every PreSTO rule")
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--alpha", type=float, default=4.0)
@@ -141,19 +156,30 @@ def main() -> None:
         ap.error(f"--prompts: at most {len(PROMPTS)}")
     args.T, args.B, args.K = SHAPES[args.shape]
     print(machine())
-    print(f"shape={args.shape} T={args.T} B={args.B} K={args.K} alpha={args.alpha} N_pf={args.budget} "
-          f"prompts={args.prompts}", flush=True)
+    print(
+        f"shape={args.shape} T={args.T} B={args.B} K={args.K} alpha={args.alpha} N_pf={args.budget} "
+        f"prompts={args.prompts}",
+        flush=True,
+    )
     out: dict = {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}, "F": [], "B": []}
     for name in args.engines.split(","):
         engine = make(name, args)
-        print(f"engine {name}: {type(engine).__name__} mode={getattr(engine, 'mode', '-')} "
-              f"seeded={engine.capabilities.seeded}", flush=True)
+        print(
+            f"engine {name}: {type(engine).__name__} mode={getattr(engine, 'mode', '-')} "
+            f"seeded={engine.capabilities.seeded}",
+            flush=True,
+        )
         prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]
         if "F" in args.part:
             out["F"] += part_f(name, engine, prompts, args)
         if "B" in args.part:
-            rows = compare_rules(engine, prompts, args, methods(args.rules.split(","), args.budget),
-                                 monitor=getattr(engine, "monitor", None))
+            rows = compare_rules(
+                engine,
+                prompts,
+                args,
+                methods(args.rules.split(","), args.budget),
+                monitor=getattr(engine, "monitor", None),
+            )
             out["B"] += [{"engine": name, **r} for r in rows]
         if args.json:
             args.json.write_text(json.dumps(out, indent=2))

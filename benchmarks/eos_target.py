@@ -41,10 +41,35 @@ def run(target: str, rule: str, ns: argparse.Namespace) -> Path:
     if out.exists():
         return out
     engine = ["--engine", ns.engine] + (["--url", ns.url] if ns.url else [])
-    cmd = [sys.executable, "-m", "presto_sgl", "run", "--dataset", ns.dataset, "--limit", str(ns.prompts), *engine,
-           "--max-new-tokens", str(ns.max_new_tokens), "--block-size", str(ns.block_size), "--steps", str(ns.steps),
-           "--budget", str(ns.budget), "--seed", str(ns.seed), "--workers", "1", "--no-progress", "--target", target,
-           *RULES[rule], "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "presto_sgl",
+        "run",
+        "--dataset",
+        ns.dataset,
+        "--limit",
+        str(ns.prompts),
+        *engine,
+        "--max-new-tokens",
+        str(ns.max_new_tokens),
+        "--block-size",
+        str(ns.block_size),
+        "--steps",
+        str(ns.steps),
+        "--budget",
+        str(ns.budget),
+        "--seed",
+        str(ns.seed),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--target",
+        target,
+        *RULES[rule],
+        "--out",
+        str(out),
+    ]
     print(" ".join(cmd), flush=True)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
@@ -53,8 +78,12 @@ def run(target: str, rule: str, ns: argparse.Namespace) -> Path:
 
 
 def summary(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3),
-            "sum": round(sum(values), 3)}
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "sum": round(sum(values), 3),
+    }
 
 
 def report(ns: argparse.Namespace, dirs: dict[tuple[str, str], Path]) -> dict:
@@ -66,12 +95,18 @@ def report(ns: argparse.Namespace, dirs: dict[tuple[str, str], Path]) -> dict:
     for (target, rule), r in recs.items():
         calls = sum(r[i]["metrics"]["model_calls"] for i in ids)  # MH calls (extensions apart)
         mh = sum(r[i]["metrics"]["transitions"] for i in ids)
-        rows.append({"target": target, "rule": rule, "tokens": summary(tokens[target, rule]),
-                     "seconds": summary(seconds[target, rule]),
-                     "transitions_per_call": round(mh / max(1, calls), 3),
-                     "time_per_call_s": round(sum(r[i]["metrics"]["call_time_s"] for i in ids) / max(1, calls), 3),
-                     "response_tokens": summary([len(r[i]["response_ids"]) for i in ids]),
-                     "accuracy": round(sum(r[i]["grade"]["correct"] for i in ids) / len(ids), 3)})
+        rows.append(
+            {
+                "target": target,
+                "rule": rule,
+                "tokens": summary(tokens[target, rule]),
+                "seconds": summary(seconds[target, rule]),
+                "transitions_per_call": round(mh / max(1, calls), 3),
+                "time_per_call_s": round(sum(r[i]["metrics"]["call_time_s"] for i in ids) / max(1, calls), 3),
+                "response_tokens": summary([len(r[i]["response_ids"]) for i in ids]),
+                "accuracy": round(sum(r[i]["grade"]["correct"] for i in ids) / len(ids), 3),
+            }
+        )
 
     def ratios(a: list[float], b: list[float]) -> dict:
         per = [x / y for x, y in zip(a, b)]
@@ -88,12 +123,29 @@ def report(ns: argparse.Namespace, dirs: dict[tuple[str, str], Path]) -> dict:
     have = [s for s in STATISTICS if all(r[i].get(s) is not None for r in recs.values() for i in ids)]
     for rule in RULES:
         tests = compare_runs(dirs["fixed", rule], dirs["eos", rule], statistics=have)
-        tost[rule] = [{"statistic": t.statistic, "mean_fixed": round(t.mean_a, 4), "mean_eos": round(t.mean_b, 4),
-                       "diff": round(t.diff, 4), "ci90": [round(x, 4) for x in t.ci90], "margin": round(t.margin, 4),
-                       "p_holm": round(t.p_holm, 4), "equivalent": t.equivalent} for t in tests]
-    return {"cpu": machine(), "engine": ns.engine, "dataset": ns.dataset, "prompts": len(ids),
-            "shape": {"T": ns.max_new_tokens, "B": ns.block_size, "K": ns.steps, "budget": ns.budget},
-            "rows": rows, "paired": paired, "tost": tost}
+        tost[rule] = [
+            {
+                "statistic": t.statistic,
+                "mean_fixed": round(t.mean_a, 4),
+                "mean_eos": round(t.mean_b, 4),
+                "diff": round(t.diff, 4),
+                "ci90": [round(x, 4) for x in t.ci90],
+                "margin": round(t.margin, 4),
+                "p_holm": round(t.p_holm, 4),
+                "equivalent": t.equivalent,
+            }
+            for t in tests
+        ]
+    return {
+        "cpu": machine(),
+        "engine": ns.engine,
+        "dataset": ns.dataset,
+        "prompts": len(ids),
+        "shape": {"T": ns.max_new_tokens, "B": ns.block_size, "K": ns.steps, "budget": ns.budget},
+        "rows": rows,
+        "paired": paired,
+        "tost": tost,
+    }
 
 
 def main() -> None:
@@ -116,15 +168,19 @@ def main() -> None:
     print(result["cpu"])
     for row in result["rows"]:
         t, s = row["tokens"], row["seconds"]
-        print(f"{row['target']:5} {row['rule']:6} tokens/prompt {t['median']} ({t['min']}-{t['max']})  s/prompt "
-              f"{s['median']} ({s['min']}-{s['max']}), total {s['sum']}  tr/call {row['transitions_per_call']}  "
-              f"response tokens {row['response_tokens']['median']}  accuracy {row['accuracy']}")
+        print(
+            f"{row['target']:5} {row['rule']:6} tokens/prompt {t['median']} ({t['min']}-{t['max']})  s/prompt "
+            f"{s['median']} ({s['min']}-{s['max']}), total {s['sum']}  tr/call {row['transitions_per_call']}  "
+            f"response tokens {row['response_tokens']['median']}  accuracy {row['accuracy']}"
+        )
     for name, r in result["paired"].items():
         print(f"{name}: median {r['median']} ({r['min']}-{r['max']}), by sums {r['by_sums']}")
     for rule, tests in result["tost"].items():
         for t in tests:
-            print(f"TOST {rule} {t['statistic']}: fixed {t['mean_fixed']} eos {t['mean_eos']} diff {t['diff']} "
-                  f"ci90 {t['ci90']} margin {t['margin']} p_holm {t['p_holm']} equivalent {t['equivalent']}")
+            print(
+                f"TOST {rule} {t['statistic']}: fixed {t['mean_fixed']} eos {t['mean_eos']} diff {t['diff']} "
+                f"ci90 {t['ci90']} margin {t['margin']} p_holm {t['p_holm']} equivalent {t['equivalent']}"
+            )
     if ns.json:
         Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
         Path(ns.json).write_text(json.dumps(result, indent=1) + "\n")

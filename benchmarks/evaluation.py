@@ -65,8 +65,10 @@ DIGEST = "traces.digest.jsonl"
 def _flipped(orig: Callable[..., float]) -> Callable[..., float]:
     """log A = alpha (log p0(y) - log p0(x)) + log q(y) - log q(x): the q terms swapped, the
     sabotage of tests/support/cases.py."""
+
     def log_acceptance(lq_x: float, lq_y: float, lp_x: float, lp_y: float, alpha: float, extra: float = 0.0) -> float:
         return orig(lq_y, lq_x, lp_x, lp_y, alpha, extra)
+
     return log_acceptance
 
 
@@ -100,33 +102,72 @@ SUITES = {
     "smollm2": Suite(
         "reasoning-gym:basic_arithmetic:max_terms=2,max_digits=1,operators=('+','-')",
         ("--engine", "embedded", "--model", "smollm2", "--max-new-tokens", "64", "--block-size", "32", "--steps", "10"),
-        (*BASELINES,
-         Method("sequential", ("--rule", "sequential")),
-         Method("presto-step", ("--rule", "step", "--budget", "20", "--traces")),
-         Method("biased", ("--rule", "step", "--budget", "20", "--label", FLIPPED), _flipped),
-         Method("accept-all", ("--rule", "step", "--budget", "20", "--label", ACCEPT_ALL), _accept_all)),
+        (
+            *BASELINES,
+            Method("sequential", ("--rule", "sequential")),
+            Method("presto-step", ("--rule", "step", "--budget", "20", "--traces")),
+            Method("biased", ("--rule", "step", "--budget", "20", "--label", FLIPPED), _flipped),
+            Method("accept-all", ("--rule", "step", "--budget", "20", "--label", ACCEPT_ALL), _accept_all),
+        ),
     ),
-    **{name: Suite(  # code and competition math at T = 128: the model solves (almost) none
-        name,
-        ("--engine", "embedded", "--model", "smollm2", "--max-new-tokens", "128", "--block-size", "64", "--steps", "5"),
-        (*baselines,
-         Method("sequential", ("--rule", "sequential")),
-         Method("presto-step", ("--rule", "step", "--budget", "20", "--traces"))),
-    ) for name, baselines in (("humaneval", BASELINES), ("champ", [m for m in BASELINES if m.name in ("lowtemp", "bestof8", "powersmc")]))},
+    **{
+        name: Suite(  # code and competition math at T = 128: the model solves (almost) none
+            name,
+            (
+                "--engine",
+                "embedded",
+                "--model",
+                "smollm2",
+                "--max-new-tokens",
+                "128",
+                "--block-size",
+                "64",
+                "--steps",
+                "5",
+            ),
+            (
+                *baselines,
+                Method("sequential", ("--rule", "sequential")),
+                Method("presto-step", ("--rule", "step", "--budget", "20", "--traces")),
+            ),
+        )
+        for name, baselines in (
+            ("humaneval", BASELINES),
+            ("champ", [m for m in BASELINES if m.name in ("lowtemp", "bestof8", "powersmc")]),
+        )
+    },
     "tiny": Suite(
         "addition",
-        ("--engine", "embedded", "--model", "tiny-adder", "--no-chat", "--tau", "2", "--max-new-tokens", "36",
-         "--block-size", "12", "--steps", "8"),
-        (*BASELINES,
-         Method("sequential-path", ("--rule", "sequential", "--keying", "path")),
-         Method("sequential-step", ("--rule", "sequential", "--keying", "step")),
-         Method("presto-bfs", ("--rule", "bfs", "--budget", "8", "--traces")),
-         Method("presto-predictive", ("--rule", "predictive", "--budget", "8", "--traces")),
-         Method("presto-step", ("--rule", "step", "--budget", "8", "--traces")),
-         *(Method(f"presto-{rule}-{b}", ("--rule", rule, "--budget", str(b)))  # speedup vs budget (Fig. 5)
-           for rule in ("bfs", "step") for b in (2, 4, 16)),
-         Method("biased", ("--rule", "step", "--budget", "8", "--label", FLIPPED), _flipped),
-         Method("accept-all", ("--rule", "step", "--budget", "8", "--label", ACCEPT_ALL), _accept_all)),
+        (
+            "--engine",
+            "embedded",
+            "--model",
+            "tiny-adder",
+            "--no-chat",
+            "--tau",
+            "2",
+            "--max-new-tokens",
+            "36",
+            "--block-size",
+            "12",
+            "--steps",
+            "8",
+        ),
+        (
+            *BASELINES,
+            Method("sequential-path", ("--rule", "sequential", "--keying", "path")),
+            Method("sequential-step", ("--rule", "sequential", "--keying", "step")),
+            Method("presto-bfs", ("--rule", "bfs", "--budget", "8", "--traces")),
+            Method("presto-predictive", ("--rule", "predictive", "--budget", "8", "--traces")),
+            Method("presto-step", ("--rule", "step", "--budget", "8", "--traces")),
+            *(
+                Method(f"presto-{rule}-{b}", ("--rule", rule, "--budget", str(b)))  # speedup vs budget (Fig. 5)
+                for rule in ("bfs", "step")
+                for b in (2, 4, 16)
+            ),
+            Method("biased", ("--rule", "step", "--budget", "8", "--label", FLIPPED), _flipped),
+            Method("accept-all", ("--rule", "step", "--budget", "8", "--label", ACCEPT_ALL), _accept_all),
+        ),
     ),
 }
 
@@ -202,8 +243,19 @@ def main() -> int:
     print(machine(), flush=True)
     if not args.report_only:
         for m in methods:
-            argv = ["run", "--dataset", dataset, "--limit", str(args.limit), "--seed", str(args.seed),
-                    "--out", str(out / "runs" / m.name), *suite.common, *m.args]
+            argv = [
+                "run",
+                "--dataset",
+                dataset,
+                "--limit",
+                str(args.limit),
+                "--seed",
+                str(args.seed),
+                "--out",
+                str(out / "runs" / m.name),
+                *suite.common,
+                *m.args,
+            ]
             print(f"== {m.name}: presto-sgl {' '.join(argv)}", flush=True)
             with sabotaged(m.sabotage) if m.sabotage is not None else contextlib.nullcontext():
                 rc = cli.main(argv)

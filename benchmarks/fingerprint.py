@@ -37,8 +37,15 @@ KERNELS = {"powermh": {}, "entropycut": {"beta": 4.0}, "multitry": {"tries": 3, 
 def runs(engine, prompts, label: str, budgets, kernels=tuple(KERNELS), **power) -> dict[str, list]:
     out: dict[str, list] = {}
     for kernel in kernels:
-        out |= kernel_runs(engine, prompts, label if kernel == "powermh" else f"{label}/{kernel}", budgets,
-                           kernel=kernel, **KERNELS[kernel], **power)
+        out |= kernel_runs(
+            engine,
+            prompts,
+            label if kernel == "powermh" else f"{label}/{kernel}",
+            budgets,
+            kernel=kernel,
+            **KERNELS[kernel],
+            **power,
+        )
     return out
 
 
@@ -49,8 +56,12 @@ def kernel_runs(engine, prompts, label: str, budgets, **power) -> dict[str, list
             cost = rule == "step+cost"
             for budget in (1,) if rule == "sequential" else budgets:
                 config, presto = sampling_configs(
-                    "step" if cost else rule, keying=keying, budget=budget, cost_aware=cost,
-                    online=rule == "predictive" or cost, **power,
+                    "step" if cost else rule,
+                    keying=keying,
+                    budget=budget,
+                    cost_aware=cost,
+                    online=rule == "predictive" or cost,
+                    **power,
                 )
                 sampler = Sampler(engine, config, presto)  # one sampler per method: learners carry over
                 for i, prompt in enumerate(prompts):
@@ -81,7 +92,9 @@ def fingerprint(engines: list[str]) -> dict[str, list]:
         engine = embedded_engine("smollm2", device="cpu")
         questions = ("What is the capital of France?", "Name three primary colors.", "Write a haiku about the sea.")
         prompts = [engine.chat_prompt(q) for q in questions]
-        result |= runs(engine, prompts, "smollm2", (8,), ("powermh",), alpha=4.0, max_new_tokens=16, block_size=16, steps=8)
+        result |= runs(
+            engine, prompts, "smollm2", (8,), ("powermh",), alpha=4.0, max_new_tokens=16, block_size=16, steps=8
+        )
     return result
 
 

@@ -124,17 +124,28 @@ def run_chains(url: str, taps: list[Wiretap], prompts, rule: str, workers: int, 
     traced = [records(traces, i) for i in range(len(prompts))]
     call_time = [c["time_s"] for recs in traced for c in recs if c["type"] == "call" and c["kind"] == "mh"]
     out = {
-        "rule": rule, "workers": workers, "prompts": len(prompts), "wall_s": round(wall, 2),
-        "transitions": transitions, "transitions_per_s": round(transitions / wall, 3),
-        "calls": mh_calls + sum(r.metrics.extend_calls for r in results), "mh_calls": mh_calls,
+        "rule": rule,
+        "workers": workers,
+        "prompts": len(prompts),
+        "wall_s": round(wall, 2),
+        "transitions": transitions,
+        "transitions_per_s": round(transitions / wall, 3),
+        "calls": mh_calls + sum(r.metrics.extend_calls for r in results),
+        "mh_calls": mh_calls,
         "transitions_per_mh_call": round(transitions / mh_calls, 3),
         "time_per_mh_call_s": round(statistics.median(call_time), 3),
-        "reconnects": engine.stats.reconnects, "retried_requests": engine.stats.retries,
-        "complete": sum(r.metrics.transitions == 2 * POWER["steps"] and r.state.length == POWER["max_new_tokens"]
-                        for r in results),
-        "audit": {**audit(traced, taps, before),
-                  "cached_share": round(sum(r.metrics.cached_tokens for r in results)
-                                        / max(1, sum(r.metrics.prefill_tokens for r in results)), 4)},
+        "reconnects": engine.stats.reconnects,
+        "retried_requests": engine.stats.retries,
+        "complete": sum(
+            r.metrics.transitions == 2 * POWER["steps"] and r.state.length == POWER["max_new_tokens"] for r in results
+        ),
+        "audit": {
+            **audit(traced, taps, before),
+            "cached_share": round(
+                sum(r.metrics.cached_tokens for r in results) / max(1, sum(r.metrics.prefill_tokens for r in results)),
+                4,
+            ),
+        },
         "final": [final_stats(r) for r in results],
     }
     return out
@@ -163,9 +174,14 @@ def audit(traced: list[list[dict]], taps: list[Wiretap], before: list[Counter]) 
         per_worker = [sum(c.values()) for c in wire[i]]
         spread.append(max(per_worker) / max(1, sum(per_worker)))
     per_worker = [sum(sum(wire[i][w].values()) for i in range(n)) for w in range(len(taps))]
-    return {"chains_mismatched": mismatched, "requests": sum(per_worker), "requests_per_worker": per_worker,
-            "lost_bodies": sum(t.lost for t in taps), "busiest_worker_share_median": statistics.median(spread),
-            "busiest_worker_share_min": min(spread)}
+    return {
+        "chains_mismatched": mismatched,
+        "requests": sum(per_worker),
+        "requests_per_worker": per_worker,
+        "lost_bodies": sum(t.lost for t in taps),
+        "busiest_worker_share_median": statistics.median(spread),
+        "busiest_worker_share_min": min(spread),
+    }
 
 
 def final_stats(result) -> dict:
@@ -244,8 +260,10 @@ def part_law(faults: dict, throughput: list[dict]) -> dict:
     alone = {r["rule"]: r for r in throughput if r["workers"] == 1}
     out = {}
     for name, ref in (("step, 1 in flight", alone["step"]), ("sequential, 1 in flight", alone["sequential"])):
-        out[name] = {stat: paired_test([f[stat] for f in faults["final"]], [f[stat] for f in ref["final"]])
-                     for stat in ("mean_logp", "accepted")}
+        out[name] = {
+            stat: paired_test([f[stat] for f in faults["final"]], [f[stat] for f in ref["final"]])
+            for stat in ("mean_logp", "accepted")
+        }
     print(json.dumps(out, indent=1), flush=True)
     return out
 
@@ -271,27 +289,39 @@ def part_router(prompts, ports: tuple[int, int], router_port: int, tmp: Path, pi
 
 def row(r: dict) -> str:
     a = r["audit"]
-    return (f"{r.get('policy', '')} {r['rule']} x{r['workers']}: {r['complete']}/{r['prompts']} complete, "
-            f"{r['transitions_per_s']} trans/s, {r['calls']} calls, {r['transitions_per_mh_call']} trans/MH call, "
-            f"{r['time_per_mh_call_s']} s/MH call, reconnects {r['reconnects']}, wire mismatches {len(a['chains_mismatched'])}, "
-            f"lost bodies {a['lost_bodies']}, busiest-worker share {a['busiest_worker_share_median']:.2f}, "
-            f"cached {a['cached_share']:.1%}")
+    return (
+        f"{r.get('policy', '')} {r['rule']} x{r['workers']}: {r['complete']}/{r['prompts']} complete, "
+        f"{r['transitions_per_s']} trans/s, {r['calls']} calls, {r['transitions_per_mh_call']} trans/MH call, "
+        f"{r['time_per_mh_call_s']} s/MH call, reconnects {r['reconnects']}, "
+        f"wire mismatches {len(a['chains_mismatched'])}, "
+        f"lost bodies {a['lost_bodies']}, busiest-worker share {a['busiest_worker_share_median']:.2f}, "
+        f"cached {a['cached_share']:.1%}"
+    )
 
 
 def markdown(report: dict) -> str:
     """The RESULTS.md tables of a report."""
-    out = [f"Machine: {report['machine']}. {report['prompts']} prompts; T = {report['power']['max_new_tokens']} in "
-           f"blocks of {report['power']['block_size']}, K = {report['power']['steps']} per block, alpha "
-           f"{report['power']['alpha']}, N_pf = {report['budget']}; float32 servers ({' '.join(report['server'][2:4])})."]
-    head = ("| run | chains complete | transitions/s | MH calls | transitions/MH call | time/MH call (median) | "
-            "reconnects | requests on the wire | lost bodies | wire = trace | cached share |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    out = [
+        f"Machine: {report['machine']}. {report['prompts']} prompts; T = {report['power']['max_new_tokens']} in "
+        f"blocks of {report['power']['block_size']}, K = {report['power']['steps']} per block, alpha "
+        f"{report['power']['alpha']}, N_pf = {report['budget']}; float32 servers ({' '.join(report['server'][2:4])})."
+    ]
+    head = (
+        "| run | chains complete | transitions/s | MH calls "
+        "| transitions/MH call | time/MH call (median) | "
+        "reconnects | requests on the wire | lost bodies | wire = trace "
+        "| cached share |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    )
 
     def line(name: str, r: dict) -> str:
         a = r["audit"]
         ok = "yes" if not a["chains_mismatched"] else f"**no: {len(a['chains_mismatched'])} chains**"
-        return (f"| {name} | {r['complete']}/{r['prompts']} | {r['transitions_per_s']:.2f} | {r['mh_calls']} | "
-                f"{r['transitions_per_mh_call']:.2f} | {r['time_per_mh_call_s']:.2f} s | {r['reconnects']} | {a['requests']} | "
-                f"{a['lost_bodies']} | {ok} | {a['cached_share']:.1%} |")
+        return (
+            f"| {name} | {r['complete']}/{r['prompts']} | {r['transitions_per_s']:.2f} | {r['mh_calls']} | "
+            f"{r['transitions_per_mh_call']:.2f} | {r['time_per_mh_call_s']:.2f} "
+            f"s | {r['reconnects']} | {a['requests']} | "
+            f"{a['lost_bodies']} | {ok} | {a['cached_share']:.1%} |"
+        )
 
     if "throughput" in report:
         out += ["", "**Throughput, one server, no faults**", "", head]
@@ -302,30 +332,48 @@ def markdown(report: dict) -> str:
     if "faults" in report:
         f = report["faults"]
         kills = ", ".join(f"after {k['after_items']} answered items, back in {k['down_s']} s" for k in f["kills"])
-        out += ["", "**Faults: the server SIGKILLed and restarted twice, 8 chains in flight (PreSTO step)**", "", head,
-                line("step, 8 in flight, 2 kills", f), "",
-                f"Kills: {kills}. "
-                f"Every state record rescored by a float32 forward: {f['rescored']['states']} states, largest |log p0 "
-                f"error| {f['rescored']['max_abs_logp_error']:.1e} (tolerance {f['rescored']['tolerance']:g})."]
+        out += [
+            "",
+            "**Faults: the server SIGKILLed and restarted twice, 8 chains in flight (PreSTO step)**",
+            "",
+            head,
+            line("step, 8 in flight, 2 kills", f),
+            "",
+            f"Kills: {kills}. "
+            f"Every state record rescored by a float32 forward: {f['rescored']['states']} states, largest |log p0 "
+            f"error| {f['rescored']['max_abs_logp_error']:.1e} (tolerance {f['rescored']['tolerance']:g}).",
+        ]
     if "law" in report:
-        out += ["", "**Law: the faulted 8-chain run against single-chain runs (paired by prompt, sign-flip permutation test)**",
-                "", "| against | statistic | mean difference | sd of differences | p |", "|---|---|---|---|---|"]
+        out += [
+            "",
+            "**Law: the faulted 8-chain run against single-chain runs (paired by prompt, sign-flip permutation test)**",
+            "",
+            "| against | statistic | mean difference | sd of differences | p |",
+            "|---|---|---|---|---|",
+        ]
         for name, tests in report["law"].items():
             for stat, t in tests.items():
                 out.append(f"| {name} | {stat} | {t['mean_diff']:+.4f} | {t['sd_diff']:.4f} | {t['p']:.3f} |")
     if "router" in report:
-        out += ["", "**Two workers behind sglang-router, 8 chains in flight (PreSTO step)**", "",
-                "| policy | workers | chains complete | transitions/s | time/MH call | wire = trace | a chain's requests on "
-                "its busiest worker (median, min) | requests per worker | cached share |",
-                "|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "**Two workers behind sglang-router, 8 chains in flight (PreSTO step)**",
+            "",
+            "| policy | workers | chains complete | transitions/s "
+            "| time/MH call | wire = trace | a chain's requests on "
+            "its busiest worker (median, min) | requests per worker | cached share |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in report["router"]:
             a = r["audit"]
             split = " / ".join(map(str, a["requests_per_worker"])) if "requests_per_worker" in a else "not recorded"
-            out.append(f"| {r['policy']} | {'a core each' if r.get('pinned') else 'sharing both cores'} | "
-                       f"{r['complete']}/{r['prompts']} | {r['transitions_per_s']:.2f} | "
-                       f"{r['time_per_mh_call_s']:.2f} s | {'yes' if not a['chains_mismatched'] else 'no'} | "
-                       f"{a['busiest_worker_share_median']:.0%}, {a['busiest_worker_share_min']:.0%} | {split} | "
-                       f"{a['cached_share']:.1%} |")
+            out.append(
+                f"| {r['policy']} | {'a core each' if r.get('pinned') else 'sharing both cores'} | "
+                f"{r['complete']}/{r['prompts']} | {r['transitions_per_s']:.2f} | "
+                f"{r['time_per_mh_call_s']:.2f} s | {'yes' if not a['chains_mismatched'] else 'no'} | "
+                f"{a['busiest_worker_share_median']:.0%}, {a['busiest_worker_share_min']:.0%} | {split} | "
+                f"{a['cached_share']:.1%} |"
+            )
     return "\n".join(out)
 
 
@@ -335,7 +383,9 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--json", default=None)
     ap.add_argument("--pin", action="store_true", help="router part: pin each worker to a core of its own")
-    ap.add_argument("--report-only", metavar="JSON", default=None, help="print the tables of a saved report; run nothing")
+    ap.add_argument(
+        "--report-only", metavar="JSON", default=None, help="print the tables of a saved report; run nothing"
+    )
     args = ap.parse_args()
     if args.report_only:
         print(markdown(json.loads(Path(args.report_only).read_text())))
@@ -344,9 +394,16 @@ def main() -> int:
     if "law" in parts and not {"throughput", "faults"} <= set(parts):
         raise SystemExit("--parts law needs throughput and faults in the same run")
     prompts = prompts_of(args.prompts)
-    report: dict = {"machine": machine(), "power": POWER, "budget": BUDGET, "dataset": DATASET,
-                    "server": SERVER_FLAGS, "prompts": len(prompts)}
+    report: dict = {
+        "machine": machine(),
+        "power": POWER,
+        "budget": BUDGET,
+        "dataset": DATASET,
+        "server": SERVER_FLAGS,
+        "prompts": len(prompts),
+    }
     print(report["machine"], flush=True)
+
     def save() -> None:  # after every part: a failure later keeps what was measured
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,14 @@ from presto_sgl.testing.mutants import MUTANTS
 
 REPO = Path(__file__).resolve().parents[1]
 
-SUITES = ["tests/exactness/test_enumerated_target.py", "tests/exactness/test_coupling.py",
-          "tests/exactness/test_resume.py", "tests/integration/test_cli_resume.py",
-          "tests/exactness/test_deep_law.py", "tests/unit"]
+SUITES = [
+    "tests/exactness/test_enumerated_target.py",
+    "tests/exactness/test_coupling.py",
+    "tests/exactness/test_resume.py",
+    "tests/integration/test_cli_resume.py",
+    "tests/exactness/test_deep_law.py",
+    "tests/unit",
+]
 """In the order they run: the first failure stops the run (-x)."""
 
 
@@ -41,16 +46,25 @@ def catch(name: str, timeout_s: float, suites: list[str] = SUITES) -> dict[str, 
         out, rc = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), None
     seconds = time.perf_counter() - t0
     failed = re.search(r"^FAILED (\S+)", out, re.MULTILINE)
-    return {"mutant": name, "what": MUTANTS[name][0], "caught_by": failed.group(1) if failed else None,
-            "rc": rc, "seconds": round(seconds, 1), "suites": suites}
+    return {
+        "mutant": name,
+        "what": MUTANTS[name][0],
+        "caught_by": failed.group(1) if failed else None,
+        "rc": rc,
+        "seconds": round(seconds, 1),
+        "suites": suites,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=None, help="comma-separated mutant names (default: all)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per mutant (default: 1800)")
-    ap.add_argument("--suites", default=None,
-                    help="comma-separated test paths, run in this order (default: every exactness suite, law first)")
+    ap.add_argument(
+        "--suites",
+        default=None,
+        help="comma-separated test paths, run in this order (default: every exactness suite, law first)",
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     names = list(MUTANTS) if args.only is None else args.only.split(",")
@@ -62,7 +76,11 @@ def main() -> int:
     for name in names:
         row = catch(name, args.timeout, SUITES if args.suites is None else args.suites.split(","))
         rows.append(row)
-        verdict = f"`{row['caught_by']}`" if row["caught_by"] else ("**none (timed out)**" if row["rc"] is None else "**none**")
+        verdict = (
+            f"`{row['caught_by']}`"
+            if row["caught_by"]
+            else ("**none (timed out)**" if row["rc"] is None else "**none**")
+        )
         print(f"| {name} | {row['what']} | {verdict} | {row['seconds']} |", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -44,9 +44,31 @@ def run(name: str, args: str, ns: argparse.Namespace) -> float | None:
     out = Path(ns.out) / name
     if out.exists():
         return None
-    cmd = [sys.executable, "-m", "presto_sgl", "run", "--dataset", "humaneval", "--limit", str(ns.prompts), "--engine",
-           ns.server, "--url", ns.url, *SHAPE, "--workers", "1", "--scheduler", "off", "--traces", "--no-rescore",
-           "--no-progress", *args.split(), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "presto_sgl",
+        "run",
+        "--dataset",
+        "humaneval",
+        "--limit",
+        str(ns.prompts),
+        "--engine",
+        ns.server,
+        "--url",
+        ns.url,
+        *SHAPE,
+        "--workers",
+        "1",
+        "--scheduler",
+        "off",
+        "--traces",
+        "--no-rescore",
+        "--no-progress",
+        *args.split(),
+        "--out",
+        str(out),
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
     return time.perf_counter() - t0
@@ -79,8 +101,12 @@ def same_chain(records: list[dict], law: tuple[float, float]) -> float:
 
 
 def summary(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3),
-            "per_prompt": [round(v, 3) for v in values]}
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "per_prompt": [round(v, 3) for v in values],
+    }
 
 
 def report(ns: argparse.Namespace, names: list[str], wall: dict) -> dict:
@@ -89,15 +115,26 @@ def report(ns: argparse.Namespace, names: list[str], wall: dict) -> dict:
     law = sequential_law([runs[b] for b in bases])
     rows = []
     for n in names:
-        row = {"run": n, "wall_s": wall.get(n), "mh_s": round(sum(mh_time(r) for r in runs[n].values()), 1),
-               "same_chain": summary([same_chain(r, law) for r in runs[n].values()])}
+        row = {
+            "run": n,
+            "wall_s": wall.get(n),
+            "mh_s": round(sum(mh_time(r) for r in runs[n].values()), 1),
+            "same_chain": summary([same_chain(r, law) for r in runs[n].values()]),
+        }
         for b in bases:
             prompts = [p for p in runs[n] if p in runs[b]]
             row[f"vs {b}"] = summary([mh_time(runs[b][p]) / mh_time(runs[n][p]) for p in prompts])
-            row[f"vs {b} by sums"] = round(sum(mh_time(runs[b][p]) for p in prompts) / sum(mh_time(runs[n][p]) for p in prompts), 3)
+            row[f"vs {b} by sums"] = round(
+                sum(mh_time(runs[b][p]) for p in prompts) / sum(mh_time(runs[n][p]) for p in prompts), 3
+            )
         rows.append(row)
-    return {"cpu": machine(), "prompts": ns.prompts, "server": ns.server, "sequential_law_s": [round(x, 4) for x in law],
-            "rows": rows}
+    return {
+        "cpu": machine(),
+        "prompts": ns.prompts,
+        "server": ns.server,
+        "sequential_law_s": [round(x, 4) for x in law],
+        "rows": rows,
+    }
 
 
 def main() -> None:
@@ -122,8 +159,11 @@ def main() -> None:
     print(f"sequential law: t = {result['sequential_law_s'][0]} + {result['sequential_law_s'][1]} * new tokens (s)")
     for row in result["rows"]:
         s = row["same_chain"]
-        direct = "; ".join(f"{k} {row[k]['median']} ({row[k]['min']}-{row[k]['max']}), by sums {row[k + ' by sums']}"
-                           for k in row if k.startswith("vs ") and not k.endswith("sums"))
+        direct = "; ".join(
+            f"{k} {row[k]['median']} ({row[k]['min']}-{row[k]['max']}), by sums {row[k + ' by sums']}"
+            for k in row
+            if k.startswith("vs ") and not k.endswith("sums")
+        )
         print(f"{row['run']}: MH {row['mh_s']} s; same chain {s['median']} ({s['min']}-{s['max']}); {direct}")
     if ns.json:
         Path(ns.json).parent.mkdir(parents=True, exist_ok=True)

@@ -38,8 +38,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 t0 = time.perf_counter()
                 # a fresh sampler per prompt: each chain refits its own copy of the predictor
                 res = [
-                    Sampler(engine, config, presto).run(p, seed=args.seed, prompt_id=i)
-                    for i, p in enumerate(prompts)
+                    Sampler(engine, config, presto).run(p, seed=args.seed, prompt_id=i) for i, p in enumerate(prompts)
                 ]
                 rows.append(summarize(rule, budget, res, seq, time.perf_counter() - t0))
     return rows
@@ -67,13 +66,18 @@ def summarize(name, budget, results, sequential, wall=None) -> dict:
 def eps_shares(args) -> tuple[float, float, float]:
     """Shares of eps-certain reject / uncertain / eps-certain accept over sequential decisions."""
     engine = ReferenceEngine(ReferenceLM(args.vocab, sharpness=args.sharpness, seed=0))
-    config, presto = sampling_configs("sequential", alpha=args.alpha, max_new_tokens=args.n, block_size=args.block,
-                                      steps=args.steps)
+    config, presto = sampling_configs(
+        "sequential", alpha=args.alpha, max_new_tokens=args.n, block_size=args.block, steps=args.steps
+    )
     sampler = Sampler(engine, config, presto)
     logs: list[float] = []
     for i in range(args.prompts):
-        sampler.run([(3 * i + j) % args.vocab for j in range(8)], seed=args.seed, prompt_id=i,
-                    on_transition=lambda s, k, st, tr: logs.append(tr.log_accept))
+        sampler.run(
+            [(3 * i + j) % args.vocab for j in range(8)],
+            seed=args.seed,
+            prompt_id=i,
+            on_transition=lambda s, k, st, tr: logs.append(tr.log_accept),
+        )
     a = [math.exp(x) for x in logs]
     n = len(a)
     return sum(x <= EPS for x in a) / n, sum(EPS < x < 1 - EPS for x in a) / n, sum(x >= 1 - EPS for x in a) / n
@@ -94,16 +98,23 @@ def main() -> None:
     t0 = time.perf_counter()
     rows = run(args)
     rej, unc, acc = eps_shares(args)
-    print(f"reference LM V={args.vocab} sharpness={args.sharpness}; n={args.n} B={args.block} K={args.steps} "
-          f"alpha={args.alpha}; {args.prompts} prompts; eps-certain reject/uncertain/accept = "
-          f"{rej:.0%}/{unc:.0%}/{acc:.0%}")
-    head = f"{'rule':<22}{'N_pf':>5}{'calls/prompt':>13}{'trans/call':>11}{'req/call':>9}{'realized':>9}{'unreach':>8}{'acc':>6}{'coord ms':>9}{'exact':>6}"
+    print(
+        f"reference LM V={args.vocab} sharpness={args.sharpness}; n={args.n} B={args.block} K={args.steps} "
+        f"alpha={args.alpha}; {args.prompts} prompts; eps-certain reject/uncertain/accept = "
+        f"{rej:.0%}/{unc:.0%}/{acc:.0%}"
+    )
+    head = (
+        f"{'rule':<22}{'N_pf':>5}{'calls/prompt':>13}{'trans/call':>11}{'req/call':>9}{'realized':>9}"
+        f"{'unreach':>8}{'acc':>6}{'coord ms':>9}{'exact':>6}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['rule']:<22}{r['budget']:>5}{r['calls_per_prompt']:>13.1f}{r['transitions_per_call']:>11.2f}"
-              f"{r['requests_per_call']:>9.2f}{r['realized_share']:>9.0%}{r['unreachable_share']:>8.0%}"
-              f"{r['acceptance']:>6.0%}{r['coordinator_ms_per_call']:>9.2f}{'yes' if r['exact'] else 'NO':>6}")
+        print(
+            f"{r['rule']:<22}{r['budget']:>5}{r['calls_per_prompt']:>13.1f}{r['transitions_per_call']:>11.2f}"
+            f"{r['requests_per_call']:>9.2f}{r['realized_share']:>9.0%}{r['unreachable_share']:>8.0%}"
+            f"{r['acceptance']:>6.0%}{r['coordinator_ms_per_call']:>9.2f}{'yes' if r['exact'] else 'NO':>6}"
+        )
     print(f"total {time.perf_counter() - t0:.1f}s")
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=2))

@@ -49,6 +49,8 @@ class RescoringEngine:
                 rows.append((z.gather(1, torch.tensor(c.tokens)[:, None])[:, 0] - torch.logsumexp(z, -1)).tolist())
             scored[t] = rows
         return [
-            replace(c, logq_at=tuple(zip(*(scored[t][i] for t in r.score_temperatures))) if r.score_temperatures else None)
+            replace(
+                c, logq_at=tuple(zip(*(scored[t][i] for t in r.score_temperatures))) if r.score_temperatures else None
+            )
             for i, (r, c) in enumerate(zip(requests, plain))
         ]

@@ -103,50 +103,86 @@ def run_one(kind: str, url: str, prompts, mode: str, inflight: int, kernel: str 
     mh_calls = sum(r.metrics.model_calls for r in results)
     lat = sorted(latency.values())
     out = {
-        "server": kind, "mode": mode, "kernel": kernel, "inflight": inflight, "prompts": len(prompts),
-        "wall_s": round(wall, 2), "transitions": transitions, "transitions_per_s": round(transitions / wall, 3),
-        "chain_mh_calls": mh_calls, "transitions_per_call": round(transitions / mh_calls, 3),
+        "server": kind,
+        "mode": mode,
+        "kernel": kernel,
+        "inflight": inflight,
+        "prompts": len(prompts),
+        "wall_s": round(wall, 2),
+        "transitions": transitions,
+        "transitions_per_s": round(transitions / wall, 3),
+        "chain_mh_calls": mh_calls,
+        "transitions_per_call": round(transitions / mh_calls, 3),
         "requests": sum(r.metrics.requests_issued for r in results),
-        "latency_p50_s": round(statistics.median(lat), 2), "latency_p90_s": round(lat[int(0.9 * (len(lat) - 1) + 0.5)], 2),
+        "latency_p50_s": round(statistics.median(lat), 2),
+        "latency_p90_s": round(lat[int(0.9 * (len(lat) - 1) + 0.5)], 2),
         "latency_s": [round(latency[i], 2) for i in range(len(prompts))],
     }
     if scheduler is not None:
         s = scheduler.stats
-        out |= {"dispatch": scheduler.dispatch, "merged_calls": s.calls, "rows_sent": s.rows, "rows_offered": s.offered_rows,
-                "chains_per_call_median": statistics.median(s.chains_per_call),
-                "time_per_merged_call_s": round(s.call_s / max(1, s.calls), 3),
-                "theta": [round(float(x), 5) for x in scheduler.time_model.theta],
-                "taken": [list(t) for t in s.taken],
-                "load_model": {"a": scheduler.load.a, "b": scheduler.load.b}}
+        out |= {
+            "dispatch": scheduler.dispatch,
+            "merged_calls": s.calls,
+            "rows_sent": s.rows,
+            "rows_offered": s.offered_rows,
+            "chains_per_call_median": statistics.median(s.chains_per_call),
+            "time_per_merged_call_s": round(s.call_s / max(1, s.calls), 3),
+            "theta": [round(float(x), 5) for x in scheduler.time_model.theta],
+            "taken": [list(t) for t in s.taken],
+            "load_model": {"a": scheduler.load.a, "b": scheduler.load.b},
+        }
     return out
 
 
 def row(r: dict) -> str:
-    extra = (f" scheduler: {r['dispatch']}, {r['merged_calls']} calls ({r['time_per_merged_call_s']} s, "
-             f"{r['chains_per_call_median']} chains each), rows sent {r['rows_sent']}/{r['rows_offered']} offered"
-             if "merged_calls" in r else "")
-    return (f"{r['server']:6} {r['kernel']:10} {r['mode']:20} x{r['inflight']:<2} {r['transitions_per_s']:7.3f} tr/s  "
-            f"p50 {r['latency_p50_s']:6.1f} s  p90 {r['latency_p90_s']:6.1f} s  {r['transitions_per_call']:5.2f} tr/call"
-            f"  wall {r['wall_s']:.0f} s{extra}")
+    extra = (
+        f" scheduler: {r['dispatch']}, {r['merged_calls']} calls ({r['time_per_merged_call_s']} s, "
+        f"{r['chains_per_call_median']} chains each), rows sent {r['rows_sent']}/{r['rows_offered']} offered"
+        if "merged_calls" in r
+        else ""
+    )
+    return (
+        f"{r['server']:6} {r['kernel']:10} {r['mode']:20} x{r['inflight']:<2} {r['transitions_per_s']:7.3f} tr/s  "
+        f"p50 {r['latency_p50_s']:6.1f} s  p90 {r['latency_p90_s']:6.1f} s  {r['transitions_per_call']:5.2f} tr/call"
+        f"  wall {r['wall_s']:.0f} s{extra}"
+    )
 
 
 def report(data: dict) -> str:
     runs = data["runs"]
-    lines = [f"machine: {data['machine']}", "",
-             "| server | kernel | in flight | mode | transitions/s | vs sequential | p50 latency s (vs seq) | p90 latency s "
-             "| per-prompt speedup, median (range) | tr/call |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"machine: {data['machine']}",
+        "",
+        "| server | kernel | in flight | mode | transitions/s | vs sequential | p50 latency s (vs seq) | p90 latency s "
+        "| per-prompt speedup, median (range) | tr/call |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
-        seq = next((s for s in runs if s["mode"] == "sequential" and s["inflight"] == r["inflight"]
-                    and s["kernel"] == r["kernel"] and s["server"] == r["server"]), None)
+        seq = next(
+            (
+                s
+                for s in runs
+                if s["mode"] == "sequential"
+                and s["inflight"] == r["inflight"]
+                and s["kernel"] == r["kernel"]
+                and s["server"] == r["server"]
+            ),
+            None,
+        )
         ratio = f"{r['transitions_per_s'] / seq['transitions_per_s']:.2f}x" if seq else "-"
-        lat = f"{r['latency_p50_s']} ({r['latency_p50_s'] / seq['latency_p50_s']:.2f}x)" if seq else str(r["latency_p50_s"])
+        lat = (
+            f"{r['latency_p50_s']} ({r['latency_p50_s'] / seq['latency_p50_s']:.2f}x)"
+            if seq
+            else str(r["latency_p50_s"])
+        )
         per = "-"
         if seq and seq is not r:
             sp = [a / b for a, b in zip(seq["latency_s"], r["latency_s"], strict=True)]
             per = f"{statistics.median(sp):.2f} ({min(sp):.2f}-{max(sp):.2f})"
-        lines.append(f"| {r['server']} | {r['kernel']} | {r['inflight']} | {r['mode']} | {r['transitions_per_s']:.3f} | "
-                     f"{ratio} | {lat} | {r['latency_p90_s']} | {per} | {r['transitions_per_call']:.2f} |")
+        lines.append(
+            f"| {r['server']} | {r['kernel']} | {r['inflight']} | {r['mode']} | {r['transitions_per_s']:.3f} | "
+            f"{ratio} | {lat} | {r['latency_p90_s']} | {per} | {r['transitions_per_call']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -158,7 +194,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--inflight", default="1,2,4,8,16")
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--kernels", default="", help="e.g. entropycut,multitry: sequential and shared, at --kernel-inflight")
+    ap.add_argument(
+        "--kernels", default="", help="e.g. entropycut,multitry: sequential and shared, at --kernel-inflight"
+    )
     ap.add_argument("--kernel-inflight", default="1,8")
     ap.add_argument("--json", type=Path, default=None, help="results file (appended run by run)")
     ap.add_argument("--report-only", type=Path, default=None)
@@ -171,9 +209,14 @@ def main() -> None:
         data["runs"] = json.loads(args.json.read_text())["runs"]
     print(data["machine"], flush=True)
     plan = [("powermh", m, int(n)) for n in args.inflight.split(",") if n for m in args.modes.split(",")]
-    plan += [(k, m, int(n)) for k in args.kernels.split(",") if k for n in args.kernel_inflight.split(",")
-             for m in ("sequential", "step-cost shared")]
-    with (server(args.server, args.port) if args.url is None else _given(args.url)) as url:
+    plan += [
+        (k, m, int(n))
+        for k in args.kernels.split(",")
+        if k
+        for n in args.kernel_inflight.split(",")
+        for m in ("sequential", "step-cost shared")
+    ]
+    with server(args.server, args.port) if args.url is None else _given(args.url) as url:
         prompts = prompts_of(engine_of(args.server, url), args.prompts)
         for kernel, mode, n in plan:
             r = run_one(args.server, url, prompts, mode, n, kernel)

@@ -43,8 +43,22 @@ from presto_sgl.tasks.registry import load_task
 from presto_sgl.testing.servers import free_port
 from presto_sgl.testing.serving import client, health, serve_cli, wait_for
 
-SERVE = ("--engine", "sglang", "--alpha", "4", "--max-new-tokens", "32", "--block-size", "16", "--steps", "4",
-         "--budget", "20", "--request-timeout", "1800")
+SERVE = (
+    "--engine",
+    "sglang",
+    "--alpha",
+    "4",
+    "--max-new-tokens",
+    "32",
+    "--block-size",
+    "16",
+    "--steps",
+    "4",
+    "--budget",
+    "20",
+    "--request-timeout",
+    "1800",
+)
 
 
 def questions(n: int) -> list[str]:
@@ -60,15 +74,25 @@ def ask(url: str, model: str, text: str, seed: int, rule: str, timeout_s: float 
     t0 = time.perf_counter()
     try:
         r = client(url, timeout_s).chat.completions.create(
-            model=model, messages=[{"role": "user", "content": text}], seed=seed, extra_body={"rule": rule})
+            model=model, messages=[{"role": "user", "content": text}], seed=seed, extra_body={"rule": rule}
+        )
     except openai.APIStatusError as exc:
-        return {"status": exc.status_code, "error": exc.body.get("type") if isinstance(exc.body, dict) else None,
-                "latency_s": time.perf_counter() - t0}
+        return {
+            "status": exc.status_code,
+            "error": exc.body.get("type") if isinstance(exc.body, dict) else None,
+            "latency_s": time.perf_counter() - t0,
+        }
     except openai.APITimeoutError:
         return {"status": "client timeout", "latency_s": time.perf_counter() - t0}
     m = r.choices[0].model_extra["presto"]["metrics"]
-    return {"status": 200, "latency_s": time.perf_counter() - t0, "transitions": m["transitions"],
-            "model_calls": m["model_calls"], "call_time_s": m["call_time_s"], "text": r.choices[0].message.content}
+    return {
+        "status": 200,
+        "latency_s": time.perf_counter() - t0,
+        "transitions": m["transitions"],
+        "model_calls": m["model_calls"],
+        "call_time_s": m["call_time_s"],
+        "text": r.choices[0].message.content,
+    }
 
 
 def clients(n: int, jobs: list, run) -> list[dict]:
@@ -99,9 +123,12 @@ def summarize(results: list[dict], wall_s: float) -> dict:
     trans = sum(r["transitions"] for r in served)
     calls = sum(r["model_calls"] for r in served)
     return {
-        "requests": len(results), "statuses": dict(Counter(str(r.get("status")) for r in results)),
-        "wall_s": wall_s, "latency_s": percentiles([r["latency_s"] for r in served]),
-        "requests_per_s": len(served) / wall_s, "transitions_per_s": trans / wall_s,
+        "requests": len(results),
+        "statuses": dict(Counter(str(r.get("status")) for r in results)),
+        "wall_s": wall_s,
+        "latency_s": percentiles([r["latency_s"] for r in served]),
+        "requests_per_s": len(served) / wall_s,
+        "transitions_per_s": trans / wall_s,
         "mh_calls_per_request": calls / len(served) if served else 0.0,
         "transitions_per_mh_call": trans / calls if calls else 0.0,
     }
@@ -127,9 +154,12 @@ def phase_overload(backend: str, texts: list[str]) -> dict:
         results = clients(24, jobs, ask)
         wall = time.perf_counter() - t0
         snap = health(url)["chains"]
-    out = {**summarize(results, wall), "pool": snap,
-           "clean": all(r["status"] in (200, 429) for r in results) and snap["running"] == 0 and snap["queued"] == 0,
-           "refusals_typed": all(r.get("error") == "rate_limit_exceeded" for r in results if r["status"] == 429)}
+    out = {
+        **summarize(results, wall),
+        "pool": snap,
+        "clean": all(r["status"] in (200, 429) for r in results) and snap["running"] == 0 and snap["queued"] == 0,
+        "refusals_typed": all(r.get("error") == "rate_limit_exceeded" for r in results if r["status"] == 429),
+    }
     print(json.dumps(out), flush=True)
     return out
 
@@ -144,34 +174,47 @@ def phase_disconnect(url: str, model: str, texts: list[str]) -> dict:
     calls = health(url)["backend_calls"]
     time.sleep(3)
     after = health(url)
-    out = {"statuses": dict(Counter(str(r["status"]) for r in results)), "drained": drained, "drain_s": drain_s,
-           "cancelled": after["chains"]["cancelled"] - before["cancelled"],
-           "backend_calls_after_drain": after["backend_calls"] - calls}
+    out = {
+        "statuses": dict(Counter(str(r["status"]) for r in results)),
+        "drained": drained,
+        "drain_s": drain_s,
+        "cancelled": after["chains"]["cancelled"] - before["cancelled"],
+        "backend_calls_after_drain": after["backend_calls"] - calls,
+    }
     print(json.dumps(out), flush=True)
     return out
 
 
 def markdown(report: dict) -> str:
-    lines = [f"Machine: {report['machine']}. {report['prompts']} prompts; {report['config']}.", "",
-             "| clients | rule | served | latency p50 / p90 / p99 / max (s) | requests/s | transitions/s | "
-             "MH calls/request | transitions/MH call | speedup vs sequential |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Machine: {report['machine']}. {report['prompts']} prompts; {report['config']}.",
+        "",
+        "| clients | rule | served | latency p50 / p90 / p99 / max (s) | requests/s | transitions/s | "
+        "MH calls/request | transitions/MH call | speedup vs sequential |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     seq = {r["clients"]: r for r in report["closed"] if r["rule"] == "sequential"}
     for r in report["closed"]:
         lat = r["latency_s"]
         speed = r["transitions_per_s"] / seq[r["clients"]]["transitions_per_s"] if r["clients"] in seq else float("nan")
-        lines.append(f"| {r['clients']} | {r['rule']} | {r['statuses'].get('200', 0)}/{r['requests']} | "
-                     f"{lat['p50']:.1f} / {lat['p90']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f} | "
-                     f"{r['requests_per_s']:.3f} | {r['transitions_per_s']:.2f} | {r['mh_calls_per_request']:.1f} | "
-                     f"{r['transitions_per_mh_call']:.2f} | {speed:.2f}x |")
+        lines.append(
+            f"| {r['clients']} | {r['rule']} | {r['statuses'].get('200', 0)}/{r['requests']} | "
+            f"{lat['p50']:.1f} / {lat['p90']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f} | "
+            f"{r['requests_per_s']:.3f} | {r['transitions_per_s']:.2f} | {r['mh_calls_per_request']:.1f} | "
+            f"{r['transitions_per_mh_call']:.2f} | {speed:.2f}x |"
+        )
     o, d = report["overload"], report["disconnect"]
     lat = o["latency_s"]
-    lines += ["", f"Overload (24 clients x 3 requests, --concurrency 4 --queue-size 4): statuses {o['statuses']}; "
-              f"served latency p50 {lat['p50']:.1f} s, p99 {lat['p99']:.1f} s, max {lat['max']:.1f} s; every request "
-              f"served or refused with a typed 429: {o['clean'] and o['refusals_typed']}; left running: "
-              f"{o['pool']['running']}.",
-              f"Disconnects (8 clients hang up after 2 s): client outcomes {d['statuses']}; chains cancelled "
-              f"{d['cancelled']}; running 0 after {d['drain_s']:.1f} s: {d['drained']}; backend calls in the 3 s "
-              f"after: {d['backend_calls_after_drain']}."]
+    lines += [
+        "",
+        f"Overload (24 clients x 3 requests, --concurrency 4 --queue-size 4): statuses {o['statuses']}; "
+        f"served latency p50 {lat['p50']:.1f} s, p99 {lat['p99']:.1f} s, max {lat['max']:.1f} s; every request "
+        f"served or refused with a typed 429: {o['clean'] and o['refusals_typed']}; left running: "
+        f"{o['pool']['running']}.",
+        f"Disconnects (8 clients hang up after 2 s): client outcomes {d['statuses']}; chains cancelled "
+        f"{d['cancelled']}; running 0 after {d['drain_s']:.1f} s: {d['drained']}; backend calls in the 3 s "
+        f"after: {d['backend_calls_after_drain']}.",
+    ]
     return "\n".join(lines)
 
 

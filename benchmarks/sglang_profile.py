@@ -24,8 +24,8 @@ from pathlib import Path
 from benchmarks.compare import PROMPTS, machine, markdown_table
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import SGLangEngine
-from presto_sgl.server_side.sglang.profile import read
 from presto_sgl.keys import ChainKeys
+from presto_sgl.server_side.sglang.profile import read
 
 FORKS = (1, 4, 10, 20)
 PARTS = ("attention", "forward_other", "sampling", "step_other", "outside")
@@ -48,8 +48,15 @@ def split(before: dict[str, float], after: dict[str, float], wall: float) -> dic
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     attn = d.get("attention_decode", 0.0) + d.get("attention_extend", 0.0)
     fwd, smp, step = d.get("model_forward", 0.0), d.get("sampling", 0.0), d.get("batch_step", 0.0)
-    return {"wall": wall, "attention": attn, "forward_other": fwd - attn, "sampling": smp,
-            "step_other": step - fwd - smp, "outside": wall - step, "steps": d.get("n_batch_step", 0)}
+    return {
+        "wall": wall,
+        "attention": attn,
+        "forward_other": fwd - attn,
+        "sampling": smp,
+        "step_other": step - fwd - smp,
+        "outside": wall - step,
+        "steps": d.get("n_batch_step", 0),
+    }
 
 
 def main() -> None:
@@ -66,7 +73,9 @@ def main() -> None:
     info = engine.server_info()
     label = args.label or f"{info.get('dtype')} {info.get('attention_backend')}"
     print(machine())
-    print(f"SGLang {args.url} dtype={info.get('dtype')} mode={engine.mode} T={args.T} prompts={args.prompts}", flush=True)
+    print(
+        f"SGLang {args.url} dtype={info.get('dtype')} mode={engine.mode} T={args.T} prompts={args.prompts}", flush=True
+    )
     if not read(args.profile):
         raise SystemExit(f"no timers in {args.profile}: start the server with --profile {args.profile}")
     tau = 1 / args.alpha
@@ -87,10 +96,17 @@ def main() -> None:
     for n in FORKS:
         med = {k: statistics.median(s[k] for s in samples[n]) for k in ("wall", *PARTS, "steps")}
         rows.append({"setting": label, "forks": n, **med})
-        print(f"{label} N={n:2d} wall {med['wall']:.2f}s " + " ".join(f"{k}={med[k]:.2f}s ({med[k] / med['wall']:.0%})"
-                                                                   for k in PARTS), flush=True)
-    cols = [("setting", lambda r: r["setting"]), ("forks", lambda r: str(r["forks"])),
-            ("call (s)", lambda r: f"{r['wall']:.2f}"), ("batch steps", lambda r: f"{r['steps']:.0f}")]
+        print(
+            f"{label} N={n:2d} wall {med['wall']:.2f}s "
+            + " ".join(f"{k}={med[k]:.2f}s ({med[k] / med['wall']:.0%})" for k in PARTS),
+            flush=True,
+        )
+    cols = [
+        ("setting", lambda r: r["setting"]),
+        ("forks", lambda r: str(r["forks"])),
+        ("call (s)", lambda r: f"{r['wall']:.2f}"),
+        ("batch steps", lambda r: f"{r['steps']:.0f}"),
+    ]
     cols += [(k, lambda r, k=k: f"{r[k]:.2f} ({r[k] / r['wall']:.0%})") for k in PARTS]
     print(markdown_table(rows, cols))
     if args.json:

@@ -56,25 +56,41 @@ def main() -> None:
     ap.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[8, 10, 20])
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--seed", type=int, default=10086)
-    ap.add_argument("--keys", choices=("path", "step", "both"), default="both",
-                    help="part B's keyings: path (sequential, bfs), step (sequential, step) or both")
+    ap.add_argument(
+        "--keys",
+        choices=("path", "step", "both"),
+        default="both",
+        help="part B's keyings: path (sequential, bfs), step (sequential, step) or both",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     engine = SGLangEngine(args.url)
     info = engine.server_info()
     print(machine(), flush=True)
-    print(f"SGLang {args.url} model={engine.model_path} dtype={info.get('dtype')} mode={engine.mode} "
-          f"preferred_sampling_params={info.get('preferred_sampling_params')} "
-          f"T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets}", flush=True)
-    out: dict = {"machine": machine(), "model": engine.model_path, "mode": engine.mode,
-                 "preferred_sampling_params": info.get("preferred_sampling_params"),
-                 "args": {k: str(v) for k, v in vars(args).items()}}
+    print(
+        f"SGLang {args.url} model={engine.model_path} dtype={info.get('dtype')} mode={engine.mode} "
+        f"preferred_sampling_params={info.get('preferred_sampling_params')} "
+        f"T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets}",
+        flush=True,
+    )
+    out: dict = {
+        "machine": machine(),
+        "model": engine.model_path,
+        "mode": engine.mode,
+        "preferred_sampling_params": info.get("preferred_sampling_params"),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
     if "P" in args.part:
         out["P"] = part_p(args.url, args)
     if "B" in args.part:
         methods = [m for m in default_methods(args.budgets) if args.keys in ("both", m.keying)]
-        out["B"] = compare_rules(engine, [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]], args,
-                                 methods=methods, monitor=engine.monitor)
+        out["B"] = compare_rules(
+            engine,
+            [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]],
+            args,
+            methods=methods,
+            monitor=engine.monitor,
+        )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
 

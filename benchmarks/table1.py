@@ -23,7 +23,16 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, machine, make_engine, markdown_table
+from benchmarks.compare import (
+    PROMPTS,
+    RULE_COLUMNS,
+    Method,
+    add_engine_args,
+    compare_rules,
+    machine,
+    make_engine,
+    markdown_table,
+)
 
 SAMPLERS = ("powermh", "entropycut", "multitry")
 
@@ -31,8 +40,11 @@ SAMPLERS = ("powermh", "entropycut", "multitry")
 def methods(kernel: str, budgets: list[int], step_budgets: list[int], rules: list[str]) -> list[Method]:
     path = [Method(r, "path", r, b, kernel=kernel) for r in ("bfs", "predictive") if r in rules for b in budgets]
     step = [Method("step", "step", "step", b, kernel=kernel) for b in step_budgets if "step" in rules]
-    cost = [Method("step+cost", "step", "step", b, cost_aware=True, kernel=kernel) for b in step_budgets[-1:]
-            if "step+cost" in rules]
+    cost = [
+        Method("step+cost", "step", "step", b, cost_aware=True, kernel=kernel)
+        for b in step_budgets[-1:]
+        if "step+cost" in rules
+    ]
     seq_path = [Method("sequential", "path", kernel=kernel)] if path else []
     seq_step = [Method("sequential", "step", kernel=kernel)] if step or cost else []
     return [*seq_path, *path, *seq_step, *step, *cost]
@@ -54,17 +66,25 @@ def rescoring_rows(engine, prompts, args, rows: list[dict]) -> list[dict]:
         row["speedup_vs_rescoring"] = 1.0
     for r in rows + out:
         if "speedup_vs_rescoring" in r:
-            print(f"vs rescoring: {r['rule']:24s} {r['keys']:4s} N_pf={r['budget']:2d} {r['speedup_vs_rescoring']:.2f}x")
+            print(
+                f"vs rescoring: {r['rule']:24s} {r['keys']:4s} N_pf={r['budget']:2d} {r['speedup_vs_rescoring']:.2f}x"
+            )
     return out
 
 
 def table(rows: list[dict]) -> str:
-    return markdown_table(rows, [
-        ("sampler", lambda r: r["kernel"]),
-        *RULE_COLUMNS,
-        ("per-prompt median (range)", lambda r: f"{r['speedup_median']:.2f} ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})"),
-        ("same as sequential", lambda r: r["same_final_tokens"]),
-    ])
+    return markdown_table(
+        rows,
+        [
+            ("sampler", lambda r: r["kernel"]),
+            *RULE_COLUMNS,
+            (
+                "per-prompt median (range)",
+                lambda r: f"{r['speedup_median']:.2f} ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})",
+            ),
+            ("same as sequential", lambda r: r["same_final_tokens"]),
+        ],
+    )
 
 
 def main() -> None:
@@ -74,24 +94,38 @@ def main() -> None:
     ap.add_argument("--rules", type=lambda t: t.split(","), default=["bfs", "predictive", "step", "step+cost"])
     ap.add_argument("--beta", type=float, default=4.0, help="EntropyCut's cut-law power")
     ap.add_argument("--tries", type=int, default=4, help="MultiTryMH's candidates per transition")
-    ap.add_argument("--try-temperatures", type=lambda t: tuple(float(x) for x in t.split(",")), default=(0.25, 0.5, 1.0))
-    ap.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[8], help="N_pf of bfs/predictive")
-    ap.add_argument("--step-budgets", type=lambda t: [int(x) for x in t.split(",")], default=[8, 20],
-                    help="N_pf of step (the last one also for step+cost)")
+    ap.add_argument(
+        "--try-temperatures", type=lambda t: tuple(float(x) for x in t.split(",")), default=(0.25, 0.5, 1.0)
+    )
+    ap.add_argument(
+        "--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[8], help="N_pf of bfs/predictive"
+    )
+    ap.add_argument(
+        "--step-budgets",
+        type=lambda t: [int(x) for x in t.split(",")],
+        default=[8, 20],
+        help="N_pf of step (the last one also for step+cost)",
+    )
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--seed", type=int, default=10086)
-    ap.add_argument("--rescore", action="store_true",
-                    help="embedded engine: also run the paper's sequential MultiTryMH, which rescores every draw at "
-                    "every temperature, and give PreSTO's speedup over it")
+    ap.add_argument(
+        "--rescore",
+        action="store_true",
+        help="embedded engine: also run the paper's sequential MultiTryMH, which rescores every draw at "
+        "every temperature, and give PreSTO's speedup over it",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     bad = [s for s in args.samplers if s not in SAMPLERS]
     if bad:
         ap.error(f"--samplers: unknown {bad}; choose from {list(SAMPLERS)}")
     engine = make_engine(args)
-    print(f"engine={args.engine} T={args.T} K={args.K} alpha={args.alpha} beta={args.beta} tries={args.tries} "
-          f"try_temperatures={args.try_temperatures} N_pf={args.budgets} step N_pf={args.step_budgets} "
-          f"prompts={args.prompts} seed={args.seed}", flush=True)
+    print(
+        f"engine={args.engine} T={args.T} K={args.K} alpha={args.alpha} beta={args.beta} tries={args.tries} "
+        f"try_temperatures={args.try_temperatures} N_pf={args.budgets} step N_pf={args.step_budgets} "
+        f"prompts={args.prompts} seed={args.seed}",
+        flush=True,
+    )
     print(machine(), flush=True)
     t0 = time.perf_counter()
     prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]

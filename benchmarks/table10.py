@@ -19,7 +19,16 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.compare import PROMPTS, RULE_COLUMNS, Method, add_engine_args, compare_rules, machine, make_engine, markdown_table
+from benchmarks.compare import (
+    PROMPTS,
+    RULE_COLUMNS,
+    Method,
+    add_engine_args,
+    compare_rules,
+    machine,
+    make_engine,
+    markdown_table,
+)
 
 
 def methods(budgets: list[int], predictor: str, online: bool) -> list[Method]:
@@ -37,11 +46,14 @@ def methods(budgets: list[int], predictor: str, online: bool) -> list[Method]:
 
 
 def table(rows: list[dict]) -> str:
-    return markdown_table(rows, [
-        *RULE_COLUMNS,
-        ("coord ms/call", lambda r: f"{r['coordinator_ms_per_call']:.1f}"),
-        ("same as sequential", lambda r: r["same_final_tokens"]),
-    ])
+    return markdown_table(
+        rows,
+        [
+            *RULE_COLUMNS,
+            ("coord ms/call", lambda r: f"{r['coordinator_ms_per_call']:.1f}"),
+            ("same as sequential", lambda r: r["same_final_tokens"]),
+        ],
+    )
 
 
 def main() -> None:
@@ -51,14 +63,21 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--predictor", default="default", help="eps-certainty predictor: default or a saved file")
     ap.add_argument("--online", action="store_true", help="refit the predictor online during each run")
-    ap.add_argument("--family", choices=("all", "path", "step"), default="all",
-                    help="path: sequential/bfs/predictive only; step: sequential/step/step+cost only")
+    ap.add_argument(
+        "--family",
+        choices=("all", "path", "step"),
+        default="all",
+        help="path: sequential/bfs/predictive only; step: sequential/step/step+cost only",
+    )
     ap.add_argument("--seed", type=int, default=10086)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     engine = make_engine(args)
-    print(f"engine={args.engine} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets} "
-          f"prompts={args.prompts} predictor={args.predictor} online={args.online}", flush=True)
+    print(
+        f"engine={args.engine} T={args.T} K={args.K} alpha={args.alpha} N_pf={args.budgets} "
+        f"prompts={args.prompts} predictor={args.predictor} online={args.online}",
+        flush=True,
+    )
     print(machine(), flush=True)
     t0 = time.perf_counter()
     prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]

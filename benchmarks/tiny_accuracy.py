@@ -32,7 +32,12 @@ def main() -> None:
     problems = make_problems(args.problems, seed=777)
     prompts = [engine.encode(p.prompt) for p in problems]
     results = {}
-    temps = (("greedy", 1e-3), (f"temperature {1 / args.alpha:g}", 1 / args.alpha), ("temperature 1", 1.0), ("temperature 2", 2.0))
+    temps = (
+        ("greedy", 1e-3),
+        (f"temperature {1 / args.alpha:g}", 1 / args.alpha),
+        ("temperature 1", 1.0),
+        ("temperature 2", 2.0),
+    )
     for name, temp in temps:
         t0 = time.perf_counter()
         comps = engine.generate([Request(tuple(p), args.length, temp, seed=i) for i, p in enumerate(prompts)])
@@ -40,7 +45,12 @@ def main() -> None:
         results[name] = (ok / len(problems), time.perf_counter() - t0, len(problems) and 1.0)
     for tau in (1 / args.alpha, 2.0):  # proposals at tau = 1/alpha (default) and deliberately noisy ones
         config, presto = sampling_configs(
-            "step", budget=args.budget, alpha=args.alpha, tau=tau, max_new_tokens=args.length, block_size=args.block,
+            "step",
+            budget=args.budget,
+            alpha=args.alpha,
+            tau=tau,
+            max_new_tokens=args.length,
+            block_size=args.block,
             steps=args.steps,
         )
         sampler = Sampler(engine, config, presto)
@@ -51,7 +61,10 @@ def main() -> None:
             ok += is_correct(pb, engine.decode(res.state.tokens))
             calls += res.metrics.model_calls + res.metrics.extend_calls
         results[f"power alpha={args.alpha:g}, proposals tau={tau:g} (PreSTO step, K={args.steps}/block)"] = (
-            ok / len(problems), time.perf_counter() - t0, calls / len(problems))
+            ok / len(problems),
+            time.perf_counter() - t0,
+            calls / len(problems),
+        )
     print(f"tiny-adder, {len(problems)} held-out problems (2-3 digit operands), response length {args.length}")
     for name, (acc, secs, calls) in results.items():
         extra = f", {calls:.1f} model calls/problem" if calls != 1.0 else ""

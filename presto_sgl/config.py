@@ -16,7 +16,18 @@ from typing import Any
 
 from . import registry
 from .errors import ConfigError
-from .fields import TEMPERATURE_RANGE, Param, Validated, boolean, integer, nonempty_text, number, one_of, option, params_of
+from .fields import (
+    TEMPERATURE_RANGE,
+    Param,
+    Validated,
+    boolean,
+    integer,
+    nonempty_text,
+    number,
+    one_of,
+    option,
+    params_of,
+)
 
 Keying = registry.Keying
 
@@ -43,35 +54,61 @@ class PowerConfig(Validated):
     responses that end at the model's first stop token or at T (docs/design.md §2.1).
     """
 
-    alpha: float = option(4.0, "power alpha of the target p0^alpha",
-                          number(TEMPERATURE_RANGE[0], strict=False, high=TEMPERATURE_RANGE[1],
-                                 what="power sampling uses alpha > 1; 1/alpha is the default tau", example=4.0))
+    alpha: float = option(
+        4.0,
+        "power alpha of the target p0^alpha",
+        number(
+            TEMPERATURE_RANGE[0],
+            strict=False,
+            high=TEMPERATURE_RANGE[1],
+            what="power sampling uses alpha > 1; 1/alpha is the default tau",
+            example=4.0,
+        ),
+    )
     max_new_tokens: int = option(64, "response length, a multiple of --block-size")  # checked in _check
     block_size: int = option(16, "tokens per stage", integer(1, example=16))
     steps: int = option(10, "MH transitions per stage, K", integer(0, "MH transitions per block"))
-    tau: float | None = option(None, "proposal temperature (default: 1/alpha)",
-                               number(TEMPERATURE_RANGE[0], strict=False, high=TEMPERATURE_RANGE[1],
-                                      optional="the default 1/alpha"))
-    keying: Keying = option("step", "decision keys; for --rule sequential (default: step); bfs and step imply path "
-                            "and step", one_of(("path", "step")), choices=("path", "step"))
+    tau: float | None = option(
+        None,
+        "proposal temperature (default: 1/alpha)",
+        number(TEMPERATURE_RANGE[0], strict=False, high=TEMPERATURE_RANGE[1], optional="the default 1/alpha"),
+    )
+    keying: Keying = option(
+        "step",
+        "decision keys; for --rule sequential (default: step); bfs and step imply path and step",
+        one_of(("path", "step")),
+        choices=("path", "step"),
+    )
     kernel: str = option("powermh", "the MH kernel", one_of(_kernels), choices=_kernels)
-    target: str = option("fixed", "the response space: fixed = exactly --max-new-tokens tokens (the paper's); eos = "
-                         "responses that end at the model's first stop token (or at --max-new-tokens), so short "
-                         "answers stop paying for T tokens", one_of(TARGETS), choices=TARGETS)
+    target: str = option(
+        "fixed",
+        "the response space: fixed = exactly --max-new-tokens tokens (the paper's); eos = "
+        "responses that end at the model's first stop token (or at --max-new-tokens), so short "
+        "answers stop paying for T tokens",
+        one_of(TARGETS),
+        choices=TARGETS,
+    )
     params: Any = None  # the kernel's parameters (its registry entry's dataclass); None: its defaults
 
     def _check(self) -> None:
         if not self.max_new_tokens_ok():
             n, b = self.max_new_tokens, self.block_size
             hint = b * (max(1, -(-n // b)) if isinstance(n, int) and not isinstance(n, bool) else 1)
-            raise ConfigError("max_new_tokens", n, f"{{max_new_tokens}} (={n!r}) must be a positive multiple of "
-                              f"{{block_size}} (={b}); use e.g. {{max_new_tokens={hint}}}")
+            raise ConfigError(
+                "max_new_tokens",
+                n,
+                f"{{max_new_tokens}} (={n!r}) must be a positive multiple of "
+                f"{{block_size}} (={b}); use e.g. {{max_new_tokens={hint}}}",
+            )
         kind = registry.KERNELS[self.kernel].params
         if self.params is None:
             object.__setattr__(self, "params", kind())
         elif not isinstance(self.params, kind):
-            raise ConfigError("params", self.params, f"{{params}} must be a {kind.__name__} for kernel "
-                              f"{self.kernel!r}, got a {type(self.params).__name__}")
+            raise ConfigError(
+                "params",
+                self.params,
+                f"{{params}} must be a {kind.__name__} for kernel {self.kernel!r}, got a {type(self.params).__name__}",
+            )
 
     def max_new_tokens_ok(self) -> bool:
         n = self.max_new_tokens
@@ -117,25 +154,44 @@ class PrestoConfig(Validated):
     refits it on the decisions the run has already scored.
     """
 
-    rule: str = option("step", "sequential = PowerMH, one call per transition; PreSTO: bfs (the paper's default), "
-                       "predictive (the paper's DP over predicted branch probabilities; path keys) or step (one shared "
-                       "request per depth; step keys)", one_of(_rules), choices=_rules)
-    budget: int = option(20, "PreSTO requests per model call, N_pf",
-                         integer(1, "requests per model call", 20))
-    predictor: str = option("default", "eps-certainty predictor for --rule predictive and --cost-aware: 'default' "
-                            "(shipped with presto-sgl, fitted on SmolLM2 traces) or a file written by `presto-sgl "
-                            "fit-predictor`", nonempty_text("'default' or the path of a saved predictor"),
-                            metavar="default|FILE")
-    online: bool = option(False, "refit the predictor during the run on the decisions already scored, starting "
-                          "from --predictor", boolean, flag="--online-predictor")
-    cost_aware: bool = option(False, "PreSTO rules: choose the requests per call, up to --budget, from the measured "
-                              "call times (step: the fewest predicted seconds to finish the stage; bfs, predictive: "
-                              "the most predicted transitions per second)", boolean)
+    rule: str = option(
+        "step",
+        "sequential = PowerMH, one call per transition; PreSTO: bfs (the paper's default), "
+        "predictive (the paper's DP over predicted branch probabilities; path keys) or step (one shared "
+        "request per depth; step keys)",
+        one_of(_rules),
+        choices=_rules,
+    )
+    budget: int = option(20, "PreSTO requests per model call, N_pf", integer(1, "requests per model call", 20))
+    predictor: str = option(
+        "default",
+        "eps-certainty predictor for --rule predictive and --cost-aware: 'default' "
+        "(shipped with presto-sgl, fitted on SmolLM2 traces) or a file written by `presto-sgl "
+        "fit-predictor`",
+        nonempty_text("'default' or the path of a saved predictor"),
+        metavar="default|FILE",
+    )
+    online: bool = option(
+        False,
+        "refit the predictor during the run on the decisions already scored, starting from --predictor",
+        boolean,
+        flag="--online-predictor",
+    )
+    cost_aware: bool = option(
+        False,
+        "PreSTO rules: choose the requests per call, up to --budget, from the measured "
+        "call times (step: the fewest predicted seconds to finish the stage; bfs, predictive: "
+        "the most predicted transitions per second)",
+        boolean,
+    )
 
     def _check(self) -> None:
         if self.cost_aware and self.rule == "sequential":
-            raise ConfigError("cost_aware", True, "{cost_aware} applies to the PreSTO rules (bfs, predictive, step), "
-                              "not rule='sequential'")
+            raise ConfigError(
+                "cost_aware",
+                True,
+                "{cost_aware} applies to the PreSTO rules (bfs, predictive, step), not rule='sequential'",
+            )
 
     @property
     def keying(self) -> Keying | None:
@@ -152,8 +208,13 @@ SCHEDULE = tuple(p.name for p in params_of(PowerConfig))
 PRESTO = tuple(f.name for f in fields(PrestoConfig))
 registry.RESERVED.update(SCHEDULE, PRESTO, ("params",))
 
-METHOD = Param("method", "powermh", "what the run uses: an MH kernel (run by --rule) or a baseline that is not MH",
-               "registry", choices=registry.methods)
+METHOD = Param(
+    "method",
+    "powermh",
+    "what the run uses: an MH kernel (run by --rule) or a baseline that is not MH",
+    "registry",
+    choices=registry.methods,
+)
 """The ``method`` option (a kernel or a baseline), which no dataclass declares."""
 
 
@@ -180,11 +241,16 @@ def split_options(method: str, options: Mapping[str, Any]) -> tuple[dict[str, An
         elif name in SCHEDULE:
             schedule[name] = value
         elif name in belongs:
-            raise ConfigError(name, value, f"{{{name}}} is a parameter of {belongs[name]}, not of {method!r}; drop it "
-                              f"or use {{method={belongs[name]}}}")
+            raise ConfigError(
+                name,
+                value,
+                f"{{{name}}} is a parameter of {belongs[name]}, not of {method!r}; drop it "
+                f"or use {{method={belongs[name]}}}",
+            )
         elif name not in PRESTO and name != "method":
-            raise ConfigError(name, value, f"unknown parameter {{{name}}}; the parameters are "
-                              f"{[p.name for p in parameters()]}")
+            raise ConfigError(
+                name, value, f"unknown parameter {{{name}}}; the parameters are {[p.name for p in parameters()]}"
+            )
     if method in registry.KERNELS:
         schedule["kernel"] = method
     return schedule, spec.params(**mine)
@@ -194,8 +260,12 @@ def check_keying(need: Keying | None, keying: str | None, subject: str) -> None:
     """ConfigError unless ``keying`` fits the keys ``need`` of ``subject`` (a rule, or an
     injected planner; None: either): the one place a rule's keying is checked."""
     if keying is not None and need is not None and keying != need:
-        raise ConfigError("keying", keying, f"{{keying}} (={keying!r}) does not fit {subject}, which couples with "
-                          f"{need} keys; drop keying, or use {{keying={need!r}}}")
+        raise ConfigError(
+            "keying",
+            keying,
+            f"{{keying}} (={keying!r}) does not fit {subject}, which couples with "
+            f"{need} keys; drop keying, or use {{keying={need!r}}}",
+        )
 
 
 def sampling_configs(rule: str = "step", **options: Any) -> tuple[PowerConfig, PrestoConfig]:
@@ -227,7 +297,9 @@ def config_options(config: PowerConfig, presto: PrestoConfig | None = None) -> d
     return out
 
 
-def with_options(config: PowerConfig, presto: PrestoConfig, overrides: Mapping[str, Any]) -> tuple[PowerConfig, PrestoConfig]:
+def with_options(
+    config: PowerConfig, presto: PrestoConfig, overrides: Mapping[str, Any]
+) -> tuple[PowerConfig, PrestoConfig]:
     """``config`` / ``presto`` with ``overrides`` (flat options) applied; a kernel change
     drops the other kernel's parameters (the new kernel's defaults apply), a rule change the
     keying (the new rule's keys apply)."""

@@ -41,7 +41,8 @@ class ConfigError(ValueError):
         self.param, self.value, self.template = param, value, template
         super().__init__(self.render())
 
-    def render(self, name: Callable[[str], str] = lambda p: p,
-               assign: Callable[[str, str], str] = lambda n, v: f"{n}={v}") -> str:
+    def render(
+        self, name: Callable[[str], str] = lambda p: p, assign: Callable[[str, str], str] = lambda n, v: f"{n}={v}"
+    ) -> str:
         """The message with each ``{p}`` as `` `name(p)` `` and each ``{p=v}`` as ``assign(name(p), v)``."""
         return _NAMED.sub(lambda m: f"`{name(m[1])}`" if m[2] is None else assign(name(m[1]), m[2]), self.template)

@@ -17,9 +17,9 @@ from .errors import EngineError
 from .kernels.base import Kernel, Proposal, Transition
 from .keys import ChainKeys, DecisionDraws, DecisionId
 from .metrics import CallRecord, NodeRecord, RequestRecord
-from .planners import Planner, PlannedRequest, RoundContext, RoundFeedback, offer_of
-from .proposals import ProposalStore, StoredProposal
 from .offers import Offer
+from .planners import PlannedRequest, Planner, RoundContext, RoundFeedback, offer_of
+from .proposals import ProposalStore, StoredProposal
 from .scheduler import current
 from .state import ChainState
 from .trace import TraceWriter
@@ -138,8 +138,19 @@ class StageExecutor:
         planned = offer.batch if offer is not None else self.planner.plan(ctx)
         groups = [kernel.suffix_draws(p.cut, H, self.draws(p.decision)) for p in planned]
         rows = [
-            tuple(Request(state.context(p.cut), H - p.cut, d.temperature, d.seed, d.entropy, d.score_temperatures,
-                          self.keys.route, self.stop) for d in group)
+            tuple(
+                Request(
+                    state.context(p.cut),
+                    H - p.cut,
+                    d.temperature,
+                    d.seed,
+                    d.entropy,
+                    d.score_temperatures,
+                    self.keys.route,
+                    self.stop,
+                )
+                for d in group
+            )
             for p, group in zip(planned, groups)
         ]
         plan_s = time.perf_counter() - t0
@@ -158,14 +169,20 @@ class StageExecutor:
             proposals = tuple(
                 Proposal(p.cut, c.tokens, c.logq, c.logp, c.entropy, c.logq_at) for c in completions[j : j + n]
             )
-            self.store.add(p.decision, StoredProposal(state.tokens[: p.cut], proposals, tuple((index, j + i) for i in range(n))))
+            self.store.add(
+                p.decision, StoredProposal(state.tokens[: p.cut], proposals, tuple((index, j + i) for i in range(n)))
+            )
             j += n
-        result = walk(state, path, k, cfg.steps - k, kernel=kernel, decision_of=ctx.decision, draws=self.draws, store=self.store)
+        result = walk(
+            state, path, k, cfg.steps - k, kernel=kernel, decision_of=ctx.decision, draws=self.draws, store=self.store
+        )
         walk_s = time.perf_counter() - t1
         if not result.steps:
             raise RuntimeError(f"planner {type(self.planner).__name__} made no progress at stage {self.stage}, k={k}")
         records = [
-            RequestRecord(p.decision, p.cut, len(r.prefix), len(c.tokens), c.cached_tokens, p.reachable, r.temperature, r.seed)
+            RequestRecord(
+                p.decision, p.cut, len(r.prefix), len(c.tokens), c.cached_tokens, p.reachable, r.temperature, r.seed
+            )
             for p, r, c in zip(_per_request(planned, groups), requests, completions)
         ]
         rec.record_call(CallRecord(index, self.stage, "mh", k, tuple(records), elapsed, plan_s, walk_s))
@@ -173,9 +190,20 @@ class StageExecutor:
         for i, step in enumerate(result.steps):
             tr = step.transition
             rec.record_node(
-                NodeRecord(call=index, stage=self.stage, k=k + i, decision=step.decision, request=step.requests[0],
-                           cut=tr.cut, log_accept=tr.log_accept, uniform=tr.uniform, accepted=tr.accepted,
-                           length=length, draws=len(step.requests), selected=tr.selected)
+                NodeRecord(
+                    call=index,
+                    stage=self.stage,
+                    k=k + i,
+                    decision=step.decision,
+                    request=step.requests[0],
+                    cut=tr.cut,
+                    log_accept=tr.log_accept,
+                    uniform=tr.uniform,
+                    accepted=tr.accepted,
+                    length=length,
+                    draws=len(step.requests),
+                    selected=tr.selected,
+                )
             )
             length = step.state.length
             if self.on_transition:
@@ -200,4 +228,3 @@ class StageExecutor:
 def _per_request(planned: Sequence[PlannedRequest], groups: Sequence[Sequence[object]]) -> list[PlannedRequest]:
     """Each planned decision repeated once per draw it sends."""
     return [p for p, group in zip(planned, groups) for _ in group]
-

@@ -21,8 +21,15 @@ Check = Callable[[str, Any], Any]
 """``check(name, value)`` -> the value to store (normalized), or a :class:`ConfigError`."""
 
 
-def option(default: Any, doc: str, check: Check | None = None, *, flag: str | None = None, metavar: str | None = None,
-           choices: Callable[[], Sequence[str]] | Sequence[str] | None = None) -> Any:
+def option(
+    default: Any,
+    doc: str,
+    check: Check | None = None,
+    *,
+    flag: str | None = None,
+    metavar: str | None = None,
+    choices: Callable[[], Sequence[str]] | Sequence[str] | None = None,
+) -> Any:
     """A declared parameter: its ``default``, one-line ``doc`` (the CLI help and the docs),
     its ``check``, and for the CLI an optional ``flag`` (default ``--name-with-dashes``),
     ``metavar`` and ``choices`` (a sequence, or a callable read when the parser is built)."""
@@ -61,8 +68,19 @@ def params_of(cls: type) -> tuple[Param, ...]:
         if "doc" not in f.metadata:
             continue
         m = f.metadata
-        out.append(Param(f.name, _default(f), m["doc"], cls.__name__, m["check"], _kind(f.type), m["flag"], m["metavar"],
-                         m["choices"]))
+        out.append(
+            Param(
+                f.name,
+                _default(f),
+                m["doc"],
+                cls.__name__,
+                m["check"],
+                _kind(f.type),
+                m["flag"],
+                m["metavar"],
+                m["choices"],
+            )
+        )
     return tuple(out)
 
 
@@ -104,38 +122,55 @@ def is_finite_number(value: object) -> bool:
 
 def integer(low: int, what: str = "", example: int | None = None) -> Check:
     """An integer >= ``low`` (``what`` says what it counts; ``example`` a good value)."""
+
     def check(name: str, value: Any) -> int:
         if not is_int(value) or value < low:
             hint = (f" ({what})" if what else "") + (f", e.g. {{{name}={example}}}" if example is not None else "")
             kind = "a positive integer" if low == 1 and not what else f"an integer >= {low}"
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be {kind}{hint}")
         return int(value)
+
     return check
 
 
-def number(low: float, *, strict: bool, high: float | None = None, what: str = "", example: float | None = None,
-           optional: str = "") -> Check:
+def number(
+    low: float,
+    *,
+    strict: bool,
+    high: float | None = None,
+    what: str = "",
+    example: float | None = None,
+    optional: str = "",
+) -> Check:
     """A finite number > ``low`` (``strict``) or >= ``low``, and <= ``high`` when given, stored as a
     float; None allowed when ``optional`` says what None means."""
+
     def check(name: str, value: Any) -> float | None:
         if value is None and optional:
             return None
-        if not is_finite_number(value) or (value <= low if strict else value < low) or (high is not None and value > high):
+        if (
+            not is_finite_number(value)
+            or (value <= low if strict else value < low)
+            or (high is not None and value > high)
+        ):
             bound = f"{'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
             tail = f"{' (' + what + ')' if what else ''}" + (f", or None for {optional}" if optional else "")
             tail += f", e.g. {{{name}={example}}}" if example is not None else ""
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a finite number {bound}{tail}")
         return float(value)
+
     return check
 
 
 def one_of(choices: Callable[[], Sequence[str]] | Sequence[str]) -> Check:
     """One of ``choices`` (a sequence, or a callable read at check time: a registry)."""
+
     def check(name: str, value: Any) -> str:
         allowed = list(choices() if callable(choices) else choices)
         if value not in allowed:
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be one of {allowed}")
         return value
+
     return check
 
 
@@ -157,14 +192,22 @@ def temperatures(example: str) -> Check:
     def check(name: str, value: Any) -> tuple[float, ...]:
         hint = f"e.g. {{{name}={example}}}"
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
-            raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty sequence of temperatures > 0, {hint}")
+            raise ConfigError(
+                name, value, f"{{{name}}} (={value!r}) must be a non-empty sequence of temperatures > 0, {hint}"
+            )
         bad = [t for t in value if not is_finite_number(t) or not low <= t <= high]
         if bad:
-            raise ConfigError(name, value, f"{{{name}}} (={tuple(value)!r}) has {bad}: each must be a number in "
-                              f"[{low:g}, {high:g}], {hint}")
+            raise ConfigError(
+                name,
+                value,
+                f"{{{name}}} (={tuple(value)!r}) has {bad}: each must be a number in [{low:g}, {high:g}], {hint}",
+            )
         if len(set(value)) != len(value):
-            raise ConfigError(name, value, f"{{{name}}} (={tuple(value)!r}) repeats a value; list each temperature once")
+            raise ConfigError(
+                name, value, f"{{{name}}} (={tuple(value)!r}) repeats a value; list each temperature once"
+            )
         return tuple(float(t) for t in value)
+
     return check
 
 
@@ -173,4 +216,5 @@ def nonempty_text(what: str) -> Check:
         if not isinstance(value, str) or not value:
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be {what}")
         return value
+
     return check

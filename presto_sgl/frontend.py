@@ -68,14 +68,23 @@ from .program_state import GenSpec, prompt_ids, record
 from .scheduler import Scheduler, current
 
 REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: what to do instead
-    "regex": "constrained decoding would change the target", "json_schema": "constrained decoding would change the target",
-    "choices": "use sgl.select", "stop_regex": "use stop strings", "n": "fork the state: s.fork(n)",
-    "temperature": "the proposal temperature is tau (default 1/alpha)", "top_p": "the chain samples the full vocabulary",
-    "top_k": "the chain samples the full vocabulary", "min_p": "the chain samples the full vocabulary",
-    "frequency_penalty": "penalties would change the target", "presence_penalty": "penalties would change the target",
-    "min_new_tokens": "it would mask EOS and change the target", "ignore_eos": "the chain never stops at EOS; the answer does",
-    "logprob_start_len": "return_logprob gives the answer's tokens", "top_logprobs_num": "not available",
-    "return_text_in_logprobs": "not available", "dtype": "not available",
+    "regex": "constrained decoding would change the target",
+    "json_schema": "constrained decoding would change the target",
+    "choices": "use sgl.select",
+    "stop_regex": "use stop strings",
+    "n": "fork the state: s.fork(n)",
+    "temperature": "the proposal temperature is tau (default 1/alpha)",
+    "top_p": "the chain samples the full vocabulary",
+    "top_k": "the chain samples the full vocabulary",
+    "min_p": "the chain samples the full vocabulary",
+    "frequency_penalty": "penalties would change the target",
+    "presence_penalty": "penalties would change the target",
+    "min_new_tokens": "it would mask EOS and change the target",
+    "ignore_eos": "the chain never stops at EOS; the answer does",
+    "logprob_start_len": "return_logprob gives the answer's tokens",
+    "top_logprobs_num": "not available",
+    "return_text_in_logprobs": "not available",
+    "dtype": "not available",
 }
 
 
@@ -97,22 +106,30 @@ class PowerGen:
     @property
     def __signature__(self) -> inspect.Signature:
         kw = inspect.Parameter.KEYWORD_ONLY
-        head = [inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
-                inspect.Parameter("max_tokens", kw, default=None, annotation=int | None),
-                inspect.Parameter("stop", kw, default=None, annotation=str | list[str] | None),
-                inspect.Parameter("stop_token_ids", kw, default=None, annotation=list[int] | None),
-                inspect.Parameter("return_logprob", kw, default=False, annotation=bool),
-                inspect.Parameter("seed", kw, default=None, annotation=int | None),
-                inspect.Parameter("chain_id", kw, default=None, annotation=int | None),
-                inspect.Parameter("engine", kw, default=None)]
-        opts = [inspect.Parameter(p.name, kw, default=p.default) for p in parameters()
-                if p.name not in ("predictor", "online")]
+        head = [
+            inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+            inspect.Parameter("max_tokens", kw, default=None, annotation=int | None),
+            inspect.Parameter("stop", kw, default=None, annotation=str | list[str] | None),
+            inspect.Parameter("stop_token_ids", kw, default=None, annotation=list[int] | None),
+            inspect.Parameter("return_logprob", kw, default=False, annotation=bool),
+            inspect.Parameter("seed", kw, default=None, annotation=int | None),
+            inspect.Parameter("chain_id", kw, default=None, annotation=int | None),
+            inspect.Parameter("engine", kw, default=None),
+        ]
+        opts = [
+            inspect.Parameter(p.name, kw, default=p.default)
+            for p in parameters()
+            if p.name not in ("predictor", "online")
+        ]
         return inspect.Signature([*head, *opts])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if args and not isinstance(args[0], str):  # power_gen(s, name, ...): the eager form
-            warnings.warn("power_gen(s, name, ...) is deprecated; write s += power_gen(name, ...)",
-                          DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "power_gen(s, name, ...) is deprecated; write s += power_gen(name, ...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             return _eager(*args, **kwargs)
         if any(type(v).__name__ == "SglArgument" for v in (*args, *kwargs.values())):
             # SGLang traces a program with placeholder arguments (run_batch's prefix caching): it
@@ -124,17 +141,30 @@ class PowerGen:
 power_gen = PowerGen()
 
 
-def gen_spec(name: str | None = None, *, max_tokens: int | None = None, stop: str | Sequence[str] | None = None,
-             stop_token_ids: Sequence[int] | None = None, return_logprob: bool = False, seed: int | None = None,
-             chain_id: int | None = None, engine: Any = None, **options: Any) -> GenSpec:
+def gen_spec(
+    name: str | None = None,
+    *,
+    max_tokens: int | None = None,
+    stop: str | Sequence[str] | None = None,
+    stop_token_ids: Sequence[int] | None = None,
+    return_logprob: bool = False,
+    seed: int | None = None,
+    chain_id: int | None = None,
+    engine: Any = None,
+    **options: Any,
+) -> GenSpec:
     """The validated :class:`GenSpec` of a power_gen call; a ConfigError names the bad argument."""
     if not isinstance(name, str) or not name:
-        raise ConfigError("name", name, f"{{name}} (={name!r}) must be a non-empty string: the variable that "
-                          "receives the answer")
+        raise ConfigError(
+            "name", name, f"{{name}} (={name!r}) must be a non-empty string: the variable that receives the answer"
+        )
     for arg in REFUSED:
         if arg in options:
-            raise ConfigError(arg, options[arg], f"{{{arg}}} is an sgl.gen argument that power_gen cannot honour "
-                              f"({REFUSED[arg]}); drop it")
+            raise ConfigError(
+                arg,
+                options[arg],
+                f"{{{arg}}} is an sgl.gen argument that power_gen cannot honour ({REFUSED[arg]}); drop it",
+            )
     for arg, value in (("seed", seed), ("chain_id", chain_id)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MASK):
             raise ConfigError(arg, value, f"{{{arg}}} (={value!r}) must be an integer in [0, 2**63) or None")
@@ -144,20 +174,28 @@ def gen_spec(name: str | None = None, *, max_tokens: int | None = None, stop: st
         raise ConfigError("stop", stop, f"{{stop}} (={stop!r}) must be a non-empty string or a list of them")
     ids = tuple(stop_token_ids or ())
     if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
-        raise ConfigError("stop_token_ids", stop_token_ids, f"{{stop_token_ids}} (={stop_token_ids!r}) must be "
-                          "token ids (integers >= 0)")
+        raise ConfigError(
+            "stop_token_ids",
+            stop_token_ids,
+            f"{{stop_token_ids}} (={stop_token_ids!r}) must be token ids (integers >= 0)",
+        )
     if max_tokens is not None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ConfigError("max_tokens", max_tokens, f"{{max_tokens}} (={max_tokens!r}) must be an integer >= 1")
         if "max_new_tokens" in options:
-            raise ConfigError("max_new_tokens", options["max_new_tokens"], "pass {max_tokens} (the answer's cap; "
-                              "the response is rounded up to whole blocks) or {max_new_tokens} (the exact response "
-                              "length), not both")
+            raise ConfigError(
+                "max_new_tokens",
+                options["max_new_tokens"],
+                "pass {max_tokens} (the answer's cap; "
+                "the response is rounded up to whole blocks) or {max_new_tokens} (the exact response "
+                "length), not both",
+            )
         block = options.setdefault("block_size", PowerConfig.block_size)
         if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
             options["max_new_tokens"], options["block_size"] = capped_blocks(max_tokens, block)
-    return GenSpec(name, method_config(options), max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed,
-                   chain_id, engine)
+    return GenSpec(
+        name, method_config(options), max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed, chain_id, engine
+    )
 
 
 def expression(*args: Any, **kwargs: Any) -> Any:
@@ -168,8 +206,12 @@ def expression(*args: Any, **kwargs: Any) -> Any:
     return cls(spec.name, spec, {**kwargs, "name": spec.name})
 
 
-RUN_DEFAULTS = {"max_new_tokens": "max_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
-                "return_logprob": "return_logprob"}
+RUN_DEFAULTS = {
+    "max_new_tokens": "max_tokens",
+    "stop": "stop",
+    "stop_token_ids": "stop_token_ids",
+    "return_logprob": "return_logprob",
+}
 """``program.run(...)``'s sampling defaults that power_gen takes, as ``sgl.gen`` does, where the
 call leaves them unset (run's ``max_new_tokens`` is sgl.gen's ``max_tokens``). Run's
 ``temperature``, ``top_p``, penalties ... are for ``sgl.gen`` only: power_gen's target is fixed."""
@@ -188,8 +230,9 @@ def with_run_defaults(call: dict[str, Any], defaults: Any) -> dict[str, Any]:
 
 
 def _no_sglang(exc: ImportError) -> ImportError:
-    return ImportError(f"power_gen needs sglang's frontend ({exc}); run from .venv-sglang "
-                       "(`bash scripts/install_sglang.sh`)")
+    return ImportError(
+        f"power_gen needs sglang's frontend ({exc}); run from .venv-sglang (`bash scripts/install_sglang.sh`)"
+    )
 
 
 @functools.cache
@@ -211,8 +254,10 @@ def _expression_class() -> type:
 
         @property
         def sampling_params(self) -> Any:  # only SGLang's own gen path reads it: the hook did not run
-            raise RuntimeError("a power_gen expression reached SGLang's sgl.gen path: presto-sgl's interpreter "
-                               "hook is not installed (import power_gen from presto_sgl.frontend)")
+            raise RuntimeError(
+                "a power_gen expression reached SGLang's sgl.gen path: presto-sgl's interpreter "
+                "hook is not installed (import power_gen from presto_sgl.frontend)"
+            )
 
         def __repr__(self) -> str:
             return f"PowerGen({self.name!r})"
@@ -248,8 +293,9 @@ def _eager(s: Any, name: str, *, seed: int | None = None, chain_id: int = 0, **o
     """``power_gen(s, name, ...)``: each state (fork i: chain ``chain_id + i``) runs at once."""
     states = _program_states(s)
     if isinstance(chain_id, bool) or not isinstance(chain_id, int):
-        raise ConfigError("chain_id", chain_id, f"{{chain_id}} (={chain_id!r}) must be an integer (fork i runs "
-                          "chain chain_id + i)")
+        raise ConfigError(
+            "chain_id", chain_id, f"{{chain_id}} (={chain_id!r}) must be an integer (fork i runs chain chain_id + i)"
+        )
     seed = secrets.randbits(63) if seed is None else seed
     specs = [gen_spec(name, seed=seed, chain_id=chain_id + i, **options) for i in range(len(states))]
     for st in states:
@@ -263,8 +309,12 @@ def method_config(options: dict[str, Any]) -> MethodConfig:
     server_side = {"predictor", "online"} & set(options)
     if server_side:
         name = sorted(server_side)[0]
-        raise ConfigError(name, options[name], f"{{{name}}} is not a power_gen argument (the predictor is the "
-                          "package's default); use the library's Sampler for it")
+        raise ConfigError(
+            name,
+            options[name],
+            f"{{{name}}} is not a power_gen argument (the predictor is the "
+            "package's default); use the library's Sampler for it",
+        )
     if isinstance(options.get("try_temperatures"), list):
         options["try_temperatures"] = tuple(options["try_temperatures"])
     return _method_config(options)
@@ -297,7 +347,8 @@ def _check_prompt(method: Method, ids: Sequence[int], name: str) -> None:
         where = f"power_gen({name!r})"
         hint = "; add text first (e.g. s += sgl.user(...))" if not ids else ""
         raise ValueError(
-            f"{where}: its prompt is the program text before it ({len(ids)} tokens) and cannot be sampled from: {exc}{hint}"
+            f"{where}: its prompt is the program text before it "
+            f"({len(ids)} tokens) and cannot be sampled from: {exc}{hint}"
         ) from exc
 
 
@@ -322,5 +373,3 @@ def _engine_for(backend: Any) -> SGLangEngine:
         if url not in _engines:
             _engines[url] = SGLangEngine(url)
         return _engines[url]
-
-

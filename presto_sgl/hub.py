@@ -19,8 +19,10 @@ from .errors import ConfigError
 
 def offline() -> bool:
     """Whether the hub is off (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set true)."""
-    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
-               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+        for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def is_folder(source: str) -> bool:
@@ -34,8 +36,11 @@ def _why(source: str, exc: Exception, what: str) -> str:
         return f"the folder {source!r} has no readable {what} ({first})"
     if source.startswith(("/", ".", "~")) or os.sep in source.strip("/").replace("/", "", 1):
         return f"{source!r} is not a folder here"
-    where = "HF_HUB_OFFLINE is set and it is not in the Hugging Face cache" if offline() else \
-        "it is neither in the Hugging Face cache nor downloadable from here"
+    where = (
+        "HF_HUB_OFFLINE is set and it is not in the Hugging Face cache"
+        if offline()
+        else "it is neither in the Hugging Face cache nor downloadable from here"
+    )
     return f"the hub id {source!r} has no {what} here: {where} ({first})"
 
 

@@ -88,6 +88,8 @@ def install(run: Callable[[Any, Any], None]) -> None:
         HookRegistry.register(FORK, around_fork, HookType.AROUND)
         HookRegistry.apply_hooks()
         if (StreamExecutor._execute, StreamExecutor.fork) == before:
-            raise RuntimeError(f"SGLang's hook registry did not apply presto-sgl's hooks on {EXECUTE} and {FORK}; "
-                               "power_gen cannot run as a program expression with this sglang version")
+            raise RuntimeError(
+                f"SGLang's hook registry did not apply presto-sgl's hooks on {EXECUTE} and {FORK}; "
+                "power_gen cannot run as a program expression with this sglang version"
+            )
         _installed = True

@@ -45,14 +45,23 @@ class Method(Protocol):
         """The prompt as a tuple of ids, or a ConfigError naming `prompt`."""
         ...
 
-    def run_record(self, prompt: Sequence[int], seed: int, prompt_id: int | str,
-                   info: Mapping[str, object] | None = None) -> dict[str, object]:
+    def run_record(
+        self, prompt: Sequence[int], seed: int, prompt_id: int | str, info: Mapping[str, object] | None = None
+    ) -> dict[str, object]:
         """The trace's ``run`` record: what identifies the chain (compared on resume)."""
         ...
 
-    def run(self, prompt: Sequence[int], *, seed: int, prompt_id: int | str = 0, trace: TraceWriter | None = None,
-            on_transition: OnTransition | None = None, resume: Checkpoint | None = None,
-            info: Mapping[str, object] | None = None) -> SampleResult:
+    def run(
+        self,
+        prompt: Sequence[int],
+        *,
+        seed: int,
+        prompt_id: int | str = 0,
+        trace: TraceWriter | None = None,
+        on_transition: OnTransition | None = None,
+        resume: Checkpoint | None = None,
+        info: Mapping[str, object] | None = None,
+    ) -> SampleResult:
         """Draw one response of ``max_new_tokens`` tokens for ``prompt``."""
         ...
 
@@ -62,21 +71,31 @@ def check_prompt(engine: Engine, prompt: Sequence[int], max_new_tokens: int) -> 
 
     The one place a prompt is validated (samplers, baselines, the CLI, ``serve`` and ``power_gen``)."""
     if isinstance(prompt, (str, bytes)):
-        raise ConfigError("prompt", prompt, "{prompt} must be token ids, not text; encode it with the engine's tokenizer")
+        raise ConfigError(
+            "prompt", prompt, "{prompt} must be token ids, not text; encode it with the engine's tokenizer"
+        )
     if len(prompt) == 0:
-        raise ConfigError("prompt", prompt, "{prompt} (=[]) is empty; pass at least one token id (e.g. a BOS or "
-                          "chat-template prefix)")
+        raise ConfigError(
+            "prompt", prompt, "{prompt} (=[]) is empty; pass at least one token id (e.g. a BOS or chat-template prefix)"
+        )
     vocab_size = engine.capabilities.vocab_size
     bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int) or not (0 <= t < vocab_size)]
     if bad:
-        raise ConfigError("prompt", prompt, f"{{prompt}} has token ids {bad[:5]} outside the vocabulary "
-                          f"[0, {vocab_size}); tokenize with the engine's tokenizer")
+        raise ConfigError(
+            "prompt",
+            prompt,
+            f"{{prompt}} has token ids {bad[:5]} outside the vocabulary "
+            f"[0, {vocab_size}); tokenize with the engine's tokenizer",
+        )
     limit = engine.capabilities.context_length
     if limit is not None and len(prompt) + max_new_tokens > limit:
-        raise ConfigError("max_new_tokens", max_new_tokens,
-                          f"{{max_new_tokens}} (={max_new_tokens}) plus the prompt ({len(prompt)} tokens) exceeds the "
-                          f"model context ({limit}); use {{max_new_tokens}} <= {max(0, limit - len(prompt))} or a "
-                          "shorter prompt")
+        raise ConfigError(
+            "max_new_tokens",
+            max_new_tokens,
+            f"{{max_new_tokens}} (={max_new_tokens}) plus the prompt ({len(prompt)} tokens) exceeds the "
+            f"model context ({limit}); use {{max_new_tokens}} <= {max(0, limit - len(prompt))} or a "
+            "shorter prompt",
+        )
     return tuple(int(t) for t in prompt)
 
 
@@ -100,13 +119,28 @@ class MethodBase:
     def check_prompt(self, prompt: Sequence[int]) -> tuple[int, ...]:
         return check_prompt(self.engine, prompt, self.max_new_tokens)
 
-    def run_record(self, prompt: Sequence[int], seed: int, prompt_id: int | str,
-                   info: Mapping[str, object] | None = None) -> dict[str, object]:
-        return {**self.describe(), "seed": seed, "prompt_id": prompt_id, "prompt_len": len(prompt), "prompt": list(prompt),
-                "vocab_size": self.engine.capabilities.vocab_size, **(info or {})}
+    def run_record(
+        self, prompt: Sequence[int], seed: int, prompt_id: int | str, info: Mapping[str, object] | None = None
+    ) -> dict[str, object]:
+        return {
+            **self.describe(),
+            "seed": seed,
+            "prompt_id": prompt_id,
+            "prompt_len": len(prompt),
+            "prompt": list(prompt),
+            "vocab_size": self.engine.capabilities.vocab_size,
+            **(info or {}),
+        }
 
-    def open_trace(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str,
-                   info: Mapping[str, object] | None, resume: Checkpoint | None) -> None:
+    def open_trace(
+        self,
+        rec: Recorder,
+        prompt: tuple[int, ...],
+        seed: int,
+        prompt_id: int | str,
+        info: Mapping[str, object] | None,
+        resume: Checkpoint | None,
+    ) -> None:
         """Write the run record, or check ``resume`` is this run (a ``resume`` record marks where
         the trace goes on; a method that continues the chain carries its records over itself)."""
         trace = rec.trace
@@ -130,9 +164,19 @@ def extend(rec: Recorder, stage: int, cut: int, requests: Sequence[Request]) -> 
     kind ``extend``: ``cut`` response tokens kept before each request's new ones."""
     comps, elapsed = rec.call(requests)
     records = tuple(
-        RequestRecord(decision=None, cut=cut, prefix_len=len(r.prefix), new_tokens=len(c.tokens),
-                      cached_tokens=c.cached_tokens, reachable=True, temperature=r.temperature, seed=r.seed)
+        RequestRecord(
+            decision=None,
+            cut=cut,
+            prefix_len=len(r.prefix),
+            new_tokens=len(c.tokens),
+            cached_tokens=c.cached_tokens,
+            reachable=True,
+            temperature=r.temperature,
+            seed=r.seed,
+        )
         for r, c in zip(requests, comps, strict=True)
     )
-    rec.record_call(CallRecord(index=len(rec.calls), stage=stage, kind="extend", k0=0, requests=records, time_s=elapsed))
+    rec.record_call(
+        CallRecord(index=len(rec.calls), stage=stage, kind="extend", k0=0, requests=records, time_s=elapsed)
+    )
     return comps

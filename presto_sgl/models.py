@@ -49,13 +49,19 @@ def resolve(model: str) -> Path | str:
     if model == "tiny-adder":
         path = asset_dir("tiny-adder")
         if not (path / "config.json").exists():
-            raise FileNotFoundError(f"the tiny model is missing at {path}; reinstall presto-sgl or run scripts/train_tiny.py")
+            raise FileNotFoundError(
+                f"the tiny model is missing at {path}; reinstall presto-sgl or run scripts/train_tiny.py"
+            )
         return path
     path = Path(model).expanduser()
     if (path / "config.json").exists():
         return path
-    hub.auto_config(model, param="model", fix=f"pass {{model}} as one of {MODELS}, a model folder or a hub id "
-                    "in the Hugging Face cache (`hf download ID` where there is network)")
+    hub.auto_config(
+        model,
+        param="model",
+        fix=f"pass {{model}} as one of {MODELS}, a model folder or a hub id "
+        "in the Hugging Face cache (`hf download ID` where there is network)",
+    )
     return model
 
 
@@ -74,7 +80,9 @@ def materialize_smollm2(target: Path | None = None) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    print(f"presto-sgl: materializing SmolLM2-135M-Instruct from {gguf.name} into {target} (once, ~40 s)", file=sys.stderr)
+    print(
+        f"presto-sgl: materializing SmolLM2-135M-Instruct from {gguf.name} into {target} (once, ~40 s)", file=sys.stderr
+    )
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -101,8 +109,11 @@ def pick_device(device: str | None = "auto") -> str:
     if kind == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if kind == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device", device, f"{{device}} (={device!r}): torch sees no CUDA device here; use {{device=cpu}} "
-                          "or {device=auto}")
+        raise ConfigError(
+            "device",
+            device,
+            f"{{device}} (={device!r}): torch sees no CUDA device here; use {{device=cpu}} or {{device=auto}}",
+        )
     return device
 
 
@@ -119,14 +130,18 @@ def pick_dtype(dtype: str | None, device: str):
         dtype = "float32" if not cuda else ("bfloat16" if torch.cuda.is_bf16_supported() else "float16")
     dt = getattr(torch, dtype)
     if cuda and dt is torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise ConfigError("dtype", dtype, f"{{dtype}} (={dtype!r}): this GPU has no bfloat16; use {{dtype=float16}} "
-                          "or {dtype=float32}")
+        raise ConfigError(
+            "dtype",
+            dtype,
+            f"{{dtype}} (={dtype!r}): this GPU has no bfloat16; use {{dtype=float16}} or {{dtype=float32}}",
+        )
     try:  # the operations a forward pass needs, in that dtype on that device
         x = torch.ones(2, 2, dtype=dt, device=device)
         torch.softmax(x @ x, dim=-1)
     except (RuntimeError, TypeError) as exc:
-        raise ConfigError("dtype", dtype, f"{{dtype}} (={dtype!r}) does not run on {device} ({exc}); use "
-                          "{dtype=float32}") from None
+        raise ConfigError(
+            "dtype", dtype, f"{{dtype}} (={dtype!r}) does not run on {device} ({exc}); use {{dtype=float32}}"
+        ) from None
     return dt
 
 
@@ -147,12 +162,20 @@ def load(model: str, *, device: str | None = "auto", dtype: str | None = "auto",
     try:
         hf = AutoModelForCausalLM.from_pretrained(path, dtype=dt).to(device).eval()
     except (OSError, ValueError) as exc:
-        raise ConfigError("model", model, f"{{model}} (={model!r}) has no loadable causal-LM weights here ({exc})") from None
+        raise ConfigError(
+            "model", model, f"{{model}} (={model!r}) has no loadable causal-LM weights here ({exc})"
+        ) from None
     return hf, tok
 
 
-def embedded_engine(model: str = "smollm2", *, device: str | None = "auto", dtype: str | None = "auto",
-                    tokenizer: str | None = None, **kwargs):
+def embedded_engine(
+    model: str = "smollm2",
+    *,
+    device: str | None = "auto",
+    dtype: str | None = "auto",
+    tokenizer: str | None = None,
+    **kwargs,
+):
     """An :class:`EmbeddedEngine` on ``model`` (a name, folder or hub id)."""
     from .engines.embedded import EmbeddedEngine
 

@@ -45,8 +45,12 @@ def method_config(options: Mapping[str, Any]) -> MethodConfig:
     spec = registry.spec_of(method)
     for name in ("rule", *PRESTO):
         if name in opts:
-            raise ConfigError(name, opts[name], f"{{{name}}} applies to the MH kernels {list(registry.KERNELS)}, not "
-                              f"to the baseline {method!r}; drop it")
+            raise ConfigError(
+                name,
+                opts[name],
+                f"{{{name}}} applies to the MH kernels {list(registry.KERNELS)}, not "
+                f"to the baseline {method!r}; drop it",
+            )
     schedule, params = split_options(method, opts)
     if "block_size" not in spec.uses:  # one block: the whole response
         schedule["block_size"] = schedule.get("max_new_tokens", PowerConfig.max_new_tokens)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 

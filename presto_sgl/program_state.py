@@ -4,7 +4,6 @@ recorded as ``sgl.gen`` records one (text appended, variable, meta info, event s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,15 +50,28 @@ def prompt_ids(variables: dict[str, Any], text: str, engine: Any) -> tuple[tuple
     return tuple(engine.text.encode(text, special=True)), "text"
 
 
-def record(executor: Any, spec: GenSpec, eng: Any, chain: Method, text: str, ids: tuple[int, ...], source: str,
-           result: SampleResult, seed: int, chain_id: int) -> None:
+def record(
+    executor: Any,
+    spec: GenSpec,
+    eng: Any,
+    chain: Method,
+    text: str,
+    ids: tuple[int, ...],
+    source: str,
+    result: SampleResult,
+    seed: int,
+    chain_id: int,
+) -> None:
     """The answer into the program: text, variable, meta info, exact ids; as ``sgl.gen`` does."""
     tokens = result.state.tokens
     capped = tokens[: spec.max_tokens] if spec.max_tokens is not None else tokens
     kept, stop_index = cut_at_stop(capped, (*eng.text.stop_ids, *spec.stop_token_ids))
     answer = eng.text.decode(kept)
-    finish: dict[str, Any] = ({"type": "stop", "matched": capped[stop_index]} if stop_index is not None
-                              else {"type": "length", "length": len(capped)})
+    finish: dict[str, Any] = (
+        {"type": "stop", "matched": capped[stop_index]}
+        if stop_index is not None
+        else {"type": "length", "length": len(capped)}
+    )
     hits = [(answer.find(s), s) for s in spec.stop if s in answer]
     if hits:
         at, matched = min(hits)

@@ -81,7 +81,9 @@ def _check_new(kind: str, name: str, params: type | None) -> None:
         taken = RESERVED | set(declared())
         clash = [p.name for p in params_of(params) if p.name in taken]
         if clash:
-            raise ValueError(f"cannot register {kind} {name!r}: its parameters {clash} are already declared; rename them")
+            raise ValueError(
+                f"cannot register {kind} {name!r}: its parameters {clash} are already declared; rename them"
+            )
 
 
 def register_kernel(spec: KernelSpec) -> KernelSpec:
@@ -130,8 +132,12 @@ def make_kernel(config: Any) -> Any:
     if not config.ends:
         return kernel
     if not dataclasses.is_dataclass(kernel) or "ends" not in {f.name for f in dataclasses.fields(kernel)}:
-        raise ConfigError("target", config.target, f"kernel {config.kernel!r} has no EOS-terminated form (no `ends` "
-                          "field); use {target='fixed'} or a kernel that has one (powermh, entropycut, multitry)")
+        raise ConfigError(
+            "target",
+            config.target,
+            f"kernel {config.kernel!r} has no EOS-terminated form (no `ends` "
+            "field); use {target='fixed'} or a kernel that has one (powermh, entropycut, multitry)",
+        )
     return dataclasses.replace(kernel, ends=True)
 
 
@@ -159,11 +165,20 @@ def current_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-register_kernel(KernelSpec("powermh", PowerMHParams, lambda alpha, tau, p: PowerMHKernel(alpha, tau),
-                           "uniform cuts"))
-register_kernel(KernelSpec("entropycut", EntropyCutParams, lambda alpha, tau, p: EntropyCutKernel(alpha, tau, p.beta),
-                           "cuts where the p0 entropy rises; needs an engine with entropy"))
-register_kernel(KernelSpec("multitry", MultiTryParams,
-                           lambda alpha, tau, p: MultiTryKernel(alpha, p.try_temperatures, p.tries),
-                           "multiple-try Metropolis: --tries candidates per transition at temperatures drawn from "
-                           "--try-temperatures"))
+register_kernel(KernelSpec("powermh", PowerMHParams, lambda alpha, tau, p: PowerMHKernel(alpha, tau), "uniform cuts"))
+register_kernel(
+    KernelSpec(
+        "entropycut",
+        EntropyCutParams,
+        lambda alpha, tau, p: EntropyCutKernel(alpha, tau, p.beta),
+        "cuts where the p0 entropy rises; needs an engine with entropy",
+    )
+)
+register_kernel(
+    KernelSpec(
+        "multitry",
+        MultiTryParams,
+        lambda alpha, tau, p: MultiTryKernel(alpha, p.try_temperatures, p.tries),
+        "multiple-try Metropolis: --tries candidates per transition at temperatures drawn from --try-temperatures",
+    )
+)

@@ -64,8 +64,9 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     try:
         records = [(rec, ends[n - 1]) for n, rec in trace_records(lines)]  # (record, offset after its line)
     except TraceLineError as exc:
-        raise ValueError(f"trace {name} line {exc.line} is corrupt (not {exc.reason}): not a presto-sgl trace, "
-                         "or edited") from None
+        raise ValueError(
+            f"trace {name} line {exc.line} is corrupt (not {exc.reason}): not a presto-sgl trace, or edited"
+        ) from None
     if not records:
         raise EmptyTrace(f"trace {name} has no complete record: the run stopped before it began; start it again")
     runs = [r for r, _ in records if r["type"] == "run"]
@@ -104,9 +105,15 @@ def check_same_run(name: str, recorded: Mapping[str, Any], current: Mapping[str,
     keys = sorted((set(recorded) | set(current)) - set(IDENTITY_FREE))
     differ = [k for k in keys if recorded.get(k) != current.get(k)]
     if differ:
-        diff = "; ".join(f"{{{k}}} (trace {recorded.get(k, '(none)')!r}, now {current.get(k, '(none)')!r})" for k in differ)
-        raise ConfigError(differ[0], current.get(differ[0]), f"trace {name} is from another run ({diff}): resume with "
-                          "the options, prompt, model and engine it was written with")
+        diff = "; ".join(
+            f"{{{k}}} (trace {recorded.get(k, '(none)')!r}, now {current.get(k, '(none)')!r})" for k in differ
+        )
+        raise ConfigError(
+            differ[0],
+            current.get(differ[0]),
+            f"trace {name} is from another run ({diff}): resume with "
+            "the options, prompt, model and engine it was written with",
+        )
 
 
 def truncate(path: str | Path, offset: int) -> None:

@@ -65,18 +65,27 @@ class Sampler(MethodBase):
         self.stop: tuple[int, ...] = ()  # the EOS-terminated target's stop tokens
         if config.ends:
             if not getattr(self.kernel, "ends", False):
-                raise ConfigError("target", config.target, f"the injected {self.kernel.name} kernel samples fixed-length "
-                                  "responses; build it with ends=True for {target='eos'}")
+                raise ConfigError(
+                    "target",
+                    config.target,
+                    f"the injected {self.kernel.name} kernel samples fixed-length "
+                    "responses; build it with ends=True for {target='eos'}",
+                )
             if not engine.capabilities.stops:
-                raise CapabilityError("target='eos' needs an engine that ends requests at stop tokens; this one cannot "
-                                      "(use the embedded, reference, SGLang or vLLM engine, or target='fixed')")
+                raise CapabilityError(
+                    "target='eos' needs an engine that ends requests at stop tokens; this one cannot "
+                    "(use the embedded, reference, SGLang or vLLM engine, or target='fixed')"
+                )
             self.stop = tuple(sorted(set(engine.text.stop_ids)))
             if not self.stop:
-                raise CapabilityError("target='eos' needs the model's stop tokens, and this engine's model has none "
-                                      "(no EOS id in its tokenizer or generation config); use target='fixed'")
+                raise CapabilityError(
+                    "target='eos' needs the model's stop tokens, and this engine's model has none "
+                    "(no EOS id in its tokenizer or generation config); use target='fixed'"
+                )
         elif getattr(self.kernel, "ends", False):
-            raise ConfigError("target", config.target, f"the injected {self.kernel.name} kernel has ends=True; use "
-                              "{target='eos'}")
+            raise ConfigError(
+                "target", config.target, f"the injected {self.kernel.name} kernel has ends=True; use {{target='eos'}}"
+            )
         rule = type(planner).__name__ if planner is not None else f"`rule` {presto.rule!r}"
         check_keying(self.planner.keying, config.keying, rule)  # the rule's keys, or an injected planner's
         if self.kernel.needs_entropy and not engine.capabilities.entropy:
@@ -147,8 +156,16 @@ class Sampler(MethodBase):
             if stage > start:
                 L = state.length
                 if not self.ended(state):
-                    req = Request(state.context(L), cfg.block_size, cfg.temperature, keys.extension_seed(stage), entropy,
-                                  temps, keys.route, self.stop)
+                    req = Request(
+                        state.context(L),
+                        cfg.block_size,
+                        cfg.temperature,
+                        keys.extension_seed(stage),
+                        entropy,
+                        temps,
+                        keys.route,
+                        self.stop,
+                    )
                     (comp,) = extend(rec, stage, L, [req])
                     state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)
                 path, k = "", 0

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 from .engines.base import Completion, Engine, Request
 from .errors import ConfigError, EngineError
-from .planners.costaware import EXPLORE
 from .offers import Offer
+from .planners.costaware import EXPLORE
 from .planners.loadmodel import LoadModel
 from .planners.timemodel import CallTimeModel
 

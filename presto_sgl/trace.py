@@ -1,4 +1,5 @@
-"""JSONL traces: one record per line (:data:`RECORD_TYPES`), written as a run goes and read back to recompute its metrics (docs/design.md §7) or to resume the chain
+"""JSONL traces: one record per line (:data:`RECORD_TYPES`), written as a run goes and read
+back to recompute its metrics (docs/design.md §7) or to resume the chain
 (:mod:`presto_sgl.resume`: ``state`` records hold the chain at its boundaries).
 
 A ``state`` record holds what changed since the run's previous one: ``keep`` (the response
@@ -41,10 +42,20 @@ class TraceWriter:
         as the change from the previous state record. JSON floats round-trip exactly, so a
         resumed chain carries the very same values."""
         c = 0 if self._last is None else kept(self._last, state)
-        self.write("state", {"stage": stage, "k": k, "path": path, "keep": c, "tokens": list(state.tokens[c:]),
-                             "logq": list(state.logq[c:]), "logp": list(state.logp[c:]),
-                             "entropy": None if state.entropy is None else list(state.entropy[c:]),
-                             "logq_at": None if state.logq_at is None else [list(r) for r in state.logq_at[c:]]})
+        self.write(
+            "state",
+            {
+                "stage": stage,
+                "k": k,
+                "path": path,
+                "keep": c,
+                "tokens": list(state.tokens[c:]),
+                "logq": list(state.logq[c:]),
+                "logp": list(state.logp[c:]),
+                "entropy": None if state.entropy is None else list(state.entropy[c:]),
+                "logq_at": None if state.logq_at is None else [list(r) for r in state.logq_at[c:]],
+            },
+        )
         self._last = state
 
 
@@ -128,15 +139,27 @@ class StateReplay:
         """The state of the next ``state`` record ``rec``; ValueError when it keeps more than
         the state before it holds."""
         keep = int(rec.get("keep", 0))
-        prev = self.state if keep else ChainState(self.prompt, entropy=() if rec["entropy"] is not None else None,
-                                                  logq_at=() if rec["logq_at"] is not None else None)
+        prev = (
+            self.state
+            if keep
+            else ChainState(
+                self.prompt,
+                entropy=() if rec["entropy"] is not None else None,
+                logq_at=() if rec["logq_at"] is not None else None,
+            )
+        )
         if prev is None or keep > prev.length or keep < 0:
             have = "no state" if prev is None else f"a state of {prev.length} tokens"
             raise ValueError(f"state record keeps {keep} tokens of the previous state, which is {have}")
         entropy, at = rec["entropy"], rec["logq_at"]
-        self.state = prev.replace_suffix(keep, tuple(rec["tokens"]), tuple(rec["logq"]), tuple(rec["logp"]),
-                                         None if entropy is None else tuple(entropy),
-                                         None if at is None else tuple(map(tuple, at)))
+        self.state = prev.replace_suffix(
+            keep,
+            tuple(rec["tokens"]),
+            tuple(rec["logq"]),
+            tuple(rec["logp"]),
+            None if entropy is None else tuple(entropy),
+            None if at is None else tuple(map(tuple, at)),
+        )
         if (self.state.entropy is None) != (entropy is None) or (self.state.logq_at is None) != (at is None):
             raise ValueError("state record has other per-token values than the state it keeps")
         return self.state

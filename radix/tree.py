@@ -79,8 +79,7 @@ def _as_tokens(tokens: Sequence[int], name: str) -> Tokens:
             idx = -1
         if isinstance(tok, bool) or idx < 0:
             raise ValueError(
-                f"{name}[{i}] must be a non-negative int token id, got {tok!r}; "
-                "pass token ids as ints >= 0"
+                f"{name}[{i}] must be a non-negative int token id, got {tok!r}; pass token ids as ints >= 0"
             )
         out.append(idx)
     return tuple(out)
@@ -210,16 +209,9 @@ class RadixTree:
     def evict(self, num_tokens: int) -> int:
         """Evict LRU unlocked leaves until ``num_tokens`` are freed or none remain; return freed."""
         if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
-            raise ValueError(
-                f"num_tokens must be a non-negative int, got {num_tokens!r}; "
-                "pass how many tokens to free"
-            )
+            raise ValueError(f"num_tokens must be a non-negative int, got {num_tokens!r}; pass how many tokens to free")
         order = itertools.count()
-        heap = [
-            (n.last_access, next(order), n)
-            for n in self._nodes()
-            if not n.children and n.lock_ref == 0
-        ]
+        heap = [(n.last_access, next(order), n) for n in self._nodes() if not n.children and n.lock_ref == 0]
         heapq.heapify(heap)
         freed = 0
         while freed < num_tokens and heap:
@@ -302,9 +294,7 @@ class RadixTree:
             self.dec_lock_ref(keep)
 
 
-def prefix_sharing(
-    root: Sequence[int] | None, prefixes: Sequence[Sequence[int]]
-) -> SharingStats:
+def prefix_sharing(root: Sequence[int] | None, prefixes: Sequence[Sequence[int]]) -> SharingStats:
     """Account prefix sharing for a batch of requests forking one sequence.
 
     ``unique_prefix_tokens`` and ``segments`` describe the radix tree built from

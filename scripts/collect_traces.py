@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from presto_sgl import Sampler, models, sampling_configs  # noqa: E402
-from presto_sgl.trace import TraceWriter  # noqa: E402
+from presto_sgl import Sampler, models, sampling_configs
+from presto_sgl.trace import TraceWriter
 
 PROMPTS = [
     # benchmarks/compare.py
@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-o", "--output", required=True, help="trace file (JSONL) to write")
     ap.add_argument("--shard", default="0/1", help="I/N: this process takes prompts i with i %% N == I (default 0/1)")
-    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"use the first N prompts (default {len(PROMPTS)})")
+    ap.add_argument(
+        "--prompts", type=int, default=len(PROMPTS), help=f"use the first N prompts (default {len(PROMPTS)})"
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="run seeds (default: 0)")
     ap.add_argument("--model", default="smollm2", help="embedded engine model (default: smollm2)")
     ap.add_argument("--alpha", type=float, default=4.0)
@@ -74,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--shard {args.shard!r} must be I/N with 0 <= I < N, e.g. 0/2")
     engine = models.embedded_engine(args.model)
     config, presto = sampling_configs(
-        "sequential", keying="path", alpha=args.alpha, max_new_tokens=args.max_new_tokens, block_size=args.block_size,
+        "sequential",
+        keying="path",
+        alpha=args.alpha,
+        max_new_tokens=args.max_new_tokens,
+        block_size=args.block_size,
         steps=args.steps,
     )
     sampler = Sampler(engine, config, presto)

@@ -158,8 +158,16 @@ class Batches:
 
 
 @torch.no_grad()
-def complete(model, tok, prompts: list[str], *, temperature: float = 0.0, max_new_tokens: int = 64,
-             generator: torch.Generator | None = None, batch_size: int = 256) -> list[str]:
+def complete(
+    model,
+    tok,
+    prompts: list[str],
+    *,
+    temperature: float = 0.0,
+    max_new_tokens: int = 64,
+    generator: torch.Generator | None = None,
+    batch_size: int = 256,
+) -> list[str]:
     """Completions of ``prompts`` (greedy when temperature == 0), cut after the first EOS.
 
     Prompts are batched by length so no padding is needed; a KV cache is used.
@@ -172,7 +180,7 @@ def complete(model, tok, prompts: list[str], *, temperature: float = 0.0, max_ne
         by_len.setdefault(len(p), []).append(i)
     for idx_all in by_len.values():
         for start in range(0, len(idx_all), batch_size):
-            idx = idx_all[start:start + batch_size]
+            idx = idx_all[start : start + batch_size]
             ids = torch.tensor([tok.encode(prompts[i], add_special_tokens=False) for i in idx])
             past = None
             new = []
@@ -243,9 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     check_tokenizer(tok, random.Random(args.seed + 1))
     model = build_model(args, tok)
     model.train()
-    print(f"model: {n_params(model):,} parameters; vocab {len(tok)}; config "
-          f"hidden={args.hidden} layers={args.layers} heads={args.heads}/{args.kv_heads} "
-          f"intermediate={args.intermediate}", flush=True)
+    print(
+        f"model: {n_params(model):,} parameters; vocab {len(tok)}; config "
+        f"hidden={args.hidden} layers={args.layers} heads={args.heads}/{args.kv_heads} "
+        f"intermediate={args.intermediate}",
+        flush=True,
+    )
 
     exclude = set()
     for seed in HELDOUT_SEEDS:
@@ -257,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr, betas=(0.9, 0.98), eps=1e-8,
+        lr=args.lr,
+        betas=(0.9, 0.98),
+        eps=1e-8,
     )
 
     budget_s = args.minutes * 60.0
@@ -305,11 +318,19 @@ def main(argv: list[str] | None = None) -> int:
     t_eval = time.time()
     accs = {"greedy": accuracy(model, tok, held_out, max_new_tokens=64)}
     for temp in (0.5, 1.0):
-        accs[f"sampling, T = {temp:g}"] = accuracy(model, tok, held_out, temperature=temp, max_new_tokens=64,
-                                                   generator=torch.Generator().manual_seed(args.seed + 7))
+        accs[f"sampling, T = {temp:g}"] = accuracy(
+            model,
+            tok,
+            held_out,
+            temperature=temp,
+            max_new_tokens=64,
+            generator=torch.Generator().manual_seed(args.seed + 7),
+        )
     final_eval_s = time.time() - t_eval
-    print(f"held-out ({args.eval_n} problems, digits {args.eval_digits}, seed {EVAL_SEED}), "
-          f"{final_eval_s:.1f}s:", flush=True)
+    print(
+        f"held-out ({args.eval_n} problems, digits {args.eval_digits}, seed {EVAL_SEED}), {final_eval_s:.1f}s:",
+        flush=True,
+    )
     for name, acc in accs.items():
         print(f"  {name:18s} accuracy {acc:.3f}", flush=True)
 
@@ -322,21 +343,23 @@ def main(argv: list[str] | None = None) -> int:
     save_tokenizer(tok, out)
     weights = out / "model.safetensors"
     size_mb = weights.stat().st_size / 1e6
-    print(f"saved to {out} (model.safetensors {size_mb:.2f} MB); total wall {time.time() - t_start:.1f}s",
-          flush=True)
+    print(f"saved to {out} (model.safetensors {size_mb:.2f} MB); total wall {time.time() - t_start:.1f}s", flush=True)
 
     if not args.no_readme:
         write_readme(out, args, model, tok, step, train_s, accs, size_mb)
     return 0
 
 
-def write_readme(out: Path, args, model, tok, steps: int, train_s: float, accs: dict[str, float],
-                 size_mb: float) -> None:
+def write_readme(
+    out: Path, args, model, tok, steps: int, train_s: float, accs: dict[str, float], size_mb: float
+) -> None:
     c = model.config
     cmd = " ".join([".venv/bin/python", "scripts/train_tiny.py", *sys.argv[1:]])
     if args.steps is None:
-        note = (f"The schedule followed the {args.minutes:g}-minute budget; `--steps {steps}` (with the same other\n"
-                f"arguments) runs the same number of steps on a step-based schedule.")
+        note = (
+            f"The schedule followed the {args.minutes:g}-minute budget; `--steps {steps}` (with the same other\n"
+            f"arguments) runs the same number of steps on a step-based schedule."
+        )
     else:
         note = "With `--steps` the run is reproducible on the same torch build and thread count."
     text = f"""# tiny-adder
@@ -379,8 +402,8 @@ answer digit `s`); then `A:` and the sum, then `"\\n"`. Score with
 
 {steps} AdamW steps (batch {args.batch_size}, peak lr {args.lr:g}, {args.warmup} warmup steps, cosine to 5%,
 weight decay {args.weight_decay:g}, grad clip 1.0), loss on the target tokens only, problems with
-{args.train_digits[0]}-{args.train_digits[1]}-digit operands generated on the fly (held-out problems excluded), seed {args.seed},
-torch threads {args.threads}: {train_s:.0f} s ({train_s / 60:.1f} min) of training.
+{args.train_digits[0]}-{args.train_digits[1]}-digit operands generated on the fly (held-out problems
+excluded), seed {args.seed}, torch threads {args.threads}: {train_s:.0f} s ({train_s / 60:.1f} min) of training.
 
 ```
 {cmd}

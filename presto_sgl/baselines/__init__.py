@@ -8,10 +8,29 @@ from .parallel import BestOfN, LowTemperature
 from .params import BestOfNParams, LowTemperatureParams, PowerSMCParams, check_smc
 from .smc import PowerSMC
 
-__all__ = ["Baseline", "BestOfN", "BestOfNParams", "LowTemperature", "LowTemperatureParams", "PowerSMC", "PowerSMCParams"]
+__all__ = [
+    "Baseline",
+    "BestOfN",
+    "BestOfNParams",
+    "LowTemperature",
+    "LowTemperatureParams",
+    "PowerSMC",
+    "PowerSMCParams",
+]
 
-register_baseline(BaselineSpec("lowtemp", LowTemperatureParams, LowTemperature, LowTemperature.uses, "one draw at --tau"))
-register_baseline(BaselineSpec("bestofn", BestOfNParams, BestOfN, BestOfN.uses, "--best-of draws, the best by --select"))
-register_baseline(BaselineSpec("powersmc", PowerSMCParams, PowerSMC, PowerSMC.uses,
-                               "--particles grown in blocks of --block-size, the exponent ramped to alpha over "
-                               "--ramp-tokens", check_smc))
+register_baseline(
+    BaselineSpec("lowtemp", LowTemperatureParams, LowTemperature, LowTemperature.uses, "one draw at --tau")
+)
+register_baseline(
+    BaselineSpec("bestofn", BestOfNParams, BestOfN, BestOfN.uses, "--best-of draws, the best by --select")
+)
+register_baseline(
+    BaselineSpec(
+        "powersmc",
+        PowerSMCParams,
+        PowerSMC,
+        PowerSMC.uses,
+        "--particles grown in blocks of --block-size, the exponent ramped to alpha over --ramp-tokens",
+        check_smc,
+    )
+)

@@ -48,9 +48,17 @@ class Baseline(MethodBase):
         out = {"method": self.name, **schedule, "tau": self.temperature, **asdict(self.params)}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
-    def run(self, prompt: Sequence[int], *, seed: int, prompt_id: int | str = 0, trace: TraceWriter | None = None,
-            on_transition: OnTransition | None = None, resume: Checkpoint | None = None,
-            info: Mapping[str, object] | None = None) -> SampleResult:
+    def run(
+        self,
+        prompt: Sequence[int],
+        *,
+        seed: int,
+        prompt_id: int | str = 0,
+        trace: TraceWriter | None = None,
+        on_transition: OnTransition | None = None,
+        resume: Checkpoint | None = None,
+        info: Mapping[str, object] | None = None,
+    ) -> SampleResult:
         check_seed(seed)
         ids = self.check_prompt(prompt)
         rec = Recorder(self.engine, trace)

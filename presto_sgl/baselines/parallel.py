@@ -37,7 +37,9 @@ class BestOfN(Baseline):
     name = "bestofn"
     params_type = BestOfNParams
 
-    def __init__(self, engine: Engine, config=None, params=None, *, stop_token_ids: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, engine: Engine, config=None, params=None, *, stop_token_ids: Sequence[int] | None = None
+    ) -> None:
         super().__init__(engine, config, params)
         self.stop_token_ids = frozenset(engine.text.stop_ids if stop_token_ids is None else stop_token_ids)
 
@@ -49,8 +51,10 @@ class BestOfN(Baseline):
     def draw(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
         keys = ChainKeys(seed, prompt_id)
         n = self.params.best_of
-        reqs = [Request(prompt, self.max_new_tokens, self.temperature, keys.decision(1, f"best-of:{i}").seed)
-                for i in range(n)]
+        reqs = [
+            Request(prompt, self.max_new_tokens, self.temperature, keys.decision(1, f"best-of:{i}").seed)
+            for i in range(n)
+        ]
         comps = extend(rec, 1, 0, reqs)
         scores = [self.score(c) for c in comps]
         best = max(range(n), key=lambda i: (scores[i], -i))

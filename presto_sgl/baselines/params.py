@@ -18,8 +18,12 @@ class LowTemperatureParams(Validated):
 @dataclass(frozen=True)
 class BestOfNParams(Validated):
     best_of: int = option(8, "bestofn: draws per prompt, N", integer(1))
-    select: str = option("logq", "bestofn: keep the draw with the highest sum of log q_tau (the paper's) or of log p0 "
-                         "over its answer tokens", one_of(SELECT), choices=SELECT)
+    select: str = option(
+        "logq",
+        "bestofn: keep the draw with the highest sum of log q_tau (the paper's) or of log p0 over its answer tokens",
+        one_of(SELECT),
+        choices=SELECT,
+    )
 
 
 def _ramp(name: str, value: object) -> int | None:
@@ -29,15 +33,21 @@ def _ramp(name: str, value: object) -> int | None:
 @dataclass(frozen=True)
 class PowerSMCParams(Validated):
     particles: int = option(8, "powersmc: particles, P", integer(1))
-    ramp_tokens: int | None = option(None, "powersmc: tokens over which the exponent rises from 1 to alpha (default: "
-                                     "the paper's 400 of 1024, scaled: max_new_tokens * 400 // 1024)", _ramp)
-    ess_fraction: float = option(0.5, "powersmc: resample when the effective sample size falls below this fraction "
-                                 "of P", number(0, strict=True))
+    ramp_tokens: int | None = option(
+        None,
+        "powersmc: tokens over which the exponent rises from 1 to alpha (default: "
+        "the paper's 400 of 1024, scaled: max_new_tokens * 400 // 1024)",
+        _ramp,
+    )
+    ess_fraction: float = option(
+        0.5, "powersmc: resample when the effective sample size falls below this fraction of P", number(0, strict=True)
+    )
 
     def _check(self) -> None:
         if self.ess_fraction > 1:
-            raise ConfigError("ess_fraction", self.ess_fraction,
-                              f"{{ess_fraction}} (={self.ess_fraction!r}) must be in (0, 1]")
+            raise ConfigError(
+                "ess_fraction", self.ess_fraction, f"{{ess_fraction}} (={self.ess_fraction!r}) must be in (0, 1]"
+            )
 
 
 def ramp_tokens(config, params: PowerSMCParams) -> int:
@@ -47,7 +57,10 @@ def ramp_tokens(config, params: PowerSMCParams) -> int:
 
 def check_smc(config, params: PowerSMCParams) -> None:
     """ConfigError unless the blocks tile the response and the ramp ends within it."""
-    n, b, ramp = config.max_new_tokens, config.block_size, ramp_tokens(config, params)
+    n, _b, ramp = config.max_new_tokens, config.block_size, ramp_tokens(config, params)
     if ramp > n:
-        raise ConfigError("ramp_tokens", ramp, f"{{ramp_tokens}} (={ramp}) must be <= {{max_new_tokens}} (={n}), "
-                          "else the particles never target p0^alpha")
+        raise ConfigError(
+            "ramp_tokens",
+            ramp,
+            f"{{ramp_tokens}} (={ramp}) must be <= {{max_new_tokens}} (={n}), else the particles never target p0^alpha",
+        )

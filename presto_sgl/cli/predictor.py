@@ -19,7 +19,9 @@ def _features(text: str) -> list[str]:
     names = [part for part in text.replace(" ", "").split(",") if part]
     unknown = [n for n in names if n not in FEATURES]
     if not names or unknown or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"expected distinct names from {', '.join(FEATURES)} separated by commas, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected distinct names from {', '.join(FEATURES)} separated by commas, got {text!r}"
+        )
     return names
 
 
@@ -140,7 +142,9 @@ def _shares(observations: list) -> dict[str, Any]:
 def _shares_line(shares: dict[str, Any]) -> str:
     parts = "  ".join(f"{name} {100 * share:.1f}%" for name, share in shares["shares"].items())
     certain = shares["shares"]["reject"] + shares["shares"]["accept"]
-    return f"decisions {shares['decisions']} from {shares['prompts']} prompts: {parts} (eps-certain {100 * certain:.1f}%)"
+    return (
+        f"decisions {shares['decisions']} from {shares['prompts']} prompts: {parts} (eps-certain {100 * certain:.1f}%)"
+    )
 
 
 # -- commands -----------------------------------------------------------------------

@@ -40,8 +40,7 @@ class Progress:
     def _draw(self) -> None:
         rate = self.accepted / self.done if self.done else 0.0
         line = (
-            f"{PROG}: transitions {self.done}/{self.total}  model calls {self.mh_calls}  "
-            f"acceptance {100 * rate:.1f}%"
+            f"{PROG}: transitions {self.done}/{self.total}  model calls {self.mh_calls}  acceptance {100 * rate:.1f}%"
         )
         pad = " " * max(0, self._width - len(line))
         self._width = len(line)

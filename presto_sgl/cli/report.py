@@ -8,9 +8,12 @@ from .common import UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="Markdown report with figures of `run` directories",
-                       description="Accuracy, time, speedup over sequential, equivalence tests and the paper's "
-                       "figures for one or more `presto-sgl run` directories.")
+    p = sub.add_parser(
+        "report",
+        help="Markdown report with figures of `run` directories",
+        description="Accuracy, time, speedup over sequential, equivalence tests and the paper's "
+        "figures for one or more `presto-sgl run` directories.",
+    )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", required=True, metavar="DIR", help="where report.md and the PNGs go")
     p.set_defaults(func=run)

@@ -26,8 +26,8 @@ from ..evaluation.results import aggregate, write_results
 from ..evaluation.rundir import RunDir
 from ..methods import Method
 from ..pool import ChainPool, Ticket
-from ..scheduler import Scheduler
 from ..resume import Checkpoint, read_checkpoint, truncate
+from ..scheduler import Scheduler
 from ..tasks.base import Problem
 from ..tasks.registry import NAMES, load_task
 from ..trace import TraceWriter
@@ -36,39 +36,73 @@ from .options import add_engine_options, add_method_options, add_scheduler_flag,
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="sample and grade a dataset, resumably",
-                       description="Sample every prompt of a dataset from pi_alpha ∝ p0^alpha and grade it.")
+    p = sub.add_parser(
+        "run",
+        help="sample and grade a dataset, resumably",
+        description="Sample every prompt of a dataset from pi_alpha ∝ p0^alpha and grade it.",
+    )
     data = p.add_argument_group("dataset")
     data.add_argument("--dataset", required=True, metavar="NAME|FILE", help=f"one of {', '.join(NAMES)}")
-    data.add_argument("--limit", type=int, default=None, help="the first N problems (default: all; 100 for procedural tasks)")
-    data.add_argument("--prompt-field", default=None, metavar="NAME",
-                      help="hf:... datasets and JSONL files: the prompt's column (default: the first of prompt, "
-                      "question, problem, input; JSONL: prompt)")
-    data.add_argument("--answer-field", default=None, metavar="NAME",
-                      help="hf:... datasets and JSONL files: the reference answer's column (default: the first of "
-                      "answer, solution, target; JSONL: answer); GSM8K's '#### X' and MATH's \\boxed{X} are read")
-    data.add_argument("--samples", type=int, default=1, metavar="K",
-                      help="chains per problem, for pass@k (the unbiased estimator) in results.json (default: 1)")
+    data.add_argument(
+        "--limit", type=int, default=None, help="the first N problems (default: all; 100 for procedural tasks)"
+    )
+    data.add_argument(
+        "--prompt-field",
+        default=None,
+        metavar="NAME",
+        help="hf:... datasets and JSONL files: the prompt's column (default: the first of prompt, "
+        "question, problem, input; JSONL: prompt)",
+    )
+    data.add_argument(
+        "--answer-field",
+        default=None,
+        metavar="NAME",
+        help="hf:... datasets and JSONL files: the reference answer's column (default: the first of "
+        "answer, solution, target; JSONL: answer); GSM8K's '#### X' and MATH's \\boxed{X} are read",
+    )
+    data.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        metavar="K",
+        help="chains per problem, for pass@k (the unbiased estimator) in results.json (default: 1)",
+    )
     data.add_argument("--out", required=True, metavar="DIR", help="run directory (created, or resumed)")
     add_engine_options(p)
     add_method_options(p)
     p.add_argument("--seed", type=int, default=0, help="run seed: chain keys and procedural problems (default: 0)")
-    p.add_argument("--label", default=None,
-                   help="the run's name in `report` and `compare` tables (default: its method, e.g. "
-                   "'powermh PreSTO step N_pf=20'); part of the run's config")
-    p.add_argument("--workers", type=int, default=None,
-                   help="chains in flight (default: 8 on a server engine, 1 in process)")
+    p.add_argument(
+        "--label",
+        default=None,
+        help="the run's name in `report` and `compare` tables (default: its method, e.g. "
+        "'powermh PreSTO step N_pf=20'); part of the run's config",
+    )
+    p.add_argument(
+        "--workers", type=int, default=None, help="chains in flight (default: 8 on a server engine, 1 in process)"
+    )
     add_scheduler_flag(p)
-    p.add_argument("--rescore", choices=("engine", "local", "off"), default="engine",
-                   help="rescore each response under p0 for the log-likelihood statistic: 'engine' through the "
-                   "sampling engine itself (one scoring pass; the confidence's entropies from it on the embedded and "
-                   "reference engines, else the chain's where it has them), 'local' with a float32 forward of a local copy of the model (log-likelihood and "
-                   "confidence), 'off' from the chain's own log p0 (default: engine)")
+    p.add_argument(
+        "--rescore",
+        choices=("engine", "local", "off"),
+        default="engine",
+        help="rescore each response under p0 for the log-likelihood statistic: 'engine' through the "
+        "sampling engine itself (one scoring pass; the confidence's entropies from it on the embedded and "
+        "reference engines, else the chain's where it has them), 'local' with "
+        "a float32 forward of a local copy of the model (log-likelihood and "
+        "confidence), 'off' from the chain's own log p0 (default: engine)",
+    )
     p.add_argument("--no-rescore", dest="rescore", action="store_const", const="off", help="same as --rescore off")
-    p.add_argument("--traces", action="store_true",
-                   help="also write each prompt's JSONL trace of calls and transitions to DIR/traces/")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: only when stderr is a terminal)")
+    p.add_argument(
+        "--traces",
+        action="store_true",
+        help="also write each prompt's JSONL trace of calls and transitions to DIR/traces/",
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: only when stderr is a terminal)",
+    )
     p.set_defaults(func=run)
 
 
@@ -78,21 +112,45 @@ def _setup(args: argparse.Namespace):
             raise ValueError(f"`--workers` (={args.workers}) must be >= 1")
         if args.samples < 1:
             raise ValueError(f"`--samples` (={args.samples}) must be >= 1")
-        task, problems = load_task(args.dataset, limit=args.limit, seed=args.seed, prompt_field=args.prompt_field,
-                                   answer_field=args.answer_field)
+        task, problems = load_task(
+            args.dataset,
+            limit=args.limit,
+            seed=args.seed,
+            prompt_field=args.prompt_field,
+            answer_field=args.answer_field,
+        )
         engine, sampler = build(args)
         model = model_name(engine.inner, args)
-        config = {"dataset": args.dataset, "seed": args.seed, "engine": args.engine, "model": str(model),
-                  "chat": args.chat, **sampler.describe()}
-        config |= {k: v for k, v in (("samples", args.samples), ("prompt_field", args.prompt_field),
-                                     ("answer_field", args.answer_field)) if v not in (None, 1)}
+        config = {
+            "dataset": args.dataset,
+            "seed": args.seed,
+            "engine": args.engine,
+            "model": str(model),
+            "chat": args.chat,
+            **sampler.describe(),
+        }
+        config |= {
+            k: v
+            for k, v in (
+                ("samples", args.samples),
+                ("prompt_field", args.prompt_field),
+                ("answer_field", args.answer_field),
+            )
+            if v not in (None, 1)
+        }
         if args.label is not None:
             if not args.label.strip():
                 raise ValueError("`--label` must not be empty: give a name, or leave the option out")
             config["label"] = args.label
-        info = {"task": {"name": task.name, "grader": task.grader, "problems": len(problems)},
-                "engine": {"name": args.engine, "url": args.url, "mode": _mode(engine.inner),
-                           "seeded": engine.capabilities.seeded}}
+        info = {
+            "task": {"name": task.name, "grader": task.grader, "problems": len(problems)},
+            "engine": {
+                "name": args.engine,
+                "url": args.url,
+                "mode": _mode(engine.inner),
+                "seeded": engine.capabilities.seeded,
+            },
+        }
         prompts = {p.id: _encode(engine, sampler, p, args) for p in problems}
         rundir = RunDir(args.out, config, info)
     except (ValueError, TypeError, ImportError) as exc:
@@ -159,8 +217,11 @@ def run(args: argparse.Namespace) -> int:
     done = rundir.done_ids()
     chains = _samples(problems, args.samples)
     todo = [c for c in chains if c[0] not in done]
-    print(f"{PROG}: {task.name}: {len(problems)} problems x {args.samples} samples, {len(chains) - len(todo)} already "
-          f"in {rundir.path}, {len(todo)} to run", file=sys.stderr)
+    print(
+        f"{PROG}: {task.name}: {len(problems)} problems x {args.samples} samples, {len(chains) - len(todo)} already "
+        f"in {rundir.path}, {len(todo)} to run",
+        file=sys.stderr,
+    )
     rescorer = _rescorer(args, model, engine.inner) if todo else None
     workers = args.workers or (8 if args.engine in ("sglang", "vllm") else 1)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
@@ -178,11 +239,14 @@ def run(args: argparse.Namespace) -> int:
             checkpoint = _interrupted(path)
             with open(path, "a" if checkpoint is not None else "w", encoding="utf-8") as f:
                 extra = {"resume": checkpoint} if checkpoint is not None else {}
-                result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, trace=TraceWriter(f), **extra)
+                result = sampler.run(
+                    prompts[problem.id], seed=args.seed, prompt_id=chain_id, trace=TraceWriter(f), **extra
+                )
         else:
             result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id)
-        record = make_record(problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer,
-                             seconds=time.perf_counter() - t0)
+        record = make_record(
+            problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer, seconds=time.perf_counter() - t0
+        )
         if args.samples > 1:
             record |= {"id": chain_id, "problem": problem.id, "sample": sample}
         rundir.append(record)

@@ -62,13 +62,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_method_options(p)
     keys = p.add_argument_group("chain keys")
     keys.add_argument("--seed", type=int, default=None, help="run seed (default: 0, or the resumed trace's)")
-    keys.add_argument("--prompt-id", type=_prompt_id, default=None,
-                      help="prompt id in the chain keys (default: 0, or the resumed trace's)")
+    keys.add_argument(
+        "--prompt-id",
+        type=_prompt_id,
+        default=None,
+        help="prompt id in the chain keys (default: 0, or the resumed trace's)",
+    )
 
     out = p.add_argument_group("output")
     out.add_argument("--trace", metavar="FILE", help="write a JSONL trace of every call and transition to FILE")
-    out.add_argument("--resume", metavar="TRACE",
-                     help="go on with the interrupted run that wrote TRACE (its --trace), appending to it")
+    out.add_argument(
+        "--resume",
+        metavar="TRACE",
+        help="go on with the interrupted run that wrote TRACE (its --trace), appending to it",
+    )
     out.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     out.add_argument(
         "--progress",
@@ -107,17 +114,26 @@ def _setup(args: argparse.Namespace) -> tuple[GuardedEngine, Method, list[int], 
     try:
         checkpoint = _checkpoint(args)
         engine, method = build(args)
-        ids = list(checkpoint.run["prompt"]) if checkpoint is not None and not _has_prompt(args) else _encode(engine, args)
+        ids = (
+            list(checkpoint.run["prompt"])
+            if checkpoint is not None and not _has_prompt(args)
+            else _encode(engine, args)
+        )
         prompt = _check_prompt(method, ids, args)
         if checkpoint is not None:  # refused here, before the trace is touched, when the run differs
-            check_same_run(checkpoint.name, checkpoint.run, method.run_record(prompt, args.seed, args.prompt_id, _info(engine, args)))
+            check_same_run(
+                checkpoint.name,
+                checkpoint.run,
+                method.run_record(prompt, args.seed, args.prompt_id, _info(engine, args)),
+            )
         stream = None
         path = args.resume or args.trace
         if path:
             try:
                 if checkpoint is not None:
                     truncate(path, checkpoint.offset)  # what follows the last boundary is redone
-                stream = open(path, "a" if checkpoint is not None else "w", encoding="utf-8")
+                # closed by the caller once the run ends (it outlives this function)
+                stream = open(path, "a" if checkpoint is not None else "w", encoding="utf-8")  # noqa: SIM115
             except OSError as exc:
                 option = "--resume" if checkpoint is not None else "--trace"
                 raise ValueError(f"`{option}` cannot open {path!r}: {exc.strerror or exc}") from None
@@ -165,8 +181,15 @@ def run(args: argparse.Namespace) -> int:
         # Engines with server-side metrics (sglang, vllm) add a `server` record: KV-pool peak, prefix hits.
         monitored = trace is not None and isinstance(engine.inner, Monitored)
         with engine.inner.monitor() if monitored else contextlib.nullcontext() as server:
-            result = method.run(prompt, seed=args.seed, prompt_id=args.prompt_id, trace=trace, on_transition=progress,
-                                resume=checkpoint, info=_info(engine, args))
+            result = method.run(
+                prompt,
+                seed=args.seed,
+                prompt_id=args.prompt_id,
+                trace=trace,
+                on_transition=progress,
+                resume=checkpoint,
+                info=_info(engine, args),
+            )
         if trace is not None and server is not None:
             trace.write("server", server.summary().as_record())
     finally:

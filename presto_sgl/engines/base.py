@@ -97,12 +97,15 @@ def check_lengths(request: Request, completion: Completion) -> None:
         n = len(completion.tokens)
         stop = set(request.stop)
         first = next((i for i, t in enumerate(completion.tokens) if t in stop), None)
-        if not 1 <= n <= request.max_new_tokens or (first is None and n < request.max_new_tokens) or (
-            first is not None and first != n - 1
+        if (
+            not 1 <= n <= request.max_new_tokens
+            or (first is None and n < request.max_new_tokens)
+            or (first is not None and first != n - 1)
         ):
             raise EngineError(
                 f"engine returned {n} tokens for a request of at most {request.max_new_tokens} that ends at its first "
-                f"stop token {sorted(stop)} (first stop at {first}): it must stop there, or run to the limit without one"
+                f"stop token {sorted(stop)} (first stop at {first}): "
+                "it must stop there, or run to the limit without one"
             )
     lengths = {"tokens": len(completion.tokens), "logq": len(completion.logq), "logp": len(completion.logp)}
     if request.return_entropy:
@@ -112,7 +115,9 @@ def check_lengths(request: Request, completion: Completion) -> None:
         lengths["logq_at"] = -1 if at is None else len(at)
         k = len(request.score_temperatures)
         if at is not None and any(len(row) != k for row in at):
-            raise EngineError(f"engine returned log q at {sorted({len(r) for r in at})} temperatures per token, expected {k}")
+            raise EngineError(
+                f"engine returned log q at {sorted({len(r) for r in at})} temperatures per token, expected {k}"
+            )
     bad = {k: v for k, v in lengths.items() if v != n}
     if bad:
         raise EngineError(f"engine returned wrong lengths {bad} for a request of {n} new tokens")

@@ -18,6 +18,7 @@ Tokens are inverse-CDF draws of q_tau.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -97,8 +98,12 @@ class EmbeddedEngine(TokenizerText):
         gen = getattr(model, "generation_config", None) or getattr(model, "config", None)
         self.stop_token_ids = getattr(gen, "eos_token_id", None)
         self.capabilities = EngineCapabilities(
-            seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, context_length=self.lm.max_positions,
-            score_temperatures=None, stops=True,
+            seeded=seeded,
+            entropy=True,
+            vocab_size=self.lm.vocab_size,
+            context_length=self.lm.max_positions,
+            score_temperatures=None,
+            stops=True,
         )
         if cache_bytes < 0:
             raise ConfigError("cache_bytes", cache_bytes, f"{{cache_bytes}} (={cache_bytes}) must be >= 0")
@@ -132,7 +137,11 @@ class EmbeddedEngine(TokenizerText):
             return []
         for r in requests:
             if r.max_new_tokens < 1:
-                raise ConfigError("max_new_tokens", r.max_new_tokens, f"{{max_new_tokens}} (={r.max_new_tokens}) must be >= 1 for the embedded engine")
+                raise ConfigError(
+                    "max_new_tokens",
+                    r.max_new_tokens,
+                    f"{{max_new_tokens}} (={r.max_new_tokens}) must be >= 1 for the embedded engine",
+                )
             if len(r.prefix) < 1:
                 raise ValueError("a request `prefix` is empty; the embedded engine needs at least one prompt token")
             end = len(r.prefix) + r.max_new_tokens
@@ -281,10 +290,8 @@ class EmbeddedEngine(TokenizerText):
             return  # larger than the whole cache: not worth keeping
         from radix import TreeFullError
 
-        try:
+        with contextlib.suppress(TreeFullError):  # everything else is locked: serve without caching
             self.cache.insert(tokens, view)
-        except TreeFullError:
-            pass  # everything else is locked; serve without caching
 
     def _account(self, stats: CallStats) -> None:
         t = self.totals

@@ -124,9 +124,14 @@ class CausalLM:
                 f"model type {cfg.model_type!r} is not supported by the embedded engine; "
                 f"use one of {SUPPORTED_MODEL_TYPES} (Llama-family decoders)"
             )
-        rope = getattr(cfg, "rope_parameters", None) or {"rope_type": "default", "rope_theta": getattr(cfg, "rope_theta", 10000.0)}
+        rope = getattr(cfg, "rope_parameters", None) or {
+            "rope_type": "default",
+            "rope_theta": getattr(cfg, "rope_theta", 10000.0),
+        }
         if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"rope type {rope.get('rope_type')!r} is not supported by the embedded engine (default rope only)")
+            raise ValueError(
+                f"rope type {rope.get('rope_type')!r} is not supported by the embedded engine (default rope only)"
+            )
         self.hf_model = hf_model.eval()
         self.config = cfg
         inner = hf_model.model
@@ -142,7 +147,9 @@ class CausalLM:
         self.dtype = next(hf_model.parameters()).dtype
         self.device = next(hf_model.parameters()).device
         theta = float(rope["rope_theta"])
-        self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float, device=self.device) / self.head_dim))
+        self.inv_freq = 1.0 / (
+            theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float, device=self.device) / self.head_dim)
+        )
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -191,7 +198,11 @@ class CausalLM:
             bufs.k[i][:, :, start:end] = k
             bufs.v[i][:, :, start:end] = v
             o = F.scaled_dot_product_attention(
-                q, bufs.k[i][:, :, :end], bufs.v[i][:, :, :end], attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads
+                q,
+                bufs.k[i][:, :, :end],
+                bufs.v[i][:, :, :end],
+                attn_mask=mask,
+                enable_gqa=self.n_kv_heads != self.n_heads,
             )
             h = h + attn.o_proj(o.transpose(1, 2).reshape(rows, S, self.n_heads * self.head_dim))
             h = h + layer.mlp(layer.post_attention_layernorm(h))

@@ -66,7 +66,9 @@ class ServerMonitor:
 
     def __init__(self, engine: LoadSource, interval_s: float = 0.25) -> None:
         if not interval_s > 0:
-            raise ConfigError("interval_s", interval_s, f"{{interval_s}} (={interval_s!r}) must be > 0 seconds, e.g. 0.25")
+            raise ConfigError(
+                "interval_s", interval_s, f"{{interval_s}} (={interval_s!r}) must be > 0 seconds, e.g. 0.25"
+            )
         self.engine = engine
         self.interval_s = float(interval_s)
         self._samples: list[tuple[int, int, int, int, float]] = []  # used, capacity, running, waiting, hit rate

@@ -50,7 +50,9 @@ class ReferenceLM:
         self._wpos = rng.normal(size=(period, v)) * 0.5
         self._dist = lru_cache(maxsize=None)(self._distribution)
 
-    def _distribution(self, prev2: int, prev1: int, phase: int, temperature: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _distribution(
+        self, prev2: int, prev1: int, phase: int, temperature: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         logits = self._w1[prev1] + self._w2[prev2] + self._wpos[phase]
         logp = logits - np.logaddexp.reduce(logits)
         scaled = logits / temperature
@@ -58,7 +60,9 @@ class ReferenceLM:
         cdf = np.cumsum(np.exp(logq))
         return logp, logq, cdf
 
-    def distribution(self, context: Sequence[int], temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def distribution(
+        self, context: Sequence[int], temperature: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(log p0, log q_tau, CDF of q_tau) of the next token after ``context``."""
         v = self.vocab_size
         prev1 = context[-1] if len(context) >= 1 else v
@@ -173,8 +177,11 @@ class ReferenceView(TextView):
     def encode(self, text: str, *, special: bool = False) -> list[int]:
         bad = sorted({ch for ch in text.lower() if ch not in self.alphabet})
         if bad:
-            raise ConfigError("prompt", text, f"{{prompt}} contains characters {bad} outside the reference vocabulary "
-                              f"{self.alphabet!r}")
+            raise ConfigError(
+                "prompt",
+                text,
+                f"{{prompt}} contains characters {bad} outside the reference vocabulary {self.alphabet!r}",
+            )
         return [self.alphabet.index(ch) for ch in text.lower()]
 
     def decode(self, ids: Sequence[int]) -> str:

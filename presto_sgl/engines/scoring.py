@@ -45,8 +45,10 @@ def scorer(engine: Any) -> Scorer:
     """``engine`` (or the engine a guard wraps) as a :class:`Scorer`; CapabilityError if it cannot score."""
     inner = getattr(engine, "inner", engine)
     if not isinstance(inner, Scorer):
-        raise CapabilityError(f"the {type(inner).__name__} backend cannot score prompts (echo with logprobs); "
-                              "the reference, embedded, SGLang and vLLM engines can")
+        raise CapabilityError(
+            f"the {type(inner).__name__} backend cannot score prompts (echo with logprobs); "
+            "the reference, embedded, SGLang and vLLM engines can"
+        )
     return inner
 
 

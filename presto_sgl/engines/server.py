@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, BackendUnavailable, EngineError
+from ..errors import BackendUnavailable, ConfigError, EngineError
 from .base import Completion, Request, validate_completion
 
 
@@ -96,9 +96,14 @@ class Decoded:
         when it is not whole."""
         if self.logp is None:
             raise EngineError("a decoded answer has no log p0 (its scoring pass never ran)")
-        comp = Completion(tokens=self.tokens, logq=self.logq, logp=self.logp,
-                          entropy=self.entropy if request.return_entropy else None,
-                          cached_tokens=self.cached_tokens, logq_at=self.logq_at)
+        comp = Completion(
+            tokens=self.tokens,
+            logq=self.logq,
+            logp=self.logp,
+            entropy=self.entropy if request.return_entropy else None,
+            cached_tokens=self.cached_tokens,
+            logq_at=self.logq_at,
+        )
         validate_completion(request, comp, vocab_size)
         return comp
 
@@ -126,7 +131,11 @@ class ServerEngine:
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigError("max_retries", max_retries, f"{{max_retries}} (={max_retries!r}) must be an integer >= 0")
         if not restart_timeout_s >= 0:
-            raise ConfigError("restart_timeout_s", restart_timeout_s, f"{{restart_timeout_s}} (={restart_timeout_s!r}) must be >= 0 (0: fail at once)")
+            raise ConfigError(
+                "restart_timeout_s",
+                restart_timeout_s,
+                f"{{restart_timeout_s}} (={restart_timeout_s!r}) must be >= 0 (0: fail at once)",
+            )
         self.url = url.rstrip("/")
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
@@ -209,21 +218,32 @@ class ServerEngine:
             time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
 
 
-def http_json(method: str, url: str, body: Any, timeout_s: float, kind: str = "server", hint: str = "",
-              headers: Mapping[str, str] | None = None) -> Any:
+def http_json(
+    method: str,
+    url: str,
+    body: Any,
+    timeout_s: float,
+    kind: str = "server",
+    hint: str = "",
+    headers: Mapping[str, str] | None = None,
+) -> Any:
     """One HTTP exchange (with extra ``headers``): the parsed JSON answer (or its text, e.g. ``/health``'s).
 
     Raises EngineHTTPError on an error status, EngineUnreachable when the connection
     fails, EngineError on a timeout."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             text = resp.read().decode()
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:2000]
         if "call_upstream_request_error" in detail:  # sglang-router 0.3.2 cannot reach its worker (HTTP 500)
-            raise EngineUnreachable(f"SGLang router {_origin(url)} cannot reach its worker ({detail}); {hint}") from None
+            raise EngineUnreachable(
+                f"SGLang router {_origin(url)} cannot reach its worker ({detail}); {hint}"
+            ) from None
         raise EngineHTTPError(f"{kind} {url} returned HTTP {exc.code}: {detail}", exc.code) from None
     except (urllib.error.URLError, ConnectionError, http.client.HTTPException, TimeoutError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -141,7 +141,9 @@ class TokenizerText:
     @property
     def text(self) -> TextView:
         if self._view is None:
-            self._view = TokenizerView(self.tokenizer, self._generation_eos) if self.tokenizer is not None else IdsView()
+            self._view = (
+                TokenizerView(self.tokenizer, self._generation_eos) if self.tokenizer is not None else IdsView()
+            )
         return self._view
 
     @property
@@ -179,8 +181,14 @@ class ModelFolder(TokenizerText):
     model_source: str | None = None  # what resolved here: the tokenizer override or one the server reported
     _tokenizer: Any = None
 
-    def _open_model(self, reported: Sequence[str | None], *, tokenizer: str | None, vocab_size: int | None,
-                    context_length: int | None) -> tuple[int, int | None]:
+    def _open_model(
+        self,
+        reported: Sequence[str | None],
+        *,
+        tokenizer: str | None,
+        vocab_size: int | None,
+        context_length: int | None,
+    ) -> tuple[int, int | None]:
         """Resolve the served model's config and tokenizer here; ``(vocab size, context length)``.
 
         ConfigError naming `tokenizer` when neither ``tokenizer`` nor any reported source
@@ -188,10 +196,7 @@ class ModelFolder(TokenizerText):
         from .. import hub
 
         fix = "pass {tokenizer} as a hub id or a folder holding the served model's config.json and tokenizer"
-        if tokenizer is not None:
-            sources = [str(tokenizer)]
-        else:
-            sources = list(dict.fromkeys(str(s) for s in reported if s))
+        sources = [str(tokenizer)] if tokenizer is not None else list(dict.fromkeys(str(s) for s in reported if s))
         config, failure = None, None
         for source in sources:
             try:
@@ -205,9 +210,11 @@ class ModelFolder(TokenizerText):
             if tokenizer is not None or vocab_size is None:
                 if failure is None:
                     raise ConfigError("tokenizer", None, f"the server reports no model path; {fix}")
-                raise ConfigError("tokenizer", tokenizer or self.model_path,
-                                  f"the server's model {self.model_path!r} does not resolve here: "
-                                  f"{failure.template}")
+                raise ConfigError(
+                    "tokenizer",
+                    tokenizer or self.model_path,
+                    f"the server's model {self.model_path!r} does not resolve here: {failure.template}",
+                )
             self._view = IdsView()
             return int(vocab_size), context_length
         self._generation_eos = hub.generation_eos(self.model_source, config)
@@ -232,16 +239,20 @@ class ModelFolder(TokenizerText):
         here = self.text.encode(probe, special=True)
         if list(server_ids) != here:
             raise ConfigError(
-                "tokenizer", self.model_source,
+                "tokenizer",
+                self.model_source,
                 f"the tokenizer here ({{tokenizer}}) is not the served model's ({self.model_path!r}): the server "
                 f"tokenizes {probe!r} as {list(server_ids)[:12]}, this tokenizer as {here[:12]}; pass {{tokenizer}} "
-                "as the served model's hub id or folder")
+                "as the served model's hub id or folder",
+            )
 
     def probe_text(self) -> str:
         """A text whose tokenization tells tokenizers apart: words, digits, unicode and the special tokens."""
         tok = self.tokenizer
         specials = [getattr(tok, n, None) for n in ("bos_token", "eos_token", "pad_token", "unk_token")]
-        return " ".join(["presto-sgl checks: 1234567 + 89 = ?", "héllo wörld ∑", *dict.fromkeys(s for s in specials if s)])
+        return " ".join(
+            ["presto-sgl checks: 1234567 + 89 = ?", "héllo wörld ∑", *dict.fromkeys(s for s in specials if s)]
+        )
 
     @property
     def tokenizer(self) -> Any:
@@ -250,6 +261,9 @@ class ModelFolder(TokenizerText):
     @property
     def text(self) -> TextView:
         if self._view is None:
-            self._view = TokenizerView(self._tokenizer, self._generation_eos) if self._tokenizer is not None else \
-                IdsView(eos_ids(self._generation_eos))
+            self._view = (
+                TokenizerView(self._tokenizer, self._generation_eos)
+                if self._tokenizer is not None
+                else IdsView(eos_ids(self._generation_eos))
+            )
         return self._view

@@ -75,8 +75,9 @@ def load_records(run: str | Path) -> dict[str, dict]:
     return {r["id"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if r}
 
 
-def compare_runs(run_a: str | Path, run_b: str | Path, *, statistics: Sequence[str] = STATISTICS,
-                 margin_sd: float = 0.2) -> list[Tost]:
+def compare_runs(
+    run_a: str | Path, run_b: str | Path, *, statistics: Sequence[str] = STATISTICS, margin_sd: float = 0.2
+) -> list[Tost]:
     """TOST of each statistic on the prompts both runs have (A is the baseline), Holm-adjusted."""
     a, b = load_records(run_a), load_records(run_b)
     ids = sorted(set(a) & set(b))
@@ -84,8 +85,10 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, statistics: Sequence[s
     for s in statistics:
         pairs = [(a[i][s], b[i][s]) for i in ids if a[i].get(s) is not None and b[i].get(s) is not None]
         if len(pairs) < 3:
-            raise ValueError(f"{s}: only {len(pairs)} prompts have it in both runs (need >= 3; confidence needs "
-                             "--rescore or an engine with entropy)")
+            raise ValueError(
+                f"{s}: only {len(pairs)} prompts have it in both runs (need >= 3; confidence needs "
+                "--rescore or an engine with entropy)"
+            )
         xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
         mean = sum(xs) / len(xs)
         sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
@@ -103,14 +106,21 @@ def forest_plot(rows: Sequence[tuple[str, Tost]], path: str | Path) -> Path:
 
     edge = 3.0  # the axis spans +-3 margins; a difference beyond is drawn at the edge, its value written
     fig, ax = plt.subplots(figsize=(8.0, 0.45 * len(rows) + 1.6))
-    for y, (label, t) in enumerate(rows):
+    for y, (_label, t) in enumerate(rows):
         lo, hi, mid = (min(edge, max(-edge, c / t.margin)) for c in (*t.ci90, t.diff))
         color = "tab:green" if t.equivalent else "tab:red"
         ax.plot([lo, hi], [y, y], color=color, lw=2)
         ax.plot([mid], [y], ">" if mid == edge else "<" if mid == -edge else "o", color=color)
         if abs(t.diff / t.margin) > edge:
-            ax.annotate(f"{t.diff / t.margin:+.0f}", (mid, y), textcoords="offset points", xytext=(0, 6),
-                        ha="center", fontsize=7, color=color)
+            ax.annotate(
+                f"{t.diff / t.margin:+.0f}",
+                (mid, y),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=7,
+                color=color,
+            )
     ax.set_xlim(-edge - 0.3, edge + 0.3)
     ax.axvline(-1, ls="--", color="grey")
     ax.axvline(1, ls="--", color="grey")

@@ -94,7 +94,7 @@ def certainty_histogram(counts: dict[str, dict[str, int]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(counts) + 1.6))
     classes = ("reject", "uncertain", "accept")
     colors = {"reject": "tab:red", "uncertain": "tab:grey", "accept": "tab:green"}
-    for y, (label, c) in enumerate(counts.items()):
+    for y, (_label, c) in enumerate(counts.items()):
         total, left = sum(c.values()) or 1, 0.0
         for name in classes:
             share = c[name] / total
@@ -135,7 +135,7 @@ def prefetch_tree(traces: list[Path], path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
 
     def xy(p: str) -> tuple[float, float]:
-        rel, x, width = p[len(root):], 0.0, 1.0
+        rel, x, width = p[len(root) :], 0.0, 1.0
         for bit in rel:
             width /= 2
             x += width / 2 if bit == "1" else -width / 2
@@ -149,8 +149,13 @@ def prefetch_tree(traces: list[Path], path: Path) -> Path | None:
     ax.scatter(xs, ys, s=30, color="grey", zorder=2, label=f"prefetched ({len(asked)})")
     path_pts = [xy(n["decision"]) for n in walked]
     if path_pts:
-        ax.plot(*zip(*path_pts), color="tab:red", marker="o", zorder=3,
-                label=f"realized ({len(walked)} transitions; accepted {sum(n['accepted'] for n in walked)})")
+        ax.plot(
+            *zip(*path_pts),
+            color="tab:red",
+            marker="o",
+            zorder=3,
+            label=f"realized ({len(walked)} transitions; accepted {sum(n['accepted'] for n in walked)})",
+        )
     ax.set_xticks([])
     ax.set_yticks(range(0, min(ys) - 1, -1))
     ax.set_ylabel("depth below the round's root")

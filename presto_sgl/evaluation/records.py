@@ -21,8 +21,16 @@ from ..tasks.base import Problem, Task
 from .rescore import Rescorer, statistics
 
 
-def make_record(problem: Problem, task: Task, engine: Engine, result: SampleResult, *, seed: int,
-                rescorer: Rescorer | None, seconds: float) -> dict[str, Any]:
+def make_record(
+    problem: Problem,
+    task: Task,
+    engine: Engine,
+    result: SampleResult,
+    *,
+    seed: int,
+    rescorer: Rescorer | None,
+    seconds: float,
+) -> dict[str, Any]:
     state = result.state
     answer = engine.text.answer(state.tokens)
     text, eos_index = answer.text, answer.eos_index

@@ -22,8 +22,20 @@ from ..registry import current_record
 from .equivalence import load_records
 from .results import aggregate, write_results
 
-SETTING = ("dataset", "seed", "model", "engine", "chat", "method", "alpha", "tau", "max_new_tokens", "block_size",
-           "steps", "keying")
+SETTING = (
+    "dataset",
+    "seed",
+    "model",
+    "engine",
+    "chat",
+    "method",
+    "alpha",
+    "tau",
+    "max_new_tokens",
+    "block_size",
+    "steps",
+    "keying",
+)
 
 
 @dataclass
@@ -95,12 +107,18 @@ def speedups(runs: list[Run]) -> list[dict[str, Any]]:
         pairs = [(a[x["id"]], x["metrics"]) for x in r.records if x["id"] in a]
         if not pairs:
             continue
-        rows.append({
-            "run": r, "base": base, "n": len(pairs),
-            "speedup": [(s["call_time_s"] + s["extend_time_s"]) / (p["call_time_s"] + p["extend_time_s"]) for s, p in pairs],
-            "calls_reduction": [s["model_calls"] / p["model_calls"] for s, p in pairs],
-            "time_per_call_ratio": [p["time_per_call_s"] / s["time_per_call_s"] for s, p in pairs],
-        })
+        rows.append(
+            {
+                "run": r,
+                "base": base,
+                "n": len(pairs),
+                "speedup": [
+                    (s["call_time_s"] + s["extend_time_s"]) / (p["call_time_s"] + p["extend_time_s"]) for s, p in pairs
+                ],
+                "calls_reduction": [s["model_calls"] / p["model_calls"] for s, p in pairs],
+                "time_per_call_ratio": [p["time_per_call_s"] / s["time_per_call_s"] for s, p in pairs],
+            }
+        )
     return rows
 
 
@@ -111,7 +129,7 @@ def certainty_counts(run: Run) -> dict[str, int] | None:
     folder = run.path / "traces"
     if not folder.is_dir():
         return None
-    counts = {name: 0 for name in CLASSES}
+    counts = dict.fromkeys(CLASSES, 0)
     for f in sorted(folder.glob("*.jsonl")):
         for line in f.read_text(encoding="utf-8").splitlines():
             rec = json.loads(line)
@@ -132,10 +150,18 @@ def tost_section(rows: list[dict[str, Any]], out: Path, figs: list) -> list[str]
             lines.append(f"- {x['run'].label}: not tested ({exc})")
     if not tested:
         return lines
-    table = ["", "## Equivalence with sequential (paired TOST, margin 0.2 SD, Holm per pair)", "",
-             "| run | statistic | n | B - A | 90% CI | margin | p (Holm) | equivalent |", "|---|---|---|---|---|---|---|---|"]
-    table += [f"| {label} | {t.statistic} | {t.n} | {t.diff:+.4f} | [{t.ci90[0]:+.4f}, {t.ci90[1]:+.4f}] | "
-              f"{t.margin:.4f} | {t.p_holm:.4f} | {'yes' if t.equivalent else 'no'} |" for label, t in tested]
+    table = [
+        "",
+        "## Equivalence with sequential (paired TOST, margin 0.2 SD, Holm per pair)",
+        "",
+        "| run | statistic | n | B - A | 90% CI | margin | p (Holm) | equivalent |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    table += [
+        f"| {label} | {t.statistic} | {t.n} | {t.diff:+.4f} | [{t.ci90[0]:+.4f}, {t.ci90[1]:+.4f}] | "
+        f"{t.margin:.4f} | {t.p_holm:.4f} | {'yes' if t.equivalent else 'no'} |"
+        for label, t in tested
+    ]
     figs.append(forest_plot(tested, out / "tost_forest.png"))
     return table + lines
 
@@ -150,40 +176,74 @@ def write_report(paths: list[str | Path], out: str | Path) -> Path:
     runs = [load_run(p) for p in paths]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["# presto-sgl report", "", f"Runs: {len(runs)}.", "", "## Methods", "",
-             "| run | method | prompts | accuracy (95% CI) | generation time per prompt, median (range) s | model calls per prompt "
-             "| KV tokens of a call, peak (median over prompts) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# presto-sgl report",
+        "",
+        f"Runs: {len(runs)}.",
+        "",
+        "## Methods",
+        "",
+        "| run | method | prompts | accuracy (95% CI) | generation "
+        "time per prompt, median (range) s | model calls per prompt "
+        "| KV tokens of a call, peak (median over prompts) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         acc = r.accuracy()
         acc_s = f"{acc[0]:.1%} ({acc[1]:.1%}-{acc[2]:.1%}), n={acc[3]}" if acc else "-"
         calls = statistics.mean(x["metrics"]["model_calls"] + x["metrics"]["extend_calls"] for x in r.records)
         kv = [x["metrics"]["kv_tokens_peak"] for x in r.records if "kv_tokens_peak" in x["metrics"]]
         kv_s = f"{statistics.median(kv):.0f}" if kv else "-"
-        lines.append(f"| {r.path.name} | {r.label} | {len(r.records)} | {acc_s} | {_med(r.gen_time())} | {calls:.1f} | {kv_s} |")
+        lines.append(
+            f"| {r.path.name} | {r.label} | {len(r.records)} | {acc_s} | {_med(r.gen_time())} | {calls:.1f} | {kv_s} |"
+        )
     figs = [figures.accuracy_vs_time(runs, out / "accuracy_vs_time.png")]
     rows = speedups(runs)
     if rows:
-        lines += ["", "## PreSTO vs sequential (per prompt, median (range))", "",
-                  "| run | vs | prompts | speedup | calls reduction | time per call ratio |", "|---|---|---|---|---|---|"]
-        lines += [f"| {x['run'].label} | {x['base'].path.name} | {x['n']} | {_med(x['speedup'])} | "
-                  f"{_med(x['calls_reduction'])} | {_med(x['time_per_call_ratio'])} |" for x in rows]
-        figs += [figures.speedup_vs_budget(rows, out / "speedup_vs_budget.png"),
-                 figures.calls_vs_time_per_call(rows, out / "calls_vs_time_per_call.png")]
+        lines += [
+            "",
+            "## PreSTO vs sequential (per prompt, median (range))",
+            "",
+            "| run | vs | prompts | speedup | calls reduction | time per call ratio |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {x['run'].label} | {x['base'].path.name} | {x['n']} | {_med(x['speedup'])} | "
+            f"{_med(x['calls_reduction'])} | {_med(x['time_per_call_ratio'])} |"
+            for x in rows
+        ]
+        figs += [
+            figures.speedup_vs_budget(rows, out / "speedup_vs_budget.png"),
+            figures.calls_vs_time_per_call(rows, out / "calls_vs_time_per_call.png"),
+        ]
         lines += tost_section(rows, out, figs)
     counts = {r.label: c for r in runs if (c := certainty_counts(r))}
     if counts:
         figs.append(figures.certainty_histogram(counts, out / "certainty.png"))
-    traces = [f for r in runs if r.presto and r.config.get("keying") == "path"
-              for f in sorted((r.path / "traces").glob("*.jsonl"))]
+    traces = [
+        f
+        for r in runs
+        if r.presto and r.config.get("keying") == "path"
+        for f in sorted((r.path / "traces").glob("*.jsonl"))
+    ]
     if traces:
         figs.append(figures.prefetch_tree(traces, out / "prefetch_tree.png"))
     lines += ["", "## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figs if f is not None]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    write_results(out / "results.json", {"runs": [{"run": str(r.path), "label": r.label, "config": r.config,
-                                                   **aggregate(r.records)} for r in runs],
-                                         "speedups": [{"run": str(x["run"].path), "vs": str(x["base"].path), "n": x["n"],
-                                                       "median_speedup": statistics.median(x["speedup"])}
-                                                      for x in rows]})
+    write_results(
+        out / "results.json",
+        {
+            "runs": [{"run": str(r.path), "label": r.label, "config": r.config, **aggregate(r.records)} for r in runs],
+            "speedups": [
+                {
+                    "run": str(x["run"].path),
+                    "vs": str(x["base"].path),
+                    "n": x["n"],
+                    "median_speedup": statistics.median(x["speedup"]),
+                }
+                for x in rows
+            ],
+        },
+    )
     return path

@@ -46,7 +46,7 @@ class Rescorer:
         with self._lock, torch.no_grad():
             logits = self.model(ids).logits[0, len(prompt) - 1 : -1].float()
         logq = torch.log_softmax(logits, dim=-1)
-        tok = ids[0, len(prompt):]
+        tok = ids[0, len(prompt) :]
         logp = logq.gather(1, tok[:, None])[:, 0]
         entropy = -(logq.exp() * logq).sum(-1)
         return Scores(tuple(logp.tolist()), tuple(entropy.tolist()))
@@ -64,5 +64,5 @@ class EngineRescorer:
 
     def score(self, prompt: Sequence[int], response: Sequence[int]) -> Scores:
         scored = self._scorer.score_tokens([list(prompt) + list(response)], 0)[0]
-        entropy = scored.entropy[len(prompt):] if scored.entropy is not None else None
-        return Scores(tuple(scored.logp[len(prompt):]), entropy)  # type: ignore[arg-type]
+        entropy = scored.entropy[len(prompt) :] if scored.entropy is not None else None
+        return Scores(tuple(scored.logp[len(prompt) :]), entropy)  # type: ignore[arg-type]

@@ -38,25 +38,35 @@ def aggregate(records: list[dict[str, Any]]) -> dict[str, Any]:
     by_problem: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by_problem[problem_of(r)].append(r)
-    graded = {p: [r["grade"]["correct"] for r in rs if r["grade"]["correct"] is not None] for p, rs in by_problem.items()}
+    graded = {
+        p: [r["grade"]["correct"] for r in rs if r["grade"]["correct"] is not None] for p, rs in by_problem.items()
+    }
     graded = {p: g for p, g in graded.items() if g}
     n = min((len(g) for g in graded.values()), default=0)
-    out: dict[str, Any] = {"problems": len(by_problem), "records": len(records),
-                           "samples_per_problem": n if n else None, "graded_problems": len(graded)}
+    out: dict[str, Any] = {
+        "problems": len(by_problem),
+        "records": len(records),
+        "samples_per_problem": n if n else None,
+        "graded_problems": len(graded),
+    }
     if graded:
         flat = [x for g in graded.values() for x in g]
         out["accuracy"] = sum(flat) / len(flat)
-        out["pass_at_k"] = {str(k): statistics.mean(pass_at_k(n, sum(g[:n]), k) for g in graded.values())
-                            for k in ks(n)}
+        out["pass_at_k"] = {
+            str(k): statistics.mean(pass_at_k(n, sum(g[:n]), k) for g in graded.values()) for k in ks(n)
+        }
     for key in ("log_likelihood", "confidence"):
         vals = [r[key] for r in records if r.get(key) is not None]
         out[f"mean_{key}"] = statistics.mean(vals) if vals else None
     m = [r["metrics"] for r in records]
     calls = sum(x["model_calls"] for x in m)
-    out["chains"] = {"model_calls": calls, "transitions": sum(x["transitions"] for x in m),
-                     "transitions_per_call": sum(x["transitions"] for x in m) / calls if calls else None,
-                     "call_time_s": sum(x["call_time_s"] for x in m),
-                     "median_call_time_s": statistics.median(x["call_time_s"] for x in m) if m else None}
+    out["chains"] = {
+        "model_calls": calls,
+        "transitions": sum(x["transitions"] for x in m),
+        "transitions_per_call": sum(x["transitions"] for x in m) / calls if calls else None,
+        "call_time_s": sum(x["call_time_s"] for x in m),
+        "median_call_time_s": statistics.median(x["call_time_s"] for x in m) if m else None,
+    }
     return out
 
 

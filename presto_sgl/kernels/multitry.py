@@ -120,8 +120,9 @@ class MultiTryParams(Validated):
     """MultiTryMH's own parameters: m and the temperature set S."""
 
     tries: int = option(4, "multitry: candidate suffixes per transition, m", TRIES)
-    try_temperatures: tuple[float, ...] = option((0.25, 0.5, 1.0), "multitry: the set each draw's temperature is "
-                                                 "drawn from", TEMPERATURES, metavar="T1,T2,...")
+    try_temperatures: tuple[float, ...] = option(
+        (0.25, 0.5, 1.0), "multitry: the set each draw's temperature is drawn from", TEMPERATURES, metavar="T1,T2,..."
+    )
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,11 @@ class MultiTryKernel(UniformCut):
     def suffix_draws(self, cut: int, length: int, draws: DecisionDraws) -> tuple[SuffixDraw, ...]:
         S = self.temperatures
         return tuple(
-            SuffixDraw(S[randbelow(draws.subkey("temperature", i), len(S))], draws.subkey("seed", i) & SEED_MASK,
-                       score_temperatures=S)
+            SuffixDraw(
+                S[randbelow(draws.subkey("temperature", i), len(S))],
+                draws.subkey("seed", i) & SEED_MASK,
+                score_temperatures=S,
+            )
             for i in range(2 * self.tries - 1)
         )
 
@@ -166,7 +170,9 @@ class MultiTryKernel(UniformCut):
         for p in proposals:
             if p.cut != c or ((len(p.tokens) < 1) if self.ends else (len(p.tokens) != n)):
                 want = "at least 1" if self.ends else str(n)
-                raise EngineError(f"a MultiTryMH draw at cut {p.cut} has {len(p.tokens)} tokens, expected {want} at cut {c}")
+                raise EngineError(
+                    f"a MultiTryMH draw at cut {p.cut} has {len(p.tokens)} tokens, expected {want} at cut {c}"
+                )
         current = _logq_at("current state", state.logq_at, state.length, k)[c:]
         lw = [log_weight(p.logp, _logq_at("draw", p.logq_at, len(p.tokens), k), self.alpha) for p in proposals]
         lw_x = log_weight(state.logp[c:], current, self.alpha)
@@ -181,4 +187,3 @@ class MultiTryKernel(UniformCut):
         y = proposals[j]
         new_state = state.replace_suffix(c, y.tokens, y.logq, y.logp, y.entropy, y.logq_at) if accepted else state
         return new_state, Transition(cut=c, log_accept=log_a, uniform=u, accepted=accepted, selected=j)
-

@@ -48,14 +48,20 @@ def _bfs(presto: PrestoConfig) -> Planner:
 
 
 def _predictive(presto: PrestoConfig) -> Planner:
-    return CostAwarePathPlanner("predictive", _predictor(presto)) if presto.cost_aware else PredictivePlanner(_predictor(presto))
+    return (
+        CostAwarePathPlanner("predictive", _predictor(presto))
+        if presto.cost_aware
+        else PredictivePlanner(_predictor(presto))
+    )
 
 
 def _step(presto: PrestoConfig) -> Planner:
     return CostAwareStepPlanner(_predictor(presto)) if presto.cost_aware else StepPlanner()
 
 
-register_rule(RuleSpec("sequential", None, lambda presto: SequentialPlanner(), "PowerMH, one model call per transition"))
+register_rule(
+    RuleSpec("sequential", None, lambda presto: SequentialPlanner(), "PowerMH, one model call per transition")
+)
 register_rule(RuleSpec("bfs", "path", _bfs, "the paper's breadth-first rule over the path-keyed tree"))
 register_rule(RuleSpec("predictive", "path", _predictive, "the paper's DP over predicted branch probabilities"))
 register_rule(RuleSpec("step", "step", _step, "one shared request per depth, valid proposals carried over rounds"))

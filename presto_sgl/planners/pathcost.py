@@ -44,8 +44,13 @@ class CostAwarePathPlanner(Stateless):
     keying: Keying | None = "path"
     carries_over = False
 
-    def __init__(self, rule: str, predictor: Predictor, time_model: CallTimeModel | None = None,
-                 explore: Sequence[float] = EXPLORE) -> None:
+    def __init__(
+        self,
+        rule: str,
+        predictor: Predictor,
+        time_model: CallTimeModel | None = None,
+        explore: Sequence[float] = EXPLORE,
+    ) -> None:
         if rule not in RULES:
             raise ValueError(f"`rule` (={rule!r}) must be one of {RULES}")
         self.rule = rule
@@ -121,4 +126,3 @@ def _reach(p: PlannedRequest, cuts: dict, depth0: int, T: int, predictor: Predic
         h = h_plus(predictor, cuts[path[:i]] / T)
         weight *= h if path[i] == "1" else 1.0 - h
     return weight
-

@@ -173,7 +173,9 @@ class RoundModel:
             return self.T
         return min(int(math.log(1.0 - rng.random()) / math.log(self.match)), self.T)
 
-    def expected_cost_to_go(self, pos_held: Sequence[tuple[int, int]], outcomes: Sequence[Outcome], budget: int) -> float:
+    def expected_cost_to_go(
+        self, pos_held: Sequence[tuple[int, int]], outcomes: Sequence[Outcome], budget: int
+    ) -> float:
         """E[cost_to_go] over weighted outcomes, one start state each; tails are memoized per
         (budget, outcome) for the life of this model."""
         memos = [self._memos.setdefault((budget, o[0], o[1], o[3]), {}) for o in outcomes]

@@ -26,7 +26,9 @@ MIN_TIME_S = 1e-6
 
 def call_seconds(theta: Sequence[float], rows: int, steps: int, tokens: int, batched: int) -> float:
     """theta . (1, rows, steps, tokens, batched), at least MIN_TIME_S: the one call-time formula."""
-    return max(float(theta[0] + theta[1] * rows + theta[2] * steps + theta[3] * tokens + theta[4] * batched), MIN_TIME_S)
+    return max(
+        float(theta[0] + theta[1] * rows + theta[2] * steps + theta[3] * tokens + theta[4] * batched), MIN_TIME_S
+    )
 
 
 def second_most(new_tokens: Sequence[int]) -> int:
@@ -85,7 +87,9 @@ class CallTimeModel:
         gram = scale[:, None] * self._gram * scale
         b = scale * self._xty
         masked = gram * (_SUPPORTS[:, :, None] & _SUPPORTS[:, None, :])
-        theta = np.einsum("sij,sj->si", np.linalg.pinv(masked), b * _SUPPORTS) * scale * _SUPPORTS  # exact zeros outside
+        theta = (
+            np.einsum("sij,sj->si", np.linalg.pinv(masked), b * _SUPPORTS) * scale * _SUPPORTS
+        )  # exact zeros outside
         loss = -(theta @ self._xty)
         best, best_loss = np.zeros(FEATURES), 0.0  # theta = 0: loss 0 relative to ||y||^2
         for i in range(len(_SUPPORTS)):
@@ -96,6 +100,11 @@ class CallTimeModel:
         return best
 
 
-_SUPPORTS = np.array([[j in s for j in range(FEATURES)] for size in range(FEATURES, 0, -1)
-                      for s in itertools.combinations(range(FEATURES), size)])
+_SUPPORTS = np.array(
+    [
+        [j in s for j in range(FEATURES)]
+        for size in range(FEATURES, 0, -1)
+        for s in itertools.combinations(range(FEATURES), size)
+    ]
+)
 """The 31 supports of the 5 features, largest first (the unconstrained solution first)."""

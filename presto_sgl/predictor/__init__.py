@@ -29,7 +29,9 @@ def load_predictor(spec: str, *, online: bool = False) -> Predictor:
     """The predictor named by ``spec``: "default" (shipped with the package) or a saved file;
     ``online`` wraps it in an :class:`OnlinePredictor` that refits during the run."""
     if not isinstance(spec, str) or not spec:
-        raise ConfigError("predictor", spec, f"{{predictor}} (={spec!r}) must be 'default' or the path of a saved predictor")
+        raise ConfigError(
+            "predictor", spec, f"{{predictor}} (={spec!r}) must be 'default' or the path of a saved predictor"
+        )
     if spec == "default":
         base = LogisticPredictor.load(DEFAULT_PATH)
     else:

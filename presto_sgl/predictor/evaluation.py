@@ -26,8 +26,12 @@ def group_folds(groups: Sequence[str], folds: int) -> list[tuple[np.ndarray, np.
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
         raise ConfigError("folds", folds, f"{{folds}} (={folds!r}) must be an integer >= 2, e.g. 5")
     if n_groups < folds:
-        raise ConfigError("folds", folds, f"{{folds}} (={folds}) exceeds the number of prompts in the traces "
-                          f"({n_groups}); use {{folds}} <= {n_groups} or add traces of more prompts")
+        raise ConfigError(
+            "folds",
+            folds,
+            f"{{folds}} (={folds}) exceeds the number of prompts in the traces "
+            f"({n_groups}); use {{folds}} <= {n_groups} or add traces of more prompts",
+        )
     idx = np.arange(len(groups))
     return list(GroupKFold(n_splits=folds).split(idx, groups=list(groups)))
 
@@ -77,7 +81,9 @@ def cross_validate(
         prior[test] = _prior(y[train])
     acc, loss = _scores(probs, y)
     prior_acc, prior_loss = _scores(prior, y)
-    return Evaluation(len(y), len(set(groups)), folds, tuple(np.bincount(y, minlength=3).tolist()), acc, loss, prior_acc, prior_loss)
+    return Evaluation(
+        len(y), len(set(groups)), folds, tuple(np.bincount(y, minlength=3).tolist()), acc, loss, prior_acc, prior_loss
+    )
 
 
 def evaluate(predictor: Predictor, observations: Sequence[Observation]) -> Evaluation:

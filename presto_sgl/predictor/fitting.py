@@ -11,6 +11,7 @@ import numpy as np
 from .certainty import CLASSES, Observation
 from .model import DEFAULT_FEATURES, LogisticPredictor, _check_features, design
 
+
 def fit_logistic(
     cut_fractions: Sequence[float] | np.ndarray,
     labels: Sequence[int] | np.ndarray,
@@ -50,7 +51,10 @@ def fit_logistic(
 
 
 def fit_predictor(
-    observations: Sequence[Observation], features: Sequence[str] = DEFAULT_FEATURES, *, C: float = 1.0,
+    observations: Sequence[Observation],
+    features: Sequence[str] = DEFAULT_FEATURES,
+    *,
+    C: float = 1.0,
     training: Mapping[str, Any] | None = None,
 ) -> LogisticPredictor:
     """Fit on realized decisions; ``training`` gains the example, group and class counts."""

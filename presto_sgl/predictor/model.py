@@ -47,8 +47,11 @@ def _check_features(features: Sequence[str]) -> tuple[str, ...]:
     features = tuple(features)
     unknown = [f for f in features if f not in FEATURES]
     if not features or unknown or len(set(features)) != len(features):
-        raise ConfigError("features", features, f"{{features}} (={list(features)!r}) must be distinct names from "
-                          f"{sorted(FEATURES)}, e.g. ['cut_fraction']")
+        raise ConfigError(
+            "features",
+            features,
+            f"{{features}} (={list(features)!r}) must be distinct names from {sorted(FEATURES)}, e.g. ['cut_fraction']",
+        )
     return features
 
 
@@ -96,7 +99,11 @@ class LogisticPredictor:
         if hit is not None:
             return hit
         if not 0.0 <= cut_fraction <= 1.0:
-            raise ConfigError("cut_fraction", cut_fraction, f"{{cut_fraction}} (={cut_fraction!r}) must lie in [0, 1] (c/T with 0 <= c < T)")
+            raise ConfigError(
+                "cut_fraction",
+                cut_fraction,
+                f"{{cut_fraction}} (={cut_fraction!r}) must lie in [0, 1] (c/T with 0 <= c < T)",
+            )
         f = [float(g(np.float64(cut_fraction))) for g in self._funcs]
         z = [b + sum(w * v for w, v in zip(row, f)) for b, row in zip(self.intercept, self.coef)]
         m = max(z)
@@ -138,13 +145,17 @@ class LogisticPredictor:
         """The predictor of a saved form; ValueError naming ``source`` if it is not one."""
         fix = "write one with `presto-sgl fit-predictor TRACE... -o FILE`, or use 'default'"
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"{source} is not a saved eps-certainty predictor (no \"format\": {FORMAT!r}); {fix}")
+            raise ValueError(f'{source} is not a saved eps-certainty predictor (no "format": {FORMAT!r}); {fix}')
         if data.get("version") != VERSION:
-            raise ValueError(f"{source} has predictor format version {data.get('version')!r}; this presto-sgl reads {VERSION}; {fix}")
+            raise ValueError(
+                f"{source} has predictor format version {data.get('version')!r}; this presto-sgl reads {VERSION}; {fix}"
+            )
         if data.get("classes") != list(CLASSES):
-            raise ValueError(f"{source}: \"classes\" must be {list(CLASSES)}, got {data.get('classes')!r}; {fix}")
+            raise ValueError(f'{source}: "classes" must be {list(CLASSES)}, got {data.get("classes")!r}; {fix}')
         try:
-            return cls(data["features"], data["coef"], data["intercept"], eps=data["eps"], training=data.get("training"))
+            return cls(
+                data["features"], data["coef"], data["intercept"], eps=data["eps"], training=data.get("training")
+            )
         except (KeyError, TypeError, ValueError) as exc:
             detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
             raise ValueError(f"{source} is not a valid predictor file ({detail}); {fix}") from None

@@ -53,9 +53,11 @@ def _newton_refit(
         grad = ((Cw[:, None] * (P - Y)).T @ A + pen * theta).reshape(-1)
         H = np.empty((3 * (d + 1), 3 * (d + 1)))
         for k in range(3):
-            for l in range(3):
-                s = Cw * P[:, k] * ((k == l) - P[:, l])
-                H[k * (d + 1):(k + 1) * (d + 1), l * (d + 1):(l + 1) * (d + 1)] = (A * s[:, None]).T @ A + (k == l) * np.diag(pen)
+            for j in range(3):
+                s = Cw * P[:, k] * ((k == j) - P[:, j])
+                H[k * (d + 1) : (k + 1) * (d + 1), j * (d + 1) : (j + 1) * (d + 1)] = (A * s[:, None]).T @ A + (
+                    k == j
+                ) * np.diag(pen)
         step = np.linalg.solve(H + 1e-9 * np.eye(len(grad)), grad).reshape(3, d + 1)
         t = 1.0
         while True:  # backtracking: Newton steps on a convex objective rarely need it
@@ -85,12 +87,20 @@ class OnlinePredictor:
     def __init__(
         self, base: Predictor, *, prior_weight: float = 40.0, min_examples: int = 10, grid: int = 20, C: float = 1.0
     ) -> None:
-        if isinstance(prior_weight, bool) or not isinstance(prior_weight, (int, float)) or not (
-            math.isfinite(prior_weight) and prior_weight > 0
+        if (
+            isinstance(prior_weight, bool)
+            or not isinstance(prior_weight, (int, float))
+            or not (math.isfinite(prior_weight) and prior_weight > 0)
         ):
-            raise ConfigError("prior_weight", prior_weight, f"{{prior_weight}} (={prior_weight!r}) must be a number > 0 (decisions the base counts as), e.g. 40")
+            raise ConfigError(
+                "prior_weight",
+                prior_weight,
+                f"{{prior_weight}} (={prior_weight!r}) must be a number > 0 (decisions the base counts as), e.g. 40",
+            )
         if isinstance(min_examples, bool) or not isinstance(min_examples, int) or min_examples < 1:
-            raise ConfigError("min_examples", min_examples, f"{{min_examples}} (={min_examples!r}) must be an integer >= 1, e.g. 10")
+            raise ConfigError(
+                "min_examples", min_examples, f"{{min_examples}} (={min_examples!r}) must be an integer >= 1, e.g. 10"
+            )
         if isinstance(grid, bool) or not isinstance(grid, int) or grid < 2:
             raise ConfigError("grid", grid, f"{{grid}} (={grid!r}) must be an integer >= 2, e.g. 20")
         self.base = base

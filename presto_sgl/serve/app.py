@@ -19,8 +19,8 @@ import hmac
 import json
 import logging
 import time
-from dataclasses import dataclass
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -33,9 +33,9 @@ from starlette.routing import Route
 from .. import __version__
 from ..errors import BackendUnavailable, ConfigError, EngineError
 from ..pool import Cancelled, Ticket
+from . import tokens
 from .metrics import Metrics
 from .openapi import openapi_schema
-from . import tokens
 from .params import ChainJob, ParamError, parse
 from .responses import error_body, response, stream_events
 from .service import Service
@@ -46,8 +46,14 @@ log = logging.getLogger("presto_sgl.serve")
 class Failure(Exception):
     """An HTTP error answer: ``status`` and the OpenAI error body's fields."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.param, self.code, self.headers = status, param, code, headers or {}
 
@@ -59,20 +65,28 @@ def _failure(exc: BaseException, timeout_s: float) -> Failure:
     """The HTTP answer for what stopped a chain."""
     if isinstance(exc, Cancelled):
         if exc.reason == "timeout":
-            return Failure(504, f"the request did not finish within the server's --request-timeout of {timeout_s:g} s; "
-                           "ask for fewer tokens or steps, or raise --request-timeout", code="timeout")
+            return Failure(
+                504,
+                f"the request did not finish within the server's --request-timeout of {timeout_s:g} s; "
+                "ask for fewer tokens or steps, or raise --request-timeout",
+                code="timeout",
+            )
         if exc.reason == "shutdown":
             return Failure(503, "the server is shutting down", code="shutting_down")
         return Failure(499, f"the request was cancelled ({exc.reason})", code=exc.reason)
     if isinstance(exc, BackendUnavailable):
-        return Failure(503, f"the backend is unavailable: {exc}", code="backend_unavailable", headers={"Retry-After": "5"})
+        return Failure(
+            503, f"the backend is unavailable: {exc}", code="backend_unavailable", headers={"Retry-After": "5"}
+        )
     if isinstance(exc, EngineError):
         return Failure(502, f"the backend failed: {exc}", code="backend_error")
     log.error("chain failed", exc_info=exc)
     return Failure(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
 
 
-async def _await_chains(request: Request, futures: Sequence[asyncio.Future], ticket: Ticket, poll_s: float) -> list[Any]:
+async def _await_chains(
+    request: Request, futures: Sequence[asyncio.Future], ticket: Ticket, poll_s: float
+) -> list[Any]:
     """Every chain's result; the ticket is cancelled on a disconnect, the deadline, or a
     chain's failure (its siblings stop too), and the failure is raised."""
     pending = set(futures)
@@ -98,14 +112,23 @@ async def _await_chains(request: Request, futures: Sequence[asyncio.Future], tic
             f.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
-def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: float = 0.1, keepalive_s: float = 15.0,
-               api_key: str | None = None, max_body_bytes: int = 8 << 20) -> Starlette:
+def create_app(
+    service: Service,
+    *,
+    request_timeout_s: float = 600.0,
+    poll_s: float = 0.1,
+    keepalive_s: float = 15.0,
+    api_key: str | None = None,
+    max_body_bytes: int = 8 << 20,
+) -> Starlette:
     """The app serving ``service``; requests time out after ``request_timeout_s`` (queue time
     included); a stream sends an SSE comment every ``keepalive_s`` while its chains run;
     ``api_key`` (when set) must come as ``Authorization: Bearer KEY`` on every route but
     ``/health``, ``/metrics``, ``/version`` and ``/openapi.json``; bodies over ``max_body_bytes`` get 413."""
     if not request_timeout_s > 0:
-        raise ConfigError("request_timeout_s", request_timeout_s, f"{{request_timeout_s}} (={request_timeout_s!r}) must be > 0")
+        raise ConfigError(
+            "request_timeout_s", request_timeout_s, f"{{request_timeout_s}} (={request_timeout_s!r}) must be > 0"
+        )
     if not keepalive_s > 0:
         raise ConfigError("keepalive_s", keepalive_s, f"{{keepalive_s}} (={keepalive_s!r}) must be > 0")
     if api_key is not None and not api_key:
@@ -116,8 +139,11 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
     async def body_of(request: Request) -> Any:
         raw = await request.body()
         if len(raw) > max_body_bytes:
-            raise Failure(413, f"the request body has {len(raw)} bytes; this server takes at most {max_body_bytes}",
-                          code="request_too_large")
+            raise Failure(
+                413,
+                f"the request body has {len(raw)} bytes; this server takes at most {max_body_bytes}",
+                code="request_too_large",
+            )
         try:
             return json.loads(raw)
         except ValueError:
@@ -137,8 +163,12 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
         body = await body_of(request)
         model = body.get("model") if isinstance(body, dict) else None
         if model is not None and model != service.model:
-            raise Failure(404, f"the model `{model}` does not exist; this server serves `{service.model}` "
-                          "(GET /v1/models)", "model", "model_not_found")
+            raise Failure(
+                404,
+                f"the model `{model}` does not exist; this server serves `{service.model}` (GET /v1/models)",
+                "model",
+                "model_not_found",
+            )
         ticket = Ticket(time.monotonic() + request_timeout_s)
         try:
             job = parse(body, kind, service.defaults)
@@ -149,9 +179,13 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
             raise _failure(exc, request_timeout_s) from None
         if futures is None:
             snap = service.pool.snapshot()
-            raise Failure(429, f"the server is at capacity ({snap['running']} chains running, {snap['queued']} "
-                          f"waiting, capacity {service.pool.capacity}); retry later", code="server_busy",
-                          headers={"Retry-After": "1"})
+            raise Failure(
+                429,
+                f"the server is at capacity ({snap['running']} chains running, {snap['queued']} "
+                f"waiting, capacity {service.pool.capacity}); retry later",
+                code="server_busy",
+                headers={"Retry-After": "1"},
+            )
         return ParsedJob(job, ticket, seed, prompts, futures)
 
     async def events(request: Request, job: ParsedJob) -> AsyncIterator[str]:
@@ -214,18 +248,28 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
         return await serve(request, "chat")
 
     async def models(request: Request) -> Response:
-        card = {"id": service.model, "object": "model", "created": 0, "owned_by": "presto-sgl",
-                "max_model_len": service.engine.capabilities.context_length}
+        card = {
+            "id": service.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "presto-sgl",
+            "max_model_len": service.engine.capabilities.context_length,
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     async def health(request: Request) -> Response:
         healthy = await run_in_threadpool(service.backend_healthy)
-        body = {"status": "ok" if healthy else "backend_unavailable", "model": service.model,
-                "chains": service.pool.snapshot(), "backend_calls": service.engine.calls}
+        body = {
+            "status": "ok" if healthy else "backend_unavailable",
+            "model": service.model,
+            "chains": service.pool.snapshot(),
+            "backend_calls": service.engine.calls,
+        }
         return JSONResponse(body, 200 if healthy else 503)
 
     def tool(fn: Any) -> Any:
         """A tokenizer endpoint (:mod:`.tokens`): the body in, the answer's body out, 400 naming a bad field."""
+
         async def handle(request: Request) -> Response:
             try:
                 args = [await body_of(request)] if request.method == "POST" else []
@@ -235,6 +279,7 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
                     raise Failure(400, str(exc), exc.param) from None
             except Failure as failure:
                 return failure.answer()
+
         return handle
 
     async def prometheus(request: Request) -> Response:
@@ -254,8 +299,15 @@ def create_app(service: Service, *, request_timeout_s: float = 600.0, poll_s: fl
                 given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
                 if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
                     metrics.request(scope["path"], 401)
-                    answer = JSONResponse(error_body(401, "a valid API key is required: send `Authorization: Bearer "
-                                                     "KEY` (the server's --api-key)", None, "invalid_api_key"), 401)
+                    answer = JSONResponse(
+                        error_body(
+                            401,
+                            "a valid API key is required: send `Authorization: Bearer KEY` (the server's --api-key)",
+                            None,
+                            "invalid_api_key",
+                        ),
+                        401,
+                    )
                     await answer(scope, receive, send)
                     return
             await self.app(scope, receive, send)

@@ -27,8 +27,15 @@ class Metrics:
     def chain(self, metrics: Any) -> None:
         """A finished chain's :class:`~presto_sgl.metrics.PromptMetrics`."""
         with self._lock:
-            self._chains.update({"transitions": metrics.transitions, "model_calls": metrics.model_calls,
-                                 "accepted": metrics.accepted, "call_seconds": metrics.call_time_s, "chains": 1})
+            self._chains.update(
+                {
+                    "transitions": metrics.transitions,
+                    "model_calls": metrics.model_calls,
+                    "accepted": metrics.accepted,
+                    "call_seconds": metrics.call_time_s,
+                    "chains": 1,
+                }
+            )
 
     def render(self, pool: dict[str, int]) -> str:
         with self._lock:
@@ -39,17 +46,34 @@ class Metrics:
             lines.extend([f"# HELP {PREFIX}_{name} {help_}", f"# TYPE {PREFIX}_{name} {kind}"])
             lines.extend(f"{PREFIX}_{name}{labels} {value:g}" for labels, value in samples)
 
-        metric("requests_total", "counter", "HTTP requests answered, by endpoint and status code",
-               [(f'{{endpoint="{e}",status="{s}"}}', n) for (e, s), n in sorted(requests.items())])
+        metric(
+            "requests_total",
+            "counter",
+            "HTTP requests answered, by endpoint and status code",
+            [(f'{{endpoint="{e}",status="{s}"}}', n) for (e, s), n in sorted(requests.items())],
+        )
         metric("queue_depth", "gauge", "chains waiting for a free slot", [("", pool.get("queued", 0))])
         metric("chains_running", "gauge", "chains running now", [("", pool.get("running", 0))])
         for key in ("completed", "cancelled", "failed", "refused"):
             metric(f"chains_{key}_total", "counter", f"chains {key}", [("", pool.get(key, 0))])
         metric("transitions_total", "counter", "MH transitions of finished chains", [("", chains["transitions"])])
-        metric("model_calls_total", "counter", "model calls of finished chains (transitions per call = "
-               "transitions_total / model_calls_total)", [("", chains["model_calls"])])
-        metric("accepted_total", "counter", "accepted MH proposals (acceptance rate = accepted_total / "
-               "transitions_total)", [("", chains["accepted"])])
-        metric("model_call_seconds_total", "counter", "cumulative model-call time of finished chains (mean latency "
-               "= model_call_seconds_total / model_calls_total)", [("", chains["call_seconds"])])
+        metric(
+            "model_calls_total",
+            "counter",
+            "model calls of finished chains (transitions per call = transitions_total / model_calls_total)",
+            [("", chains["model_calls"])],
+        )
+        metric(
+            "accepted_total",
+            "counter",
+            "accepted MH proposals (acceptance rate = accepted_total / transitions_total)",
+            [("", chains["accepted"])],
+        )
+        metric(
+            "model_call_seconds_total",
+            "counter",
+            "cumulative model-call time of finished chains (mean latency "
+            "= model_call_seconds_total / model_calls_total)",
+            [("", chains["call_seconds"])],
+        )
         return "\n".join(lines) + "\n"

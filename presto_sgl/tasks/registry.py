@@ -27,7 +27,9 @@ class Addition:
         self._problems = make_problems(size, seed)
 
     def problems(self) -> list[Problem]:
-        return [Problem(id=str(i), prompt=p.prompt, chat=False, reference=p.answer) for i, p in enumerate(self._problems)]
+        return [
+            Problem(id=str(i), prompt=p.prompt, chat=False, reference=p.answer) for i, p in enumerate(self._problems)
+        ]
 
     def grade(self, problem: Problem, response: str) -> Grade:
         from .addition import extract_answer
@@ -36,11 +38,19 @@ class Addition:
         return Grade(correct=got == problem.reference, answer=None if got is None else str(got))
 
 
-def load_task(name: str, *, limit: int | None = None, seed: int = 0, prompt_field: str | None = None,
-              answer_field: str | None = None) -> tuple[Task, list[Problem]]:
+def load_task(
+    name: str,
+    *,
+    limit: int | None = None,
+    seed: int = 0,
+    prompt_field: str | None = None,
+    answer_field: str | None = None,
+) -> tuple[Task, list[Problem]]:
     """The task called ``name`` and its first ``limit`` problems (all when None); ``prompt_field`` /
     ``answer_field`` name the columns of a Hugging Face dataset or the keys of a JSONL file."""
-    if (prompt_field or answer_field) and not (name.startswith("hf:") or name.endswith(".jsonl") or Path(name).is_file()):
+    if (prompt_field or answer_field) and not (
+        name.startswith("hf:") or name.endswith(".jsonl") or Path(name).is_file()
+    ):
         raise ValueError("--prompt-field / --answer-field apply to hf:... datasets and JSONL files")
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise ValueError(f"--limit (={limit!r}) must be a whole number >= 1")

@@ -15,6 +15,7 @@ the program's last line ran (an early ``sys.exit(0)`` or ``os._exit(0)`` is a fa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -79,7 +80,9 @@ def network_isolated() -> bool:
 def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024) -> Outcome:
     """Run ``program`` under the limits above; wall-clock ``timeout_s``, address space ``memory_mb``."""
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
-        raise ConfigError("timeout_s", timeout_s, f"{{timeout_s}} (={timeout_s!r}) must be a positive number of seconds")
+        raise ConfigError(
+            "timeout_s", timeout_s, f"{{timeout_s}} (={timeout_s!r}) must be a positive number of seconds"
+        )
     if not (isinstance(memory_mb, int) and memory_mb >= 64):
         raise ConfigError("memory_mb", memory_mb, f"{{memory_mb}} (={memory_mb!r}) must be an integer >= 64")
 
@@ -87,9 +90,13 @@ def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024) 
         import resource
 
         cpu = int(timeout_s) + 1
-        for which, value in ((resource.RLIMIT_AS, memory_mb << 20), (resource.RLIMIT_CPU, cpu),
-                             (resource.RLIMIT_FSIZE, 16 << 20), (resource.RLIMIT_NOFILE, 64),
-                             (resource.RLIMIT_CORE, 0)):
+        for which, value in (
+            (resource.RLIMIT_AS, memory_mb << 20),
+            (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_FSIZE, 16 << 20),
+            (resource.RLIMIT_NOFILE, 64),
+            (resource.RLIMIT_CORE, 0),
+        ):
             resource.setrlimit(which, (value, value))
 
     with tempfile.TemporaryDirectory(prefix="presto-sgl-grade-") as tmp:
@@ -101,9 +108,16 @@ def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024) 
         cmd = [*_unshare(), sys.executable, "-I", "-B", path]
         t0 = time.monotonic()
         with open(os.path.join(tmp, "stderr"), "w+b") as err:
-            proc = subprocess.Popen(cmd, cwd=tmp, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                    start_new_session=True, preexec_fn=limits)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=tmp,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=limits,
+            )
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -125,8 +139,6 @@ def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024) 
 
 def _kill(proc: subprocess.Popen) -> None:
     """Kill the program's whole process group (children it forked included)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()

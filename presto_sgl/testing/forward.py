@@ -54,7 +54,9 @@ def assert_scores_match(model, prefix: Sequence[int], tokens: Sequence[int], log
     assert max(abs(a - b) for a, b in zip(ref, logp)) < TOL
 
 
-def assert_extras_match(model, prefix: Sequence[int], tokens: Sequence[int], logq_at=None, temperatures=(), entropy=None) -> None:
+def assert_extras_match(
+    model, prefix: Sequence[int], tokens: Sequence[int], logq_at=None, temperatures=(), entropy=None
+) -> None:
     """Per-token log q at each of ``temperatures`` (``logq_at[t][i]``) and the p0 entropy match a
     fresh fp32 forward of exactly ``tokens`` after exactly ``prefix``."""
     import torch

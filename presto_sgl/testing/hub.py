@@ -23,17 +23,34 @@ PENALIZED = {"repetition_penalty": 1.05, "top_p": 0.8, "top_k": 20, "temperature
 defaults that would bend the chain if a request left them to the server."""
 PREFERRED = {"repetition_penalty": 1.05, "top_p": 0.8, "top_k": 20}
 """The ``--preferred-sampling-params`` of the stock SGLang server in the hub tests."""
-TOKENIZER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                   "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja")
+TOKENIZER_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+)
 
 
-def build_cache(folder: Path, hf_home: Path, repo: str = SMOLLM2_ID, *, generation_config: dict | None = None,
-                tokenizer_only: bool = False) -> Path:
+def build_cache(
+    folder: Path,
+    hf_home: Path,
+    repo: str = SMOLLM2_ID,
+    *,
+    generation_config: dict | None = None,
+    tokenizer_only: bool = False,
+) -> Path:
     """``folder``'s files as the cached snapshot of ``repo`` under ``hf_home``; its
     generation_config.json updated with ``generation_config``; only the tokenizer and configs
     with ``tokenizer_only`` (what a client next to a remote server holds). Idempotent."""
-    files = {p.name: p.read_bytes() for p in sorted(Path(folder).iterdir()) if p.is_file()
-             and (not tokenizer_only or p.name in TOKENIZER_FILES)}
+    files = {
+        p.name: p.read_bytes()
+        for p in sorted(Path(folder).iterdir())
+        if p.is_file() and (not tokenizer_only or p.name in TOKENIZER_FILES)
+    }
     if generation_config is not None:
         gen = json.loads(files.get("generation_config.json", b"{}"))
         files["generation_config.json"] = json.dumps({**gen, **generation_config}, indent=2).encode()
@@ -60,10 +77,15 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m presto_sgl.testing.hub", description=__doc__.split("\n\n")[0])
     p.add_argument("--hf-home", required=True, type=Path)
     p.add_argument("--repo", default=SMOLLM2_ID)
-    p.add_argument("--from", dest="folder", type=Path, default=None,
-                   help="model folder (default: the materialized SmolLM2)")
-    p.add_argument("--generation-config", choices=("penalized",), default=None,
-                   help="penalized: add repetition_penalty 1.05, top_p 0.8, top_k 20, temperature 0.7")
+    p.add_argument(
+        "--from", dest="folder", type=Path, default=None, help="model folder (default: the materialized SmolLM2)"
+    )
+    p.add_argument(
+        "--generation-config",
+        choices=("penalized",),
+        default=None,
+        help="penalized: add repetition_penalty 1.05, top_p 0.8, top_k 20, temperature 0.7",
+    )
     p.add_argument("--tokenizer-only", action="store_true")
     args = p.parse_args(argv)
     if args.folder is None:

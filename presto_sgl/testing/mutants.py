@@ -133,8 +133,10 @@ def cli_command() -> list[str]:
     name = os.environ.get("PRESTO_SGL_MUTANT")
     if not name:
         return [sys.executable, "-m", "presto_sgl.cli"]
-    code = (f"import sys; from presto_sgl.testing.mutants import apply; apply({name!r}); "
-            "from presto_sgl.cli import main; sys.exit(main(sys.argv[1:]))")
+    code = (
+        f"import sys; from presto_sgl.testing.mutants import apply; apply({name!r}); "
+        "from presto_sgl.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     return [sys.executable, "-c", code]
 
 

@@ -17,18 +17,28 @@ import uvicorn
 
 from presto_sgl.config import sampling_configs
 from presto_sgl.engines.base import Engine
-from presto_sgl.serve.app import create_app
-from presto_sgl.serve.params import Defaults
 from presto_sgl.pool import ChainPool
 from presto_sgl.scheduler import Scheduler
+from presto_sgl.serve.app import create_app
+from presto_sgl.serve.params import Defaults
 from presto_sgl.serve.service import Service
+
 from .mutants import cli_command
 from .servers import free_port
 
 
-def make_service(engine: Engine, model: str = "test-model", *, concurrency: int = 2, queue_size: int = 8,
-                 seed: int | None = None, max_n: int = 16, rule: str = "step", scheduler: bool = False,
-                 **power) -> Service:
+def make_service(
+    engine: Engine,
+    model: str = "test-model",
+    *,
+    concurrency: int = 2,
+    queue_size: int = 8,
+    seed: int | None = None,
+    max_n: int = 16,
+    rule: str = "step",
+    scheduler: bool = False,
+    **power,
+) -> Service:
     """A service as ``presto-sgl serve`` builds it; ``scheduler``: with the shared scheduler."""
     config, presto = sampling_configs(rule, **({"max_new_tokens": 16, "block_size": 8, "steps": 3} | power))
     pool = ChainPool(concurrency, queue_size, Scheduler(engine) if scheduler else None)

@@ -106,8 +106,12 @@ class Wiretap:
                 generate = self.command == "POST" and self.path.startswith("/generate")
                 try:
                     conn = http.client.HTTPConnection(*tap.upstream, timeout=tap.timeout_s)
-                    conn.request(self.command, self.path, body=data,
-                                 headers={"Content-Type": self.headers.get("Content-Type", "application/json")})
+                    conn.request(
+                        self.command,
+                        self.path,
+                        body=data,
+                        headers={"Content-Type": self.headers.get("Content-Type", "application/json")},
+                    )
                     resp = conn.getresponse()
                     payload = resp.read()
                     conn.close()

@@ -26,7 +26,7 @@ def main() -> int:
     if spec is None or not spec.submodule_search_locations:
         print("patch_torchvision: torchvision is not installed; nothing to do")
         return 0
-    path = pathlib.Path(list(spec.submodule_search_locations)[0]) / "_meta_registrations.py"
+    path = pathlib.Path(next(iter(spec.submodule_search_locations))) / "_meta_registrations.py"
     text = path.read_text()
     if MARK in text:
         print(f"patch_torchvision: already patched: {path}")

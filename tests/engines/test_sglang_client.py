@@ -84,8 +84,7 @@ def test_only_a_reported_abort_is_redrawn(stand_in):
     srv.finish = ["abort"] * 10
     with pytest.raises(EngineError, match="incomplete results"):
         eng.generate([Request((1, 2), 4, 1.0)])
-    for kind, match in (("stop", "finish_reason="), ("short", "it must be whole"),
-                        ("nan", "must be <= 0 and not NaN")):
+    for kind, match in (("stop", "finish_reason="), ("short", "it must be whole"), ("nan", "must be <= 0 and not NaN")):
         srv.finish = [kind]
         retries = eng.stats.retries
         with pytest.raises(EngineError, match=match):
@@ -103,7 +102,7 @@ def test_http_errors_and_unreachable_servers_name_the_url(stand_in):
     srv = stand_in()
     eng = SGLangEngine(srv.url)
     srv.fail_status = 503
-    with pytest.raises(EngineError, match="HTTP 503.*KV pool exhausted"):
+    with pytest.raises(EngineError, match=r"HTTP 503.*KV pool exhausted"):
         eng.generate([Request((1,), 2, 1.0)])
     with pytest.raises(EngineError, match=r"http://127.0.0.1:9 is unreachable"):
         SGLangEngine("http://127.0.0.1:9", timeout_s=2)
@@ -229,7 +228,9 @@ def test_a_router_url_works_with_shared_sampling_params(stand_in):
         assert sum(c.logp) == pytest.approx(lp, abs=1e-9) and sum(c.logq) == pytest.approx(lq, abs=1e-9)
     bodies = router.bodies[n:]
     assert all(isinstance(b["sampling_params"], dict) for b in bodies)
-    decode = sorted((len(b["input_ids"]), b["sampling_params"]["max_new_tokens"]) for b in bodies if "logprob_start_len" not in b)
+    decode = sorted(
+        (len(b["input_ids"]), b["sampling_params"]["max_new_tokens"]) for b in bodies if "logprob_start_len" not in b
+    )
     assert decode == [(1, 2), (2, 5)]  # the two equal requests share a body
     assert eng.server_loads()[0]["max_total_num_tokens"] == 1000  # the worker's /v1/loads
     cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=3, keying="step")
@@ -255,7 +256,9 @@ def test_a_body_lost_behind_a_router_is_redrawn_alone(stand_in, one_pass):
     for r, c in zip(reqs, comps):
         lp, lq = router.lm.score(r.prefix, c.tokens, r.temperature)
         assert sum(c.logp) == pytest.approx(lp, abs=1e-9) and sum(c.logq) == pytest.approx(lq, abs=1e-9)
-    decodes = [b["sampling_params"]["max_new_tokens"] for b in router.bodies[n:] if b["sampling_params"]["max_new_tokens"]]
+    decodes = [
+        b["sampling_params"]["max_new_tokens"] for b in router.bodies[n:] if b["sampling_params"]["max_new_tokens"]
+    ]
     assert sorted(decodes) == [2, 3, 3, 4]  # the lost one twice, the others once
 
 
@@ -295,8 +298,23 @@ def test_cli_trace_has_a_server_record(stand_in, tmp_path, monkeypatch):
     monkeypatch.setattr(SGLangEngine, "tokenizer", None)  # the stand-in has no tokenizer files
     srv = stand_in(delay_s=0.02)
     trace = tmp_path / "t.jsonl"
-    argv = ["sample", "--engine", "sglang", "--url", srv.url, "--prompt-ids", "1,2,3", "--max-new-tokens", "8",
-            "--block-size", "8", "--steps", "3", "--trace", str(trace)]
+    argv = [
+        "sample",
+        "--engine",
+        "sglang",
+        "--url",
+        srv.url,
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "8",
+        "--block-size",
+        "8",
+        "--steps",
+        "3",
+        "--trace",
+        str(trace),
+    ]
     assert cli.main(argv) == 0
     records = read_trace(trace.read_text().splitlines())
     (server,) = [r for r in records if r["type"] == "server"]

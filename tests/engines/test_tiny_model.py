@@ -98,6 +98,7 @@ def test_is_correct():
 
 # ----------------------------------------------------------------------------- model
 
+
 @pytest.fixture(scope="module")
 def tok():
     pytest.importorskip("torch")
@@ -160,7 +161,7 @@ def _greedy(model, tok, prompts: list[str], max_new_tokens: int = 48) -> list[st
                 eos_token_id=tok.eos_token_id,
                 pad_token_id=tok.pad_token_id,
             )
-            for i, row in zip(idx, gen[:, ids.shape[1]:].tolist()):
+            for i, row in zip(idx, gen[:, ids.shape[1] :].tolist()):
                 out[i] = tok.decode(row)
     return [out[i] for i in range(len(prompts))]
 

@@ -46,7 +46,9 @@ class StandIn:
         self.drop_next = False
         self.bodies: list[dict] = []
         self.lock = threading.Lock()
-        (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": V, "max_position_embeddings": 64}))
+        (tmp_path / "config.json").write_text(
+            json.dumps({"model_type": "llama", "vocab_size": V, "max_position_embeddings": 64})
+        )
         self.model_path = str(tmp_path)
         stand_in = self
 
@@ -98,7 +100,8 @@ class StandIn:
         choice: dict = {"finish_reason": reason}
         if body.get("prompt_logprobs") is not None:
             choice["prompt_logprobs"] = [None] + [
-                {str(prompt[t]): {"logprob": float(self.lm.distribution(prompt[:t])[0][prompt[t]])}} for t in range(1, len(prompt))
+                {str(prompt[t]): {"logprob": float(self.lm.distribution(prompt[:t])[0][prompt[t]])}}
+                for t in range(1, len(prompt))
             ]
         (c,) = self.ref.generate([Request(tuple(prompt), n, temp, body.get("seed"), True, TEMPS)])
         k = body.get("logprobs")
@@ -110,19 +113,33 @@ class StandIn:
             own = logq[i] if self.kind == "processed" else logp[i]
             top = {f"token_id:{s}": own}
             if self.kind == "plugin" and k:
-                fields = [wire.SIGNATURE + len(TEMPS), logq[i], c.entropy[i], *TEMPS,
-                          *(logp[i] / t - q for t, q in zip(TEMPS, c.logq_at[i]))]
+                fields = [
+                    wire.SIGNATURE + len(TEMPS),
+                    logq[i],
+                    c.entropy[i],
+                    *TEMPS,
+                    *(logp[i] / t - q for t, q in zip(TEMPS, c.logq_at[i])),
+                ]
                 top.update({f"token_id:{j}": v for j, v in zip(wire.field_ids(s, k, V), fields[:k])})
             elif k:
-                dist = self.lm.distribution(prompt + tokens[:i], temp if self.kind == "processed" else 1.0)[1 if self.kind == "processed" else 0]
+                dist = self.lm.distribution(prompt + tokens[:i], temp if self.kind == "processed" else 1.0)[
+                    1 if self.kind == "processed" else 0
+                ]
                 best = int(dist.argmax())
                 top[f"token_id:{best}"] = float(dist[best])
             tops.append(top)
         values = logq if self.kind == "processed" else logp
         if nan:
             values = [None, *values[1:]]
-        choice["logprobs"] = {"tokens": [f"token_id:{t}" for t in tokens], "token_logprobs": values, "top_logprobs": tops}
-        return {"choices": [choice], "usage": {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": 2}}}
+        choice["logprobs"] = {
+            "tokens": [f"token_id:{t}" for t in tokens],
+            "token_logprobs": values,
+            "top_logprobs": tops,
+        }
+        return {
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": 2}},
+        }
 
 
 class _Server(ThreadingHTTPServer):
@@ -181,7 +198,9 @@ def test_both_modes_give_exact_scores(stand_in, kind):
         assert c.logq == pytest.approx(t.logq, abs=1e-12) and c.logp == pytest.approx(t.logp, abs=1e-12)
         if kind == "plugin":
             assert c.entropy == pytest.approx(t.entropy)
-            assert [v for row in c.logq_at for v in row] == pytest.approx([v for row in t.logq_at for v in row], abs=1e-12)
+            assert [v for row in c.logq_at for v in row] == pytest.approx(
+                [v for row in t.logq_at for v in row], abs=1e-12
+            )
     decode = next(b for b in srv.bodies if b.get("seed") == 7)
     assert decode["prompt"] == [1, 2, 3] and decode["ignore_eos"] and decode["return_tokens_as_token_ids"]
     assert (decode["top_k"], decode["top_p"], decode["min_p"], decode["repetition_penalty"]) == (-1, 1.0, 0.0, 1.0)
@@ -230,10 +249,10 @@ def test_http_errors_and_an_unreachable_server(stand_in):
     srv = stand_in()
     eng = VLLMEngine(srv.url)
     srv.fail_status = 400
-    with pytest.raises(EngineHTTPError, match="vLLM server .* HTTP 400") as info:
+    with pytest.raises(EngineHTTPError, match=r"vLLM server .* HTTP 400") as info:
         eng.generate([Request((1, 2), 4, 1.0, 1)])
     assert info.value.status == 400
-    with pytest.raises(EngineUnreachable, match="vllm_server.sh start"):
+    with pytest.raises(EngineUnreachable, match=r"vllm_server\.sh start"):
         VLLMEngine("http://127.0.0.1:9")
 
 
@@ -264,8 +283,13 @@ def test_only_the_lost_requests_of_a_call_are_drawn_again(stand_in):
 def test_metrics_monitor(stand_in):
     eng = VLLMEngine(stand_in().url)
     (load,) = eng.server_loads()
-    assert load == {"num_used_tokens": 1024, "max_total_num_tokens": 4096, "num_running_reqs": 3,
-                    "num_waiting_reqs": 1, "cache_hit_rate": 0.25}
+    assert load == {
+        "num_used_tokens": 1024,
+        "max_total_num_tokens": 4096,
+        "num_running_reqs": 3,
+        "num_waiting_reqs": 1,
+        "cache_hit_rate": 0.25,
+    }
     with eng.monitor(interval_s=0.01) as mon:
         eng.generate([Request((1, 2), 4, 1.0, 1)])
     s = mon.summary()
@@ -279,8 +303,9 @@ def test_presto_equals_sequential_through_the_stand_in(stand_in, sampler, rule, 
     eng = VLLMEngine(stand_in().url)
     runs = {}
     for r in ("sequential", rule):
-        cfg, presto = sampling_configs(r, keying=keying, budget=5, alpha=4.0, max_new_tokens=8, block_size=4,
-                                       steps=3, kernel=sampler)
+        cfg, presto = sampling_configs(
+            r, keying=keying, budget=5, alpha=4.0, max_new_tokens=8, block_size=4, steps=3, kernel=sampler
+        )
         runs[r] = Sampler(eng, cfg, presto).run([1, 2, 3], seed=4)
     assert runs[rule].state == runs["sequential"].state
     assert runs[rule].metrics.model_calls < runs["sequential"].metrics.model_calls == 6
@@ -293,8 +318,25 @@ def test_cli_samples_on_vllm_with_a_server_record(stand_in, tmp_path, monkeypatc
     monkeypatch.setattr(VLLMEngine, "tokenizer", None)  # the stand-in has no tokenizer files
     srv = stand_in()
     trace = tmp_path / "t.jsonl"
-    argv = ["sample", "--engine", "vllm", "--url", srv.url, "--prompt-ids", "1,2,3", "--max-new-tokens", "8",
-            "--block-size", "8", "--steps", "3", "--method", "multitry", "--trace", str(trace)]
+    argv = [
+        "sample",
+        "--engine",
+        "vllm",
+        "--url",
+        srv.url,
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "8",
+        "--block-size",
+        "8",
+        "--steps",
+        "3",
+        "--method",
+        "multitry",
+        "--trace",
+        str(trace),
+    ]
     assert cli.main(argv) == 0
     records = read_trace(trace.read_text().splitlines())
     (server,) = [r for r in records if r["type"] == "server"]

@@ -45,14 +45,16 @@ def test_reasoning_gym_config_options_and_the_last_number_fallback():
     for p in problems:  # two one-digit terms joined by + or -, as the options ask
         expr = p.prompt.split("Calculate ")[1].split(".")[0]
         assert "*" not in expr and "/" not in expr and "(" not in expr and len(expr.split()) == 3
-        assert str(eval(expr)) == p.reference  # noqa: S307 - the task's own arithmetic
+        assert str(eval(expr)) == p.reference
     p = problems[0]
     said = task.grade(p, f"the sum is {p.reference}")  # no tag, no Answer: line -> the last number
     assert said.correct is True and said.answer == p.reference
     assert task.grade(p, f"<answer>{int(p.reference) + 1}</answer> and later {p.reference}").correct is False
-    for bad, why in (("basic_arithmetic:colour=2", "KEY=VALUE with KEY one of"),
-                     ("basic_arithmetic:max_terms", "KEY=VALUE"),
-                     ("basic_arithmetic:max_digits=0", "config refused it")):
+    for bad, why in (
+        ("basic_arithmetic:colour=2", "KEY=VALUE with KEY one of"),
+        ("basic_arithmetic:max_terms", "KEY=VALUE"),
+        ("basic_arithmetic:max_digits=0", "config refused it"),
+    ):
         with pytest.raises(ValueError, match=why):
             load_task(f"reasoning-gym:{bad}", limit=2)
 

@@ -12,14 +12,17 @@ from presto_sgl.tasks.registry import load_task
 from presto_sgl.tasks.sandbox import network_isolated, run_python
 
 
-@pytest.mark.parametrize("text, want", [
-    ("so <answer> 42 </answer> done", "42"),
-    ("<answer>7", "7"),
-    ("thus \\boxed{\\frac{1}{2}} and", "\\frac{1}{2}"),
-    ("Step 1.\nAnswer: 12.", "12"),
-    ("The final answer is 3/4", "3/4"),
-    ("no answer here", None),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("so <answer> 42 </answer> done", "42"),
+        ("<answer>7", "7"),
+        ("thus \\boxed{\\frac{1}{2}} and", "\\frac{1}{2}"),
+        ("Step 1.\nAnswer: 12.", "12"),
+        ("The final answer is 3/4", "3/4"),
+        ("no answer here", None),
+    ],
+)
 def test_final_answer(text, want):
     assert extract.final_answer(text) == want
 
@@ -43,11 +46,17 @@ def test_sandbox_outcomes():
 
 def test_sandbox_has_no_network_and_no_environment(monkeypatch):
     monkeypatch.setenv("PRESTO_SECRET", "leak")
-    program = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9))\nexcept OSError as e:\n    assert 'disabled' in str(e), e\n"
+    program = (
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9))\n"
+        "except OSError as e:\n    assert 'disabled' in str(e), e\n"
+    )
     assert run_python(program).passed
     assert run_python("import os\nassert 'PRESTO_SECRET' not in os.environ").passed
     if network_isolated():  # even a socket made past the guard sees no interface but a down loopback
-        assert run_python("import _socket\ns = _socket.socket()\ns.settimeout(2)\ns.connect(('1.1.1.1', 53))").status == "failed"
+        assert (
+            run_python("import _socket\ns = _socket.socket()\ns.settimeout(2)\ns.connect(('1.1.1.1', 53))").status
+            == "failed"
+        )
 
 
 def test_hostile_completions_fail_cleanly(tmp_path):
@@ -57,8 +66,9 @@ def test_hostile_completions_fail_cleanly(tmp_path):
     assert deleted.status == "failed" and "PermissionError" in deleted.detail and victim.exists()
     assert "PermissionError" in run_python("import subprocess\nsubprocess.run(['ls'])").detail
     assert "PermissionError" in run_python("import shutil\nshutil.rmtree('/tmp')").detail
-    flood = run_python("import sys\nfor _ in range(10**6):\n    sys.stderr.write('x' * 1000)\n"
-                       "    print('y' * 1000)", timeout_s=20)
+    flood = run_python(
+        "import sys\nfor _ in range(10**6):\n    sys.stderr.write('x' * 1000)\n    print('y' * 1000)", timeout_s=20
+    )
     assert flood.status in ("failed", "timeout") and len(flood.detail) <= 300  # killed at the 16 MiB file limit
     assert run_python("print('z' * 10**7)").passed  # stdout is discarded, not limited
     for early in ("import sys\nsys.exit(0)", "import os\nos._exit(0)"):  # skipping the tests is no pass
@@ -68,8 +78,10 @@ def test_hostile_completions_fail_cleanly(tmp_path):
 
 def test_sandbox_kills_forked_children(tmp_path):
     flag = tmp_path / "child-alive"
-    program = (f"import os, posix, time\nif posix.fork() == 0:  # past the guard on os.fork\n    time.sleep(3)\n"
-               f"    open({str(flag)!r}, 'w').write('x')\n    os._exit(0)\ntime.sleep(30)\n")
+    program = (
+        f"import os, posix, time\nif posix.fork() == 0:  # past the guard on os.fork\n    time.sleep(3)\n"
+        f"    open({str(flag)!r}, 'w').write('x')\n    os._exit(0)\ntime.sleep(30)\n"
+    )
     assert run_python(program, timeout_s=1).status == "timeout"
     import time
 
@@ -90,9 +102,15 @@ def test_addition_task_grades_the_answer():
 
 def test_jsonl_task_reports_bad_lines_and_goes_on(tmp_path):
     path = tmp_path / "prompts.jsonl"
-    lines = [json.dumps({"prompt": "What is 2+2?", "answer": 4, "id": "a"}), "{not json", json.dumps({"answer": 3}),
-             "", json.dumps({"prompt": "Say hi.", "chat": "yes"}), json.dumps({"prompt": "Name a color."}),
-             json.dumps({"prompt": "again", "id": "a"})]
+    lines = [
+        json.dumps({"prompt": "What is 2+2?", "answer": 4, "id": "a"}),
+        "{not json",
+        json.dumps({"answer": 3}),
+        "",
+        json.dumps({"prompt": "Say hi.", "chat": "yes"}),
+        json.dumps({"prompt": "Name a color."}),
+        json.dumps({"prompt": "again", "id": "a"}),
+    ]
     path.write_text("\n".join(lines) + "\n")
     task, problems = load_task(str(path))
     assert [p.id for p in problems] == ["a", "6"]

@@ -75,7 +75,9 @@ def coupling_cases():
                 for budget in engine.budgets:
                     for schedule in engine.schedules:
                         for setting in engine.settings:
-                            name = "{}-{}-N{}-{}-n{}-B{}-K{}-a{}-{}".format(kernel, rule, budget, engine.name, *schedule, *setting)
+                            name = "{}-{}-N{}-{}-n{}-B{}-K{}-a{}-{}".format(
+                                kernel, rule, budget, engine.name, *schedule, *setting
+                            )
                             yield pytest.param(kernel, rule, engine, budget, schedule, setting, id=name)
 
 
@@ -116,7 +118,9 @@ def lm12():
 @pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
 def test_some_chains_accept_and_reject(kernel_case, reference_engine, lm12):
     """Guard: the coupling configurations exercise both outcomes (else equality is trivial)."""
-    cfg, _ = RULES["sequential-step"].configs(**kernel_case.options(alpha=4.0, max_new_tokens=24, block_size=8, steps=12))
+    cfg, _ = RULES["sequential-step"].configs(
+        **kernel_case.options(alpha=4.0, max_new_tokens=24, block_size=8, steps=12)
+    )
     seen, _ = run_states(sequential_sampler(reference_engine(lm12), cfg, kernel_case.make(cfg)), [1, 2, 3], 0)
     outcomes = {acc for *_, acc in seen}
     assert outcomes == {True, False}
@@ -128,7 +132,9 @@ def test_keyings_give_different_chains(kernel_case, reference_engine, lm12):
     engine = reference_engine(lm12)
     states = {}
     for keying in ("path", "step"):
-        cfg, _ = RULES[f"sequential-{keying}"].configs(**kernel_case.options(alpha=4.0, max_new_tokens=24, block_size=8, steps=12))
+        cfg, _ = RULES[f"sequential-{keying}"].configs(
+            **kernel_case.options(alpha=4.0, max_new_tokens=24, block_size=8, steps=12)
+        )
         states[keying] = sequential_sampler(engine, cfg, kernel_case.make(cfg)).run([1, 2, 3], seed=0).state
     assert states["path"] != states["step"]
 
@@ -154,7 +160,9 @@ def test_coupling_runs_exercise_deferral_quirk_and_carry_over(kernel_case, refer
     if kernel_case.state_cut:
         # a prefetched cut (the race over the root's positions) lost to the realized state's tail:
         # the decision was deferred and realized later at another cut
-        requested = {(c["stage"], r["decision"], r["cut"]) for c in bfs_records if c["type"] == "call" for r in c["requests"]}
+        requested = {
+            (c["stage"], r["decision"], r["cut"]) for c in bfs_records if c["type"] == "call" for r in c["requests"]
+        }
         realized = {(n["stage"], n["decision"]) for n in bfs_records if n["type"] == "node"}
         realized_cut = {(n["stage"], n["decision"], n["cut"]) for n in bfs_records if n["type"] == "node"}
         assert any((s, d) in realized and (s, d, c) not in realized_cut for s, d, c in requested if d is not None)

@@ -119,11 +119,17 @@ def test_deep_unseeded_chains_follow_the_exact_law(reference_engine, rule_name):
         seen += events(trace.records)
     law = exact_law(kernel_case, cfg)
     tv_min = detectable_tv(law, chains)
-    want = {"step": ("carry-over", "deferral"), "step-cost": ("carry-over", "deferral"),
-            "bfs": ("deferral", "unreachable"), "predictive": ("deferral",)}[rule_name]
+    want = {
+        "step": ("carry-over", "deferral"),
+        "step-cost": ("carry-over", "deferral"),
+        "bfs": ("deferral", "unreachable"),
+        "predictive": ("deferral",),
+    }[rule_name]
     for event in want:
         assert seen[event] > chains // 20, f"{event} occurred only {seen[event]} times in {chains} chains: {dict(seen)}"
     p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), chains)
-    assert p > SIGNIFICANCE, (f"chi-square p={p:.2e} (TV={tv:.4f}; this test detects TV >= {tv_min:.4f}) rejects "
-                              f"the exact law; events {dict(seen)}")
+    assert p > SIGNIFICANCE, (
+        f"chi-square p={p:.2e} (TV={tv:.4f}; this test detects TV >= {tv_min:.4f}) rejects "
+        f"the exact law; events {dict(seen)}"
+    )
     assert tv_min < TV_BOUND[rule_name]

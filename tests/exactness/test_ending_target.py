@@ -62,7 +62,13 @@ def config(kernel_case: KernelCase, sampler_name: str):
 def exact_law(kernel_case: KernelCase, cfg: PowerConfig, sabotaged: bool = False) -> np.ndarray:
     model, kernel, stop = lm(), kernel_case.make(cfg), frozenset({STOP})
     return exact.ending_chain_law(
-        model, PROMPT, cfg.max_new_tokens, cfg.block_size, cfg.steps, cfg.temperature, stop,
+        model,
+        PROMPT,
+        cfg.max_new_tokens,
+        cfg.block_size,
+        cfg.steps,
+        cfg.temperature,
+        stop,
         lambda H: kernel_case.ending(model, PROMPT, H, stop, kernel, sabotaged),
     )
 
@@ -138,15 +144,18 @@ def coupling_cases():
     for kernel in KERNELS:
         for rule in PRESTO_RULES:
             for budget, schedule in COUPLING_SCHEDULES.items():
-                yield pytest.param(kernel, rule, budget, schedule, id="{}-{}-N{}-n{}-B{}-K{}".format(kernel, rule, budget, *schedule))
+                yield pytest.param(
+                    kernel, rule, budget, schedule, id="{}-{}-N{}-n{}-B{}-K{}".format(kernel, rule, budget, *schedule)
+                )
 
 
 @pytest.mark.parametrize("kernel_case,rule,budget,schedule", coupling_cases())
 def test_ending_presto_visits_the_sequential_states(kernel_case, rule, budget, schedule):
     n, B, K = schedule
     eng = coupling_engine()
-    cfg, presto = rule.configs(budget, **kernel_case.options(alpha=4.0, max_new_tokens=n, block_size=B, steps=K,
-                                                             target="eos"))
+    cfg, presto = rule.configs(
+        budget, **kernel_case.options(alpha=4.0, max_new_tokens=n, block_size=B, steps=K, target="eos")
+    )
     kernel = kernel_case.make(cfg)
     for seed in range(3):
         seq, seq_result = run_states(sequential_sampler(eng, cfg, kernel), [1, 2, 3], seed)
@@ -163,17 +172,24 @@ def test_ending_coupling_runs_exercise_variable_lengths(kernel_case):
     and reject, prefetch several decisions per call, and defer race cuts a state's tail won."""
     n, B, K = COUPLING_SCHEDULES[20]
     eng = coupling_engine()
-    cfg, presto = RULES["bfs"].configs(20, **kernel_case.options(alpha=4.0, max_new_tokens=n, block_size=B, steps=K,
-                                                                 target="eos"))
+    cfg, presto = RULES["bfs"].configs(
+        20, **kernel_case.options(alpha=4.0, max_new_tokens=n, block_size=B, steps=K, target="eos")
+    )
     sampler = RULES["bfs"].sampler(eng, cfg, presto, kernel_case.make(cfg))
     lengths, finals, outcomes, deferred, calls, transitions = set(), set(), set(), False, 0, 0
     for seed in range(3):
         buf = io.StringIO()
-        result = sampler.run([1, 2, 3], seed=seed, trace=TraceWriter(buf),
-                             on_transition=lambda s, k, st, tr: (lengths.add(st.length), outcomes.add(tr.accepted)))
+        result = sampler.run(
+            [1, 2, 3],
+            seed=seed,
+            trace=TraceWriter(buf),
+            on_transition=lambda s, k, st, tr: (lengths.add(st.length), outcomes.add(tr.accepted)),
+        )
         finals.add((result.state.length, result.state.tokens[-1] == COUPLING_STOP))
         records = read_trace(io.StringIO(buf.getvalue()))
-        requested = {(c["stage"], r["decision"], r["cut"]) for c in records if c["type"] == "call" for r in c["requests"]}
+        requested = {
+            (c["stage"], r["decision"], r["cut"]) for c in records if c["type"] == "call" for r in c["requests"]
+        }
         realized = {(x["stage"], x["decision"]): x["cut"] for x in records if x["type"] == "node"}
         deferred |= any((s, d) in realized and realized[s, d] != c for s, d, c in requested if d is not None)
         calls += result.metrics.model_calls

@@ -67,10 +67,14 @@ def law_cases():
             sequential = name.startswith("sequential")
             for schedule in sorted(SCHEDULES) if sequential else ["two-blocks"]:
                 for alpha in (2.0, 4.0) if sequential else (4.0,):
-                    yield pytest.param(kernel, name, schedule, alpha, True, id=f"{kernel}-{name}-{schedule}-a{alpha}-seeded")
+                    yield pytest.param(
+                        kernel, name, schedule, alpha, True, id=f"{kernel}-{name}-{schedule}-a{alpha}-seeded"
+                    )
         for name in UNSEEDED:  # without per-request seeds (SGLang on CPU) every request is a fresh draw
             tag = "-scheduled" if name in SCHEDULED else ""
-            yield pytest.param(kernel, name, "two-blocks", 4.0, False, id=f"{kernel}-{name}-two-blocks-a4.0-unseeded{tag}")
+            yield pytest.param(
+                kernel, name, "two-blocks", 4.0, False, id=f"{kernel}-{name}-two-blocks-a4.0-unseeded{tag}"
+            )
 
 
 @pytest.mark.parametrize("kernel_case,sampler_name,schedule,alpha,seeded", law_cases())
@@ -78,8 +82,9 @@ def test_final_states_follow_exact_law(reference_engine, kernel_case, sampler_na
     model = lm()
     cfg, presto = config(schedule, alpha, sampler_name, kernel_case)
     scheduled = not seeded and sampler_name in SCHEDULED
-    counts = sample_counts(kernel_case, sampler_name, reference_engine(model, seeded=seeded), cfg, presto,
-                           scheduled=scheduled)
+    counts = sample_counts(
+        kernel_case, sampler_name, reference_engine(model, seeded=seeded), cfg, presto, scheduled=scheduled
+    )
     law = exact_law(kernel_case, cfg)
     p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), CHAINS)
     level = SIGNIFICANCE / 10 if scheduled else SIGNIFICANCE  # thread order: not a fixed draw
@@ -127,7 +132,10 @@ def test_multitry_exact_matrix_matches_brute_force(tries):
             sufs, Q, W = exact._mixture_weights(model, PROMPT + prefix, T - c, alpha, temps, False)
             for ix in range(len(sufs)):
                 x = index[prefix + sufs[ix]]
-                refs = [(np.prod(Q[list(r)]), W[list(r)].sum()) for r in itertools.product(range(len(sufs)), repeat=tries - 1)]
+                refs = [
+                    (np.prod(Q[list(r)]), W[list(r)].sum())
+                    for r in itertools.product(range(len(sufs)), repeat=tries - 1)
+                ]
                 for ys in itertools.product(range(len(sufs)), repeat=tries):
                     pc, Wy = np.prod(Q[list(ys)]), W[list(ys)].sum()
                     for J in range(tries):

@@ -88,8 +88,9 @@ def cases():
 
 
 @pytest.mark.parametrize("kernel_case,rule,points", cases())
-def test_a_run_interrupted_anywhere_resumes_to_the_same_chain(tmp_path, reference_engine, kernel_case: KernelCase,
-                                                              rule: RuleCase, points: int):
+def test_a_run_interrupted_anywhere_resumes_to_the_same_chain(
+    tmp_path, reference_engine, kernel_case: KernelCase, rule: RuleCase, points: int
+):
     """Half the points cut a trace write (mid-line), half die inside an engine call."""
     cfg, presto = rule.configs(4, **kernel_case.options(alpha=4.0, max_new_tokens=16, block_size=8, steps=6))
     model = ReferenceLM(12, sharpness=2.0, seed=3)
@@ -122,7 +123,11 @@ def test_a_finished_trace_resumes_to_its_result_without_calls(tmp_path, referenc
     cfg, presto = RULES["bfs"].configs(4, alpha=4.0, max_new_tokens=16, block_size=8, steps=6)
     engine = reference_engine(ReferenceLM(12, seed=3))
     stream = io.StringIO()
-    full = RULES["bfs"].sampler(engine, cfg, presto, KERNELS[0].make(cfg)).run([1, 2, 3], seed=7, trace=TraceWriter(stream))
+    full = (
+        RULES["bfs"]
+        .sampler(engine, cfg, presto, KERNELS[0].make(cfg))
+        .run([1, 2, 3], seed=7, trace=TraceWriter(stream))
+    )
     counted = DyingEngine(engine, calls=-1)  # never dies; counts down once per call
     make = lambda: RULES["bfs"].sampler(counted, cfg, presto, KERNELS[0].make(cfg))  # noqa: E731
     result, _, checkpoint = resume_from(tmp_path, stream.getvalue(), make)

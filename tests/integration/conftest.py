@@ -20,7 +20,9 @@ def _server(request: pytest.FixtureRequest) -> str:
     """The module's server marker: ``sglang`` or ``vllm``."""
     marks = {m.name for m in request.node.iter_markers()} & set(SERVERS)
     if len(marks) != 1:
-        raise pytest.UsageError(f"{request.node.nodeid}: server fixtures need exactly one of the markers {sorted(SERVERS)}")
+        raise pytest.UsageError(
+            f"{request.node.nodeid}: server fixtures need exactly one of the markers {sorted(SERVERS)}"
+        )
     return marks.pop()
 
 

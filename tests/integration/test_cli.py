@@ -56,7 +56,9 @@ def test_json_output_sequential(capsys):
 
 
 @pytest.mark.exactness
-@pytest.mark.parametrize(("rule_args", "keying"), [(("--rule", "bfs", "--budget", "8"), "path"), (("--rule", "step"), "step")])
+@pytest.mark.parametrize(
+    ("rule_args", "keying"), [(("--rule", "bfs", "--budget", "8"), "path"), (("--rule", "step"), "step")]
+)
 def test_presto_rules_match_sequential_with_fewer_calls(capsys, rule_args, keying):
     seq = run_json(capsys, "--rule", "sequential", "--keying", keying)
     fast = run_json(capsys, *rule_args)
@@ -107,8 +109,17 @@ def test_text_output_and_summary(capsys):
     assert rc == 0
     lines = out.splitlines()
     assert len(lines[0]) == 32  # the response text, one character per token
-    for word in ("transitions", "acceptance rate", "model calls", "transitions/call", "issued", "realized",
-                 "unreachable", "call time", "coordinator time"):
+    for word in (
+        "transitions",
+        "acceptance rate",
+        "model calls",
+        "transitions/call",
+        "issued",
+        "realized",
+        "unreachable",
+        "call time",
+        "coordinator time",
+    ):
         assert word in out
     assert f"model calls       {STEPS * STAGES} " in out
 
@@ -215,7 +226,9 @@ def test_engine_error_returns_3(capsys, monkeypatch):
 def test_interrupt_returns_130_with_valid_trace(capsys, monkeypatch, tmp_path):
     monkeypatch.setitem(cli.ENGINES, "reference", lambda args: _FlakyEngine(5, KeyboardInterrupt))
     path = tmp_path / "trace.jsonl"
-    rc = cli.main(["sample", "--engine", "reference", *SMALL, "--rule", "sequential", "--trace", str(path), "--progress"])
+    rc = cli.main(
+        ["sample", "--engine", "reference", *SMALL, "--rule", "sequential", "--trace", str(path), "--progress"]
+    )
     out, err = capsys.readouterr()
     assert rc == 130 and out == ""
     assert "interrupted; trace holds the finished calls" in err
@@ -230,7 +243,18 @@ def test_interrupt_returns_130_with_valid_trace(capsys, monkeypatch, tmp_path):
 def test_module_entry_point_subprocess(tmp_path):
     path = tmp_path / "trace.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "presto_sgl.cli", "sample", "--engine", "reference", *SMALL, "--json", "--trace", str(path)],
+        [
+            sys.executable,
+            "-m",
+            "presto_sgl.cli",
+            "sample",
+            "--engine",
+            "reference",
+            *SMALL,
+            "--json",
+            "--trace",
+            str(path),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -255,8 +279,22 @@ def test_module_entry_point_subprocess(tmp_path):
 
 
 def test_entropycut_sampler_from_the_command_line(capsys):
-    base = ["sample", "--engine", "reference", "--prompt-ids", "1,2,3", "--max-new-tokens", "16", "--block-size", "8",
-            "--steps", "6", "--method", "entropycut", "--json"]
+    base = [
+        "sample",
+        "--engine",
+        "reference",
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "16",
+        "--block-size",
+        "8",
+        "--steps",
+        "6",
+        "--method",
+        "entropycut",
+        "--json",
+    ]
     assert cli.main([*base, "--rule", "sequential", "--keying", "path"]) == 0
     seq = json.loads(capsys.readouterr().out)
     assert cli.main([*base, "--rule", "bfs"]) == 0
@@ -268,12 +306,33 @@ def test_entropycut_sampler_from_the_command_line(capsys):
     # the old flag still works, and says so
     assert cli.main([*base[:-3], "--sampler", "entropycut", "--json", "--rule", "sequential", "--keying", "path"]) == 0
     out, err = capsys.readouterr()
-    assert "warning: --sampler is deprecated; use --method" in err and json.loads(out)["response_ids"] == seq["response_ids"]
+    assert (
+        "warning: --sampler is deprecated; use --method" in err
+        and json.loads(out)["response_ids"] == seq["response_ids"]
+    )
 
 
 def test_multitry_sampler_from_the_command_line(capsys, tmp_path):
-    base = ["sample", "--engine", "reference", "--prompt-ids", "1,2,3", "--max-new-tokens", "16", "--block-size", "8",
-            "--steps", "6", "--method", "multitry", "--tries", "3", "--try-temperatures", "0.5,1", "--json"]
+    base = [
+        "sample",
+        "--engine",
+        "reference",
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "16",
+        "--block-size",
+        "8",
+        "--steps",
+        "6",
+        "--method",
+        "multitry",
+        "--tries",
+        "3",
+        "--try-temperatures",
+        "0.5,1",
+        "--json",
+    ]
     assert cli.main([*base, "--rule", "sequential"]) == 0
     seq = json.loads(capsys.readouterr().out)
     trace = tmp_path / "mtm.jsonl"

@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from presto_sgl import cli  # noqa: E402
-from presto_sgl.trace import metrics_from_trace, read_trace  # noqa: E402
-from presto_sgl.tasks.addition import is_correct, make_problem  # noqa: E402
+from presto_sgl import cli
+from presto_sgl.tasks.addition import is_correct, make_problem
+from presto_sgl.trace import metrics_from_trace, read_trace
 
 REPO = Path(__file__).resolve().parents[2]  # the repository
 TINY = ["sample", "--model", "tiny-adder", "--no-chat", "--max-new-tokens", "36", "--block-size", "12", "--steps", "6"]
@@ -38,7 +38,7 @@ def test_tiny_model_power_samples_a_correct_answer_and_couples(capsys, tmp_path)
         assert rc == 0, err
         outs[rule] = json.loads(out)
         with open(trace) as f:
-            assert metrics_from_trace(read_trace(f)) and metrics_from_trace(read_trace(open(trace)))[0].transitions == 18
+            assert metrics_from_trace(read_trace(f))[0].transitions == 18
     seq, step = outs["sequential"], outs["step"]
     assert len(seq["response_ids"]) == 36 and seq["metrics"]["model_calls"] == 18
     assert step["response_ids"] == seq["response_ids"]  # same keys -> same chain
@@ -60,8 +60,21 @@ def test_tiny_model_text_summary_and_bad_input(capsys):
 @pytest.mark.slow
 def test_readme_main_command_on_smollm2(tmp_path):
     """`presto-sgl sample --prompt ...` on SmolLM2 from PyPI, as a user runs it (subprocess)."""
-    cmd = [sys.executable, "-m", "presto_sgl", "sample", "--prompt", "What is 17 + 25?",
-           "--max-new-tokens", "16", "--block-size", "16", "--steps", "4", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "presto_sgl",
+        "sample",
+        "--prompt",
+        "What is 17 + 25?",
+        "--max-new-tokens",
+        "16",
+        "--block-size",
+        "16",
+        "--steps",
+        "4",
+        "--json",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)

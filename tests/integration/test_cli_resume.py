@@ -25,7 +25,9 @@ NODE_FIELDS = ("stage", "k", "decision", "cut", "uniform", "accepted")
 
 
 def nodes(path: Path) -> list[tuple]:
-    return [tuple(r[f] for f in NODE_FIELDS) for r in map(json.loads, path.read_text().splitlines()) if r["type"] == "node"]
+    return [
+        tuple(r[f] for f in NODE_FIELDS) for r in map(json.loads, path.read_text().splitlines()) if r["type"] == "node"
+    ]
 
 
 def sample(capsys, *argv: str) -> dict:
@@ -38,7 +40,19 @@ def sample(capsys, *argv: str) -> dict:
 def kill_at(path: Path, lines: int, sig: int, rule: str) -> int:
     """Start the CLI writing its trace to ``path``, send ``sig`` once the trace has ``lines``
     lines (the process is then anywhere after them: mid-call or mid-write); its exit code."""
-    argv = [*cli_command(), "sample", *OPTIONS, "--rule", rule, "--prompt-ids", "1,2,3", "--seed", "4", "--trace", str(path)]
+    argv = [
+        *cli_command(),
+        "sample",
+        *OPTIONS,
+        "--rule",
+        rule,
+        "--prompt-ids",
+        "1,2,3",
+        "--seed",
+        "4",
+        "--trace",
+        str(path),
+    ]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
@@ -74,8 +88,12 @@ def test_resume_refuses_other_options_and_a_trace_flag(capsys, tmp_path):
     path = tmp_path / "t.jsonl"
     sample(capsys, "--prompt-ids", "1,2,3", "--trace", str(path))
     before = path.read_text()
-    for argv, named in ((("--steps", "5"), "`--steps` (trace 12, now 5)"), (("--rule", "bfs"), "`--rule` (trace 'step', now 'bfs')"),
-                        (("--trace", str(tmp_path / "x")), "drop `--trace`"), (("--prompt-ids", "1,2"), "`--prompt`")):
+    for argv, named in (
+        (("--steps", "5"), "`--steps` (trace 12, now 5)"),
+        (("--rule", "bfs"), "`--rule` (trace 'step', now 'bfs')"),
+        (("--trace", str(tmp_path / "x")), "drop `--trace`"),
+        (("--prompt-ids", "1,2"), "`--prompt`"),
+    ):
         rc = cli.main(["sample", *OPTIONS, "--resume", str(path), *argv])
         err = capsys.readouterr().err
         assert rc == 2 and named in err, err

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from presto_sgl import cli  # noqa: E402
+from presto_sgl import cli
 
 TINY = ["run", "--model", "tiny-adder", "--max-new-tokens", "36", "--block-size", "12", "--steps", "4"]
 
@@ -52,15 +52,33 @@ def test_run_grades_records_and_resumes(capsys, tmp_path):
 
 def test_presto_and_sequential_runs_sample_the_same_chains(capsys, tmp_path):
     for rule in ("sequential", "step"):
-        assert cli.main([*TINY, "--dataset", "addition", "--limit", "3", "--rule", rule, "--no-rescore", "--traces",
-                         "--out", str(tmp_path / rule)]) == 0
+        assert (
+            cli.main(
+                [
+                    *TINY,
+                    "--dataset",
+                    "addition",
+                    "--limit",
+                    "3",
+                    "--rule",
+                    rule,
+                    "--no-rescore",
+                    "--traces",
+                    "--out",
+                    str(tmp_path / rule),
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
     trace = [json.loads(x) for x in (tmp_path / "step" / "traces" / "1.jsonl").read_text().splitlines()]
     assert trace[0]["type"] == "run" and trace[-1]["type"] == "summary"
     seq, pre = ({r["id"]: r for r in records(tmp_path / rule)} for rule in ("sequential", "step"))
     assert {k: r["response_ids"] for k, r in seq.items()} == {k: r["response_ids"] for k, r in pre.items()}
     assert all(r["rescored_log_p0"] is None and r["confidence"] is None for r in seq.values())
-    assert sum(r["metrics"]["model_calls"] for r in pre.values()) < sum(r["metrics"]["model_calls"] for r in seq.values())
+    assert sum(r["metrics"]["model_calls"] for r in pre.values()) < sum(
+        r["metrics"]["model_calls"] for r in seq.values()
+    )
 
 
 def test_bad_lines_of_a_prompt_file_are_reported_and_the_rest_run(capsys, tmp_path):
@@ -77,12 +95,18 @@ def test_bad_lines_of_a_prompt_file_are_reported_and_the_rest_run(capsys, tmp_pa
 
 
 def test_baselines_and_the_report(capsys, tmp_path):
-    runs = {"sequential": ["--rule", "sequential", "--keying", "path"], "bfs": ["--rule", "bfs", "--budget", "6"],
-            "step": ["--rule", "step", "--label", "my step run"],
-            "lowtemp": ["--method", "lowtemp"], "bestofn": ["--method", "bestofn", "--best-of", "4"],
-            "powersmc": ["--method", "powersmc", "--particles", "4"]}
+    runs = {
+        "sequential": ["--rule", "sequential", "--keying", "path"],
+        "bfs": ["--rule", "bfs", "--budget", "6"],
+        "step": ["--rule", "step", "--label", "my step run"],
+        "lowtemp": ["--method", "lowtemp"],
+        "bestofn": ["--method", "bestofn", "--best-of", "4"],
+        "powersmc": ["--method", "powersmc", "--particles", "4"],
+    }
     for name, extra in runs.items():
-        rc = cli.main([*TINY, "--dataset", "addition", "--limit", "4", *extra, "--traces", "--out", str(tmp_path / name)])
+        rc = cli.main(
+            [*TINY, "--dataset", "addition", "--limit", "4", *extra, "--traces", "--out", str(tmp_path / name)]
+        )
         assert rc == 0, capsys.readouterr().err
     capsys.readouterr()
     bon = records(tmp_path / "bestofn")
@@ -94,16 +118,29 @@ def test_baselines_and_the_report(capsys, tmp_path):
     out = tmp_path / "report"
     assert cli.main(["report", *(str(tmp_path / n) for n in runs), "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
-    assert "| bestofn | bestofn N=4 | 4 |" in text and "KV tokens of a call, peak" in text and "PreSTO vs sequential" in text and "paired TOST" in text
+    assert (
+        "| bestofn | bestofn N=4 | 4 |" in text
+        and "KV tokens of a call, peak" in text
+        and "PreSTO vs sequential" in text
+        and "paired TOST" in text
+    )
     assert "| step | my step run | 4 |" in text  # --label names the run
     paired = text.split("PreSTO vs sequential")[1]
     assert "PreSTO bfs" in paired and "my step run" not in paired  # step keys: no sequential run with its keys
-    for png in ("accuracy_vs_time", "speedup_vs_budget", "calls_vs_time_per_call", "certainty", "prefetch_tree",
-                "tost_forest"):
+    for png in (
+        "accuracy_vs_time",
+        "speedup_vs_budget",
+        "calls_vs_time_per_call",
+        "certainty",
+        "prefetch_tree",
+        "tost_forest",
+    ):
         assert (out / f"{png}.png").stat().st_size > 5000 and f"({png}.png)" in text
     results = json.loads((out / "results.json").read_text())
     assert [r["label"] for r in results["runs"]][2] == "my step run" and results["runs"][0]["problems"] == 4
-    assert {Path(s["run"]).name for s in results["speedups"]} == {"bfs"} and results["speedups"][0]["median_speedup"] > 0
+    assert {Path(s["run"]).name for s in results["speedups"]} == {"bfs"} and results["speedups"][0][
+        "median_speedup"
+    ] > 0
     assert cli.main(["report", str(tmp_path / "nothing"), "--out", str(out)]) == 2
 
 
@@ -122,7 +159,9 @@ def test_samples_give_pass_at_k_in_results_json(capsys, tmp_path):
     assert {r["id"]: r["response_ids"] for r in recs if r["sample"] == 0} == one
     results = json.loads((tmp_path / "k" / "results.json").read_text())
     correct = {p: sum(r["grade"]["correct"] for r in recs if r["problem"] == p) for p in ("0", "1", "2")}
-    want = {k: sum(1 - comb(3 - c, k) / comb(3, k) if 3 - c >= k else 1.0 for c in correct.values()) / 3 for k in (1, 2, 3)}
+    want = {
+        k: sum(1 - comb(3 - c, k) / comb(3, k) if 3 - c >= k else 1.0 for c in correct.values()) / 3 for k in (1, 2, 3)
+    }
     assert results["pass_at_k"] == pytest.approx({str(k): v for k, v in want.items()})
     assert results["accuracy"] == pytest.approx(sum(correct.values()) / 9) and results["samples_per_problem"] == 3
     assert results["config"]["samples"] == 3 and results["chains"]["transitions"] == 9 * 12
@@ -132,8 +171,10 @@ def test_a_hugging_face_dataset_from_disk_and_parquet(capsys, tmp_path):
     """--dataset hf:DIR (save_to_disk) and hf:DIR-of-Parquet::test, with GSM8K-style answers
     (#### N) in a renamed column; graded by the number after ####, else the last number."""
     datasets = pytest.importorskip("datasets")
-    rows = {"q": [f"Q:{a}+{b}=" for a, b in ((12, 34), (5, 6), (70, 8))],
-            "sol": [f"{a} plus {b}\n#### {a + b}" for a, b in ((12, 34), (5, 6), (70, 8))]}
+    rows = {
+        "q": [f"Q:{a}+{b}=" for a, b in ((12, 34), (5, 6), (70, 8))],
+        "sol": [f"{a} plus {b}\n#### {a + b}" for a, b in ((12, 34), (5, 6), (70, 8))],
+    }
     data = datasets.Dataset.from_dict(rows)
     datasets.DatasetDict({"test": data}).save_to_disk(str(tmp_path / "saved"))
     (tmp_path / "pq").mkdir()
@@ -147,8 +188,20 @@ def test_a_hugging_face_dataset_from_disk_and_parquet(capsys, tmp_path):
         for r, want in zip(recs, ("46", "11", "78")):
             assert r["grade"]["correct"] is (r["grade"]["answer"] == want)
         assert sum(r["grade"]["correct"] for r in recs) >= 2  # the tiny model mostly adds right
-    assert cli.main([*argv[:-4], "--prompt-field", "nope", "--dataset", f"hf:{tmp_path / 'saved'}",
-                     "--out", str(tmp_path / "bad")]) == 2
+    assert (
+        cli.main(
+            [
+                *argv[:-4],
+                "--prompt-field",
+                "nope",
+                "--dataset",
+                f"hf:{tmp_path / 'saved'}",
+                "--out",
+                str(tmp_path / "bad"),
+            ]
+        )
+        == 2
+    )
     assert "--prompt-field 'nope' is not a column" in capsys.readouterr().err
 
 
@@ -163,12 +216,20 @@ def test_a_run_killed_midway_resumes_to_the_same_records(capsys, tmp_path):
 
     argv = [*TINY, "--dataset", "addition", "--limit", "6", "--no-rescore", "--traces"]
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "presto_sgl", *argv, "--out", str(killed)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "presto_sgl", *argv, "--out", str(killed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         path, third = killed / "records.jsonl", killed / "traces" / "2.jsonl"
-        if path.exists() and len(path.read_text().splitlines()) >= 2 and third.exists() and third.read_text().count("\n") >= 4:
+        if (
+            path.exists()
+            and len(path.read_text().splitlines()) >= 2
+            and third.exists()
+            and third.read_text().count("\n") >= 4
+        ):
             break
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)

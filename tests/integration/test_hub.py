@@ -74,7 +74,7 @@ def _forward(model, prefix, tokens):
 
     with torch.no_grad():
         logits = model(torch.tensor([list(prefix) + list(tokens)])).logits[0].float()
-    return logits[len(prefix) - 1: len(prefix) - 1 + len(tokens)]
+    return logits[len(prefix) - 1 : len(prefix) - 1 + len(tokens)]
 
 
 def assert_unprocessed(model, req: Request, comp, *, check_logq: bool = True) -> float:
@@ -174,12 +174,26 @@ def test_sglang_refuses_a_tokenizer_of_another_model(sglang_url):
 
 def _cli(args, hf_home, timeout=600):
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "presto_sgl", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "presto_sgl", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO
+    )
 
 
-SAMPLE = ["sample", "--prompt", "What is 2+3?", "--max-new-tokens", "16", "--block-size", "8", "--steps", "2",
-          "--seed", "3", "--budget", "4"]
+SAMPLE = [
+    "sample",
+    "--prompt",
+    "What is 2+3?",
+    "--max-new-tokens",
+    "16",
+    "--block-size",
+    "8",
+    "--steps",
+    "2",
+    "--seed",
+    "3",
+    "--budget",
+    "4",
+]
 
 
 @pytest.mark.sglang
@@ -208,7 +222,7 @@ def test_vllm_by_hub_id_samples_the_unprocessed_model(vllm_url, hf_model):
     """``vllm serve ID`` with the model's penalizing generation config as its defaults: every
     token's log q and log p0 are the unprocessed model's, draws span the full vocabulary, and a
     seeded PreSTO chain repeats token for token."""
-    from presto_sgl import PrestoConfig, Sampler, sampling_configs
+    from presto_sgl import Sampler, sampling_configs
     from presto_sgl.engines.vllm.http import VLLMEngine
 
     engine = VLLMEngine(vllm_url)
@@ -274,6 +288,8 @@ def test_embedded_by_hub_id_is_the_named_model(model_folder, tmp_path):
         out = _cli([*SAMPLE, "--model", model, "--trace", str(trace)], hf_home)
         assert out.returncode == 0, out.stderr
         runs[model] = [r for r in map(json.loads, trace.read_text().splitlines()) if r.get("type") == "summary"]
-    assert runs[SMOLLM2_ID] and [r.get("tokens") for r in runs[SMOLLM2_ID]] == [r.get("tokens") for r in runs["smollm2"]]
+    assert runs[SMOLLM2_ID] and [r.get("tokens") for r in runs[SMOLLM2_ID]] == [
+        r.get("tokens") for r in runs["smollm2"]
+    ]
     missing = _cli([*SAMPLE, "--model", "Org/not-cached"], hf_home)
     assert missing.returncode == 2 and "--model" in missing.stderr and "HF_HUB_OFFLINE" in missing.stderr

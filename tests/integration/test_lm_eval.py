@@ -51,10 +51,19 @@ def _docs() -> list[dict]:
     for i, (a, b) in enumerate(SUMS):
         s = a + b
         choices = [str(s - 1), str(s), str(s + 2)]
-        choices = choices[i % 3:] + choices[: i % 3]  # the right one at every position
+        choices = choices[i % 3 :] + choices[: i % 3]  # the right one at every position
         q = f"What is {a} + {b}?"
-        docs.append({"id": f"sum{i}", "question": q, "prompt": q, "answer": s, "chat": False,
-                     "choices": choices, "label": choices.index(str(s))})
+        docs.append(
+            {
+                "id": f"sum{i}",
+                "question": q,
+                "prompt": q,
+                "answer": s,
+                "chat": False,
+                "choices": choices,
+                "label": choices.index(str(s)),
+            }
+        )
     return docs
 
 
@@ -62,15 +71,32 @@ def _generate_task(name: str, data: Path, text: str, max_gen_toks: int, descript
     # JSON is YAML: no escaping questions. exact_match ignores commas and a trailing ".0", as
     # same_number does for the answers here (small integers).
     return {
-        "task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
-        "test_split": "test", "output_type": "generate_until", "description": description,
-        "doc_to_text": text, "doc_to_target": "{{answer}}",
+        "task": name,
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(data)}},
+        "test_split": "test",
+        "output_type": "generate_until",
+        "description": description,
+        "doc_to_text": text,
+        "doc_to_target": "{{answer}}",
         "generation_kwargs": {"until": ["\n"], "max_gen_toks": max_gen_toks, "do_sample": False},
-        "filter_list": [{"name": "number", "filter": [
-            {"function": "regex", "regex_pattern": NUMBER, "group_select": -1},
-            {"function": "take_first"}]}],
-        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True,
-                         "regexes_to_ignore": [",", r"\.0+$"]}],
+        "filter_list": [
+            {
+                "name": "number",
+                "filter": [
+                    {"function": "regex", "regex_pattern": NUMBER, "group_select": -1},
+                    {"function": "take_first"},
+                ],
+            }
+        ],
+        "metric_list": [
+            {
+                "metric": "exact_match",
+                "aggregation": "mean",
+                "higher_is_better": True,
+                "regexes_to_ignore": [",", r"\.0+$"],
+            }
+        ],
         "metadata": {"version": 1.0},
     }
 
@@ -93,11 +119,19 @@ def tasks(tmp_path_factory) -> Path:
     configs = [
         _generate_task("presto_sgl_sum_gen", data, "Q: {{question}}\nA:", 8, FEWSHOT),
         _generate_task("presto_sgl_sum_chat", data, "{{question}} Answer with the number only.", 12),
-        {"task": "presto_sgl_sum_mc", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
-         "test_split": "test", "output_type": "multiple_choice", "description": FEWSHOT,
-         "doc_to_text": "Q: {{question}}\nA:", "doc_to_choice": "{{choices}}", "doc_to_target": "{{label}}",
-         "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-         "metadata": {"version": 1.0}},
+        {
+            "task": "presto_sgl_sum_mc",
+            "dataset_path": "json",
+            "dataset_kwargs": {"data_files": {"test": str(data)}},
+            "test_split": "test",
+            "output_type": "multiple_choice",
+            "description": FEWSHOT,
+            "doc_to_text": "Q: {{question}}\nA:",
+            "doc_to_choice": "{{choices}}",
+            "doc_to_target": "{{label}}",
+            "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+            "metadata": {"version": 1.0},
+        },
     ]
     for config in configs:
         (root / f"{config['task']}.yaml").write_text(json.dumps(config, indent=1) + "\n")
@@ -111,20 +145,42 @@ def served(lm_eval_bin, server_url):
         yield url, client(url).models.list().data[0].id
 
 
-def _lm_eval(lm_eval_bin: Path, tmp: Path, tasks: Path, model: str, model_args: str, names: list[str],
-             *extra: str) -> tuple[dict, dict[str, list[dict]]]:
+def _lm_eval(
+    lm_eval_bin: Path, tmp: Path, tasks: Path, model: str, model_args: str, names: list[str], *extra: str
+) -> tuple[dict, dict[str, list[dict]]]:
     """``lm_eval run`` offline in a subprocess: (its results JSON, {task: its logged samples})."""
     out = tmp / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env |= {"HF_HOME": str(tmp / "hf"), "HF_DATASETS_CACHE": str(tmp / "hf" / "datasets"),
-            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "HF_HUB_DISABLE_TELEMETRY": "1", "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [str(lm_eval_bin), "run", "--model", model, "--model_args", model_args,
-           "--tasks", ",".join(names), "--include_path", str(tasks),
-           "--output_path", str(out), "--log_samples", *extra]
+    env |= {
+        "HF_HOME": str(tmp / "hf"),
+        "HF_DATASETS_CACHE": str(tmp / "hf" / "datasets"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TQDM_DISABLE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    cmd = [
+        str(lm_eval_bin),
+        "run",
+        "--model",
+        model,
+        "--model_args",
+        model_args,
+        "--tasks",
+        ",".join(names),
+        "--include_path",
+        str(tasks),
+        "--output_path",
+        str(out),
+        "--log_samples",
+        *extra,
+    ]
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        cmd, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600
+    )
     assert proc.returncode == 0, f"lm_eval exited {proc.returncode}:\n{proc.stdout[-6000:]}"
     results = sorted(out.rglob("results_*.json"))
     assert len(results) == 1, f"lm_eval wrote {results}:\n{proc.stdout[-3000:]}"
@@ -145,17 +201,25 @@ def runs(lm_eval_bin, served, tasks, tmp_path_factory) -> dict[str, tuple[dict, 
     server completed during it."""
     url, model = served
     configs = {
-        "completions": ("local-completions", f"base_url={url}/v1/completions,model={model},tokenizer_backend=remote,"
-                        "num_concurrent=4,max_retries=1,tokenized_requests=True",
-                        ["presto_sgl_sum_gen", "presto_sgl_sum_mc"]),
-        "chat": ("local-chat-completions", f"base_url={url}/v1/chat/completions,model={model},num_concurrent=4,"
-                 "max_retries=1", ["presto_sgl_sum_chat"], "--apply_chat_template"),
+        "completions": (
+            "local-completions",
+            f"base_url={url}/v1/completions,model={model},tokenizer_backend=remote,"
+            "num_concurrent=4,max_retries=1,tokenized_requests=True",
+            ["presto_sgl_sum_gen", "presto_sgl_sum_mc"],
+        ),
+        "chat": (
+            "local-chat-completions",
+            f"base_url={url}/v1/chat/completions,model={model},num_concurrent=4,max_retries=1",
+            ["presto_sgl_sum_chat"],
+            "--apply_chat_template",
+        ),
     }
     out = {}
     for key, (lm, args, names, *extra) in configs.items():
         before = health(url)["chains"]["completed"]
-        results, samples = _lm_eval(lm_eval_bin, tmp_path_factory.mktemp(f"lm_eval_{key}"), tasks, lm, args, names,
-                                    *extra)
+        results, samples = _lm_eval(
+            lm_eval_bin, tmp_path_factory.mktemp(f"lm_eval_{key}"), tasks, lm, args, names, *extra
+        )
         out[key] = results, samples, health(url)["chains"]["completed"] - before
     return out
 
@@ -179,8 +243,10 @@ def _assert_graded_as_ours(results: dict, samples: list[dict], task: str, tasks:
     assert not disagree, f"lm-eval and presto-sgl grade these responses apart: {disagree}"
     mean = results["results"][task]["exact_match,number"]
     assert mean == pytest.approx(sum(grades) / len(grades), abs=1e-12)
-    print(f"{task}: lm-eval exact_match {mean:.3f} = presto-sgl's {sum(grades) / len(grades):.3f}; "
-          f"responses {[s['resps'][0][0] for s in samples]}")
+    print(
+        f"{task}: lm-eval exact_match {mean:.3f} = presto-sgl's {sum(grades) / len(grades):.3f}; "
+        f"responses {[s['resps'][0][0] for s in samples]}"
+    )
     return mean
 
 
@@ -204,7 +270,7 @@ def _encode_pair(tok, context: str, continuation: str) -> tuple[list[int], list[
         context, continuation = context[:-n], context[-n:] + continuation
     whole = tok.encode(context + continuation, add_special_tokens=False)
     ctx = tok.encode(context, add_special_tokens=False)
-    return ctx, whole[len(ctx):]
+    return ctx, whole[len(ctx) :]
 
 
 def _forward(hf_model, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool | None]]:
@@ -261,5 +327,7 @@ def test_loglikelihood_multiple_choice_acc_and_scores_match_a_float32_forward(ru
     assert checked == sum(len(d["choices"]) for d in _docs())
     mean = results["results"]["presto_sgl_sum_mc"]["acc,none"]
     assert mean == pytest.approx(sum(accs) / len(accs), abs=1e-12)
-    print(f"presto_sgl_sum_mc: lm-eval acc {mean:.3f} = recomputed {sum(accs) / len(accs):.3f}; "
-          f"{checked} choice loglikelihoods within {worst:.2e} (< {LL_TOL}) of the fp32 forward")
+    print(
+        f"presto_sgl_sum_mc: lm-eval acc {mean:.3f} = recomputed {sum(accs) / len(accs):.3f}; "
+        f"{checked} choice loglikelihoods within {worst:.2e} (< {LL_TOL}) of the fp32 forward"
+    )

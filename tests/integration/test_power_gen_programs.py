@@ -72,7 +72,10 @@ def test_an_expression_in_a_chat_program(backend, hf_model, tokenizer):
     assert meta["prompt_ids"] == tokenizer(state["prompt_text"])["input_ids"]  # the program text, tokenized once
     assert state.text().startswith(state["prompt_text"] + answer)
     assert len(meta["output_ids"]) == 8 and meta["transitions"] == 3 and meta["model_calls"] < 3
-    assert answer == tokenizer.decode(meta["answer_ids"]) and meta["answer_ids"] == meta["output_ids"][: len(meta["answer_ids"])]
+    assert (
+        answer == tokenizer.decode(meta["answer_ids"])
+        and meta["answer_ids"] == meta["output_ids"][: len(meta["answer_ids"])]
+    )
     assert meta["finish_reason"]["type"] == ("stop" if meta["eos_index"] is not None else "length")
     assert 0 <= meta["seed"] < 2**63 and 0 <= meta["chain_id"] < 2**63  # fresh randomness, recorded
     assert math.isclose(meta["log_p0"], math.fsum(meta["output_token_logp"]))
@@ -141,7 +144,9 @@ def test_run_batch_draws_fresh_chains_and_one_replays_by_its_seed(backend, tiny)
 
     from presto_sgl.frontend import power_gen
 
-    opts = dict(max_new_tokens=12, block_size=12, steps=3, alpha=4.0, tau=3.0, engine=tiny)  # tau 3: the tiny model is near-greedy
+    opts = dict(
+        max_new_tokens=12, block_size=12, steps=3, alpha=4.0, tau=3.0, engine=tiny
+    )  # tau 3: the tiny model is near-greedy
 
     @sgl.function
     def add(s, seed=None, chain_id=None):
@@ -215,7 +220,9 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
     assert by_run.get_meta_info("a")["output_token_logprobs"][0][1] == kept[0]
     own = bare.run(max_new_tokens=10, stop="never", backend=backend, kw={"max_tokens": 4, "stop": []})
     own_config = own.get_meta_info("a")["config"]  # block_size 8 > max_tokens 4: one block of 4
-    assert (own_config["max_new_tokens"], own_config["block_size"]) == (4, 4) and len(own.get_meta_info("a")["answer_ids"]) <= 4
+    assert (own_config["max_new_tokens"], own_config["block_size"]) == (4, 4) and len(
+        own.get_meta_info("a")["answer_ids"]
+    ) <= 4
 
 
 def test_the_papers_kernels_in_a_program(backend, hf_model):
@@ -247,12 +254,15 @@ def test_errors_name_the_argument(backend):
         s += "Hello"
         s += power_gen("x", **{"max_new_tokens": 4, "block_size": 4, "steps": 1, **kw})
 
-    for kwargs, match in (({"rule": "nope"}, "`rule` \\(='nope'\\)"), ({"block_size": 3}, "`max_new_tokens`"),
-                          ({"method": "multitry", "tries": 0}, r"`tries` \(=0\)"),
-                          ({"beta": 2.0}, "`beta` is a parameter of entropycut"),
-                          ({"regex": "[0-9]+"}, "`regex` is an sgl.gen argument"),
-                          ({"temperature": 0.7}, "`temperature` is an sgl.gen argument.*tau"),
-                          ({"max_tokens": 4}, "`max_tokens`.*`max_new_tokens`.*not both")):
+    for kwargs, match in (
+        ({"rule": "nope"}, "`rule` \\(='nope'\\)"),
+        ({"block_size": 3}, "`max_new_tokens`"),
+        ({"method": "multitry", "tries": 0}, r"`tries` \(=0\)"),
+        ({"beta": 2.0}, "`beta` is a parameter of entropycut"),
+        ({"regex": "[0-9]+"}, "`regex` is an sgl.gen argument"),
+        ({"temperature": 0.7}, "`temperature` is an sgl.gen argument.*tau"),
+        ({"max_tokens": 4}, "`max_tokens`.*`max_new_tokens`.*not both"),
+    ):
         with pytest.raises(ConfigError, match=match):
             bad.run(kw=kwargs, backend=backend)
 

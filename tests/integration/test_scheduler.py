@@ -17,9 +17,9 @@ import pytest
 
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceLM
-from presto_sgl.runner import run_prompts
-from presto_sgl.planners.loadmodel import LoadModel
 from presto_sgl.offers import Offer
+from presto_sgl.planners.loadmodel import LoadModel
+from presto_sgl.runner import run_prompts
 from presto_sgl.scheduler import Scheduler, current
 from tests.support.cases import KERNELS, PRESTO_RULES, sequential_sampler
 
@@ -96,7 +96,7 @@ def test_explore_fractions_before_the_model_is_fitted():
 def test_load_model_fits_step_cost_and_caps_only_under_load():
     m = LoadModel()
     offer = _offer([10] * 4, [1.0, 1.5, 1.8, 1.9], preferred=4)
-    for rows_other, per_step in ((0, 0.05), (20, 0.09), (60, 0.17)):  # tau(R) = 0.05 + 0.002 R (own 4 rows)
+    for rows_other, _per_step in ((0, 0.05), (20, 0.09), (60, 0.17)):  # tau(R) = 0.05 + 0.002 R (own 4 rows)
         m.observe(offer, 4, [g[0] for g in offer.groups], rows_other, 10 * (0.05 + 0.002 * (rows_other + 4)))
     assert m.a == pytest.approx(0.05, abs=1e-9) and m.b == pytest.approx(0.002, abs=1e-9)
     assert m.cap(offer, 0) == 4  # alone: the chain's own choice
@@ -143,10 +143,8 @@ def test_a_failed_call_reaches_every_chain_in_it_and_a_leaving_chain_frees_the_r
 
 def test_one_thread_runs_one_scheduled_chain():
     s = Scheduler(_Failing())
-    with s.chain():
-        with pytest.raises(RuntimeError, match="already runs"):
-            with s.chain():
-                pass
+    with s.chain(), pytest.raises(RuntimeError, match="already runs"), s.chain():
+        pass
 
 
 def test_serve_with_the_scheduler_answers_as_without():
@@ -157,10 +155,13 @@ def test_serve_with_the_scheduler_answers_as_without():
 
     answers = {}
     for scheduled in (False, True):
-        service = make_service(reference(), "reference", concurrency=4, scheduler=scheduled, rule="step", cost_aware=True)
+        service = make_service(
+            reference(), "reference", concurrency=4, scheduler=scheduled, rule="step", cost_aware=True
+        )
         with serving(service) as url:
-            r = client(url).completions.create(model="reference", prompt=PROMPT, max_tokens=16, n=4,
-                                               extra_body={"seed": 5})
+            r = client(url).completions.create(
+                model="reference", prompt=PROMPT, max_tokens=16, n=4, extra_body={"seed": 5}
+            )
         answers[scheduled] = [c.text for c in r.choices]
         if scheduled:
             assert max(service.pool.scheduler.stats.chains_per_call) > 1

@@ -45,8 +45,13 @@ def ref_url():
 @pytest.mark.parametrize("rule", ["sequential", "bfs", "step"])
 def test_completions_with_n_chains_equal_the_librarys_chains(ref_url, rule):
     c = client(ref_url)
-    r = c.completions.create(model="reference", prompt=PROMPT, max_tokens=16, n=3,
-                             extra_body={"block_size": 8, "steps": 4, "rule": rule, "seed": 11, "return_token_ids": True})
+    r = c.completions.create(
+        model="reference",
+        prompt=PROMPT,
+        max_tokens=16,
+        n=3,
+        extra_body={"block_size": 8, "steps": 4, "rule": rule, "seed": 11, "return_token_ids": True},
+    )
     assert [ch.index for ch in r.choices] == [0, 1, 2]
     responses = []
     for ch in r.choices:
@@ -66,8 +71,13 @@ def test_completions_with_n_chains_equal_the_librarys_chains(ref_url, rule):
 
 def test_a_list_of_prompts_keys_chain_j_of_prompt_i_as_i_times_n_plus_j(ref_url):
     prompts = [[1, 2, 3], [5, 6]]
-    r = client(ref_url).completions.create(model="reference", prompt=prompts, max_tokens=8, n=2,
-                                           extra_body={"block_size": 8, "steps": 2, "seed": 3, "return_token_ids": True})
+    r = client(ref_url).completions.create(
+        model="reference",
+        prompt=prompts,
+        max_tokens=8,
+        n=2,
+        extra_body={"block_size": 8, "steps": 2, "seed": 3, "return_token_ids": True},
+    )
     assert len(r.choices) == 4
     for ch in r.choices:
         assert ch.prompt_token_ids == prompts[ch.index // 2]
@@ -84,13 +94,25 @@ def test_text_prompts_stop_strings_streaming_and_fresh_seeds(ref_url):
     stop = full.text[5:7]
     cut = c.completions.create(model="reference", prompt="abcd", max_tokens=16, stop=[stop], extra_body=body).choices[0]
     assert cut.text == full.text[: full.text.index(stop)] and cut.finish_reason == "stop"
-    chunks = list(c.completions.create(model="reference", prompt="abcd", max_tokens=16, stream=True, extra_body=body,
-                                       stream_options={"include_usage": True}))
+    chunks = list(
+        c.completions.create(
+            model="reference",
+            prompt="abcd",
+            max_tokens=16,
+            stream=True,
+            extra_body=body,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[0].choices[0].text == full.text and chunks[-1].usage.completion_tokens == 16
     plain = list(c.completions.create(model="reference", prompt="abcd", max_tokens=16, stream=True, extra_body=body))
     assert len(plain) == 1 and plain[0].usage is None and plain[0].model_extra["presto"]["seed"] == 4
-    seeds = {c.completions.create(model="reference", prompt="abcd", max_tokens=8, extra_body={"block_size": 8}).model_extra[
-        "presto"]["seed"] for _ in range(3)}
+    seeds = {
+        c.completions.create(model="reference", prompt="abcd", max_tokens=8, extra_body={"block_size": 8}).model_extra[
+            "presto"
+        ]["seed"]
+        for _ in range(3)
+    }
     assert len(seeds) == 3, "a request without a seed gets a fresh one, reported in presto.seed"
 
 
@@ -181,7 +203,9 @@ def test_a_client_that_disconnects_leaves_no_chain_running():
         assert service.engine.calls == calls, "no model call after the chain was cancelled"
         snap = health(url)["chains"]
         assert snap["cancelled"] == 1 and snap["completed"] == 0 and snap["refused"] == 1
-        r = client(url).completions.create(model="reference", prompt=PROMPT, max_tokens=16, extra_body={"block_size": 8})
+        r = client(url).completions.create(
+            model="reference", prompt=PROMPT, max_tokens=16, extra_body={"block_size": 8}
+        )
         assert len(r.choices[0].text) == 16
 
 
@@ -204,13 +228,19 @@ def test_a_bounded_load_completes_or_refuses_every_request_cleanly():
     outcomes: list[tuple[int, int, object]] = []
     lock = threading.Lock()
     with serving(service) as url:
+
         def worker(w):
             c = client(url)
             for i in range(3):
                 seed = w * 3 + i
                 try:
-                    r = c.completions.create(model="reference", prompt=PROMPT, max_tokens=16, seed=seed,
-                                             extra_body={"block_size": 8, "steps": 20, "return_token_ids": True})
+                    r = c.completions.create(
+                        model="reference",
+                        prompt=PROMPT,
+                        max_tokens=16,
+                        seed=seed,
+                        extra_body={"block_size": 8, "steps": 20, "return_token_ids": True},
+                    )
                     result = (200, seed, tuple(r.choices[0].token_ids))
                 except openai.RateLimitError as exc:
                     result = (429, seed, exc.body["type"])
@@ -242,8 +272,9 @@ def stand_in(tmp_path):
 
 
 def _standin_service(srv, restart_timeout_s):
-    return make_service(SGLangEngine(srv.url, restart_timeout_s=restart_timeout_s), "standin", max_new_tokens=8,
-                        block_size=4, steps=3)
+    return make_service(
+        SGLangEngine(srv.url, restart_timeout_s=restart_timeout_s), "standin", max_new_tokens=8, block_size=4, steps=3
+    )
 
 
 def test_a_backend_restart_mid_request_is_waited_out(stand_in):
@@ -252,7 +283,9 @@ def test_a_backend_restart_mid_request_is_waited_out(stand_in):
         stand_in.drop_next = 1.0  # the backend goes away on the request's first call, back 1 s later
         r = client(url).completions.create(model="standin", prompt=[1, 2, 3], extra_body={"return_token_ids": True})
         assert r.choices[0].model_extra["presto"]["metrics"]["transitions"] == 6
-        assert service.engine.inner.stats.reconnects == 1 and len(r.choices[0].model_extra["presto"]["response_ids"]) == 8
+        assert (
+            service.engine.inner.stats.reconnects == 1 and len(r.choices[0].model_extra["presto"]["response_ids"]) == 8
+        )
 
 
 def test_a_backend_gone_for_good_is_503_and_a_failing_one_502(stand_in, tmp_path):
@@ -293,7 +326,9 @@ def test_the_default_embedded_engine_serves_the_librarys_chain():
 
     args = ["--model", "tiny-adder", "--max-new-tokens", "12", "--block-size", "12", "--steps", "4", "--seed", "2"]
     with serve_cli(*args) as (url, _):
-        r = client(url).completions.create(model="tiny-adder", prompt="Q:47+385=", extra_body={"return_token_ids": True})
+        r = client(url).completions.create(
+            model="tiny-adder", prompt="Q:47+385=", extra_body={"return_token_ids": True}
+        )
     engine = models.embedded_engine("tiny-adder")
     config, presto = sampling_configs("step", max_new_tokens=12, block_size=12, steps=4)
     prompt = engine.encode("Q:47+385=")

@@ -98,7 +98,7 @@ def _stream_problem(text: str) -> str | None:
     """What is wrong with a stream: server-sent events (comments, ``data:`` JSON chunks) ending in
     ``[DONE]``, whose error event (an error after the stream began) is not a server's error."""
     events = [e for e in text.split("\n\n") if e.strip()]
-    data = [line[len("data: "):] for e in events for line in e.splitlines() if line.startswith("data: ")]
+    data = [line[len("data: ") :] for e in events for line in e.splitlines() if line.startswith("data: ")]
     if any(not line.startswith((":", "data: ")) for e in events for line in e.splitlines()):
         return "stream is not server-sent events"
     if not data or data[-1] != "[DONE]":
@@ -211,29 +211,57 @@ class Fuzz:
             entry = self.refused_valid.setdefault(key, {"count": 0, "request": _short(body), "response": _short(text)})
             entry["count"] += 1
 
-    def _fail(self, key: tuple, label: str, mode: GenerationMode, problem: str, body: Any, status: int | None,
-              text: str | None) -> None:
-        entry = self.failures.setdefault(key, {"operation": label, "mode": mode.value, "problem": problem,
-                                               "status": status, "request": _short(body),
-                                               "response": _short(text) if text is not None else None, "count": 0})
+    def _fail(
+        self,
+        key: tuple,
+        label: str,
+        mode: GenerationMode,
+        problem: str,
+        body: Any,
+        status: int | None,
+        text: str | None,
+    ) -> None:
+        entry = self.failures.setdefault(
+            key,
+            {
+                "operation": label,
+                "mode": mode.value,
+                "problem": problem,
+                "status": status,
+                "request": _short(body),
+                "response": _short(text) if text is not None else None,
+                "count": 0,
+            },
+        )
         entry["count"] += 1
 
     def report(self, seconds: float) -> dict[str, Any]:
         return {
-            "requests": sum(self.sent.values()), "seconds": round(seconds, 1), "per_operation": dict(self.sent),
+            "requests": sum(self.sent.values()),
+            "seconds": round(seconds, 1),
+            "per_operation": dict(self.sent),
             "statuses": {f"{label} {mode} {status}": n for (label, mode, status), n in sorted(self.statuses.items())},
             "slowest": {"seconds": round(self.slowest[0], 2), "request": self.slowest[1]},
             "failures": list(self.failures.values()),
-            "schema_valid_but_refused": [{"operation": k[0], "status": k[1], "param": k[2], "code": k[3], **v}
-                                         for k, v in self.refused_valid.items()],
+            "schema_valid_but_refused": [
+                {"operation": k[0], "status": k[1], "param": k[2], "code": k[3], **v}
+                for k, v in self.refused_valid.items()
+            ],
         }
 
 
 def _run(fuzz: Fuzz, operation: Any, mode: GenerationMode, examples: int) -> None:
     explore = os.environ.get("PRESTO_SGL_FUZZ_SEED")
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=explore is None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=explore is None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+    )
     @given(case=operation.as_strategy(generation_mode=mode))
     def one(case: Any) -> None:
         fuzz.send(case, mode)
@@ -257,15 +285,18 @@ def test_the_document_lists_every_request_field_and_is_served(served):
         assert json.loads(resp.read()) == json.loads(json.dumps(doc))
     for path, kind in (("/v1/completions", "completions"), ("/v1/chat/completions", "chat")):
         variants = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["anyOf"]
-        assert [v["properties"]["method"].get("enum") or v["properties"]["method"]["anyOf"][0]["enum"] for v in variants] \
-            == [[k] for k in registry.KERNELS]  # one variant per kernel
+        assert [
+            v["properties"]["method"].get("enum") or v["properties"]["method"]["anyOf"][0]["enum"] for v in variants
+        ] == [[k] for k in registry.KERNELS]  # one variant per kernel
         assert set().union(*(v["properties"] for v in variants)) == set(fields(kind))
         assert all(v["additionalProperties"] is False and all(v["properties"].values()) for v in variants)
     multitry = doc["paths"]["/v1/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]["anyOf"][
-        list(registry.KERNELS).index("multitry")]["properties"]
+        list(registry.KERNELS).index("multitry")
+    ]["properties"]
     assert "tries" in multitry and "beta" not in multitry  # a kernel's own parameters, no other kernel's
-    assert {"type": ["integer", "null"], "minimum": 0, "default": 3} | {"description": multitry["steps"]["description"]} \
-        == multitry["steps"]  # generated from PowerConfig.steps: integer(0) and the server's default
+    assert {"type": ["integer", "null"], "minimum": 0, "default": 3} | {
+        "description": multitry["steps"]["description"]
+    } == multitry["steps"]  # generated from PowerConfig.steps: integer(0) and the server's default
     schema = schemathesis.openapi.from_dict(openapi_schema(service, limits=LIMITS))
     assert all(result.ok() for result in schema.get_all_operations())
 
@@ -284,4 +315,5 @@ def test_fuzzing_the_document_finds_no_server_error_hang_or_unshaped_error(serve
             json.dump(report, f, indent=1)
     assert report["requests"] >= MIN_REQUESTS, report["per_operation"]
     assert not report["failures"], f"{len(report['failures'])} distinct failures:\n" + "\n".join(
-        json.dumps(f, indent=1) for f in report["failures"])
+        json.dumps(f, indent=1) for f in report["failures"]
+    )

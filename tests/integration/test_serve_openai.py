@@ -30,8 +30,12 @@ def post(url: str, path: str, body: dict, **kw) -> httpx.Response:
 
 def test_max_tokens_caps_a_chain_rounded_up_to_whole_blocks(url):
     """max_tokens 13, block 8: the chain is the library's T = 16 chain; the answer its first 13 tokens."""
-    r = client(url).completions.create(model="reference", prompt=PROMPT, max_tokens=13,
-                                       extra_body={"block_size": 8, "steps": 2, "seed": 3, "return_token_ids": True})
+    r = client(url).completions.create(
+        model="reference",
+        prompt=PROMPT,
+        max_tokens=13,
+        extra_body={"block_size": 8, "steps": 2, "seed": 3, "return_token_ids": True},
+    )
     ch = r.choices[0]
     want = library_chain(PROMPT, 3, 0, max_new_tokens=16, block_size=8, steps=2)
     assert ch.model_extra["presto"]["response_ids"] == list(want.state.tokens)
@@ -41,8 +45,14 @@ def test_max_tokens_caps_a_chain_rounded_up_to_whole_blocks(url):
 
 def test_temperature_sets_alpha_and_logprobs_are_the_chains_log_p0(url):
     c = client(url)
-    r = c.completions.create(model="reference", prompt=PROMPT, max_tokens=8, temperature=0.5, logprobs=0,
-                             extra_body={"block_size": 8, "steps": 2, "seed": 5, "return_token_ids": True})
+    r = c.completions.create(
+        model="reference",
+        prompt=PROMPT,
+        max_tokens=8,
+        temperature=0.5,
+        logprobs=0,
+        extra_body={"block_size": 8, "steps": 2, "seed": 5, "return_token_ids": True},
+    )
     assert r.model_extra["presto"]["config"]["alpha"] == 2.0
     want = library_chain(PROMPT, 5, 0, max_new_tokens=8, block_size=8, steps=2, alpha=2.0)
     lp = r.choices[0].logprobs
@@ -58,15 +68,22 @@ def test_echo_with_logprobs_scores_the_prompt_in_one_pass_as_lm_eval_reads_it(ur
     token_logprobs[ctxlen:-1] sum to log p0(continuation | context), is_greedy from top_logprobs."""
     lm = reference().lm
     context, continuation = [1, 2, 3, 4, 5], [6, 7, 8]
-    body = {"model": "reference", "prompt": [context + continuation], "echo": True, "logprobs": 1, "max_tokens": 1,
-            "temperature": 0, "seed": 1234}
+    body = {
+        "model": "reference",
+        "prompt": [context + continuation],
+        "echo": True,
+        "logprobs": 1,
+        "max_tokens": 1,
+        "temperature": 0,
+        "seed": 1234,
+    }
     r = post(url, "/v1/completions", body).json()
     ch = r["choices"][0]
     assert r["presto"]["scored"] is True and r["presto"]["power_sampling"] is False
     lps = ch["logprobs"]["token_logprobs"]
     assert len(lps) == len(context + continuation) + 1 and lps[0] is None
     want = lm.score(context, continuation)[0]
-    assert sum(lps[len(context):-1]) == pytest.approx(want, abs=1e-9)
+    assert sum(lps[len(context) : -1]) == pytest.approx(want, abs=1e-9)
     tops = ch["logprobs"]["top_logprobs"]
     for t in range(1, 9):  # each top dict holds the position's argmax (and the given token)
         row = lm.distribution((context + continuation)[:t])[0]
@@ -82,18 +99,27 @@ def test_echo_with_logprobs_scores_the_prompt_in_one_pass_as_lm_eval_reads_it(ur
 
 
 def test_echo_without_logprobs_prepends_the_prompt_to_a_sampled_answer(url):
-    r = client(url).completions.create(model="reference", prompt="abcd", max_tokens=8, echo=True,
-                                       extra_body={"block_size": 8, "steps": 2, "seed": 2})
-    plain = client(url).completions.create(model="reference", prompt="abcd", max_tokens=8,
-                                           extra_body={"block_size": 8, "steps": 2, "seed": 2})
+    r = client(url).completions.create(
+        model="reference", prompt="abcd", max_tokens=8, echo=True, extra_body={"block_size": 8, "steps": 2, "seed": 2}
+    )
+    plain = client(url).completions.create(
+        model="reference", prompt="abcd", max_tokens=8, extra_body={"block_size": 8, "steps": 2, "seed": 2}
+    )
     assert r.choices[0].text == "abcd" + plain.choices[0].text
 
 
 def test_stream_sends_keepalive_comments_while_chains_run():
     service = make_service(reference(), "reference", concurrency=1, queue_size=0)
     with serving(service, keepalive_s=0.2) as u:
-        body = {"model": "reference", "prompt": PROMPT, "stream": True, "max_tokens": 16,
-                "block_size": 16, "steps": 6000, "rule": "sequential"}  # about 2 s
+        body = {
+            "model": "reference",
+            "prompt": PROMPT,
+            "stream": True,
+            "max_tokens": 16,
+            "block_size": 16,
+            "steps": 6000,
+            "rule": "sequential",
+        }  # about 2 s
         lines = []
         with httpx.stream("POST", u + "/v1/completions", json=body, timeout=120) as resp:
             assert resp.status_code == 200
@@ -122,16 +148,20 @@ def test_tokenize_detokenize_and_tokenizer_info_in_vllms_shapes(url):
     info = httpx.get(url + "/tokenizer_info").json()
     assert {"eos_token", "bos_token", "pad_token", "chat_template", "model_max_length"} <= set(info)
     assert info["vocab_size"] == 32
-    for path, body, param in (("/tokenize", {"prompt": 3}, "prompt"), ("/detokenize", {"tokens": [99]}, "tokens"),
-                              ("/tokenize", {"prompt": "a;b"}, "prompt")):
+    for path, body, param in (
+        ("/tokenize", {"prompt": 3}, "prompt"),
+        ("/detokenize", {"tokens": [99]}, "tokens"),
+        ("/tokenize", {"prompt": "a;b"}, "prompt"),
+    ):
         bad = post(url, path, body)
         assert bad.status_code == 400 and bad.json()["error"]["param"] == param
 
 
 def test_metrics_count_requests_and_the_chains_transitions(url):
     before = httpx.get(url + "/metrics").text
-    r = client(url).completions.create(model="reference", prompt=PROMPT, max_tokens=8, n=2,
-                                       extra_body={"block_size": 8, "steps": 3})
+    r = client(url).completions.create(
+        model="reference", prompt=PROMPT, max_tokens=8, n=2, extra_body={"block_size": 8, "steps": 3}
+    )
     text = httpx.get(url + "/metrics").text
 
     def value(body: str, name: str) -> float:
@@ -141,7 +171,7 @@ def test_metrics_count_requests_and_the_chains_transitions(url):
     calls = sum(ch.model_extra["presto"]["metrics"]["model_calls"] for ch in r.choices)
     assert value(text, "presto_sgl_transitions_total") - value(before, "presto_sgl_transitions_total") == 6
     assert value(text, "presto_sgl_model_calls_total") - value(before, "presto_sgl_model_calls_total") == calls
-    assert '# TYPE presto_sgl_chains_running gauge' in text and "presto_sgl_queue_depth 0" in text
+    assert "# TYPE presto_sgl_chains_running gauge" in text and "presto_sgl_queue_depth 0" in text
     assert 'presto_sgl_requests_total{endpoint="/v1/completions",status="200"}' in text
 
 
@@ -152,7 +182,8 @@ def test_an_api_key_guards_the_api_but_not_health():
         assert err.value.body["code"] == "invalid_api_key"
         assert httpx.post(u + "/tokenize", json={"prompt": "ab"}).status_code == 401
         ok = openai.OpenAI(base_url=u + "/v1", api_key="s3cret", max_retries=0).completions.create(
-            model="reference", prompt=PROMPT, max_tokens=8, extra_body={"block_size": 8, "steps": 1})
+            model="reference", prompt=PROMPT, max_tokens=8, extra_body={"block_size": 8, "steps": 1}
+        )
         assert len(ok.choices[0].text) == 8
         assert httpx.get(u + "/health").status_code == 200 and httpx.get(u + "/metrics").status_code == 200
 

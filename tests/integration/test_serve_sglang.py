@@ -49,8 +49,9 @@ def test_chat_and_completions_with_n_chains_on_a_real_server(server_url, hf_mode
     with serve_cli(*SERVE, "--url", server_url) as (url, _):
         model = _model_name(url)
         c = client(url)
-        r = c.chat.completions.create(model=model, messages=MESSAGES, n=2, seed=3,
-                                      extra_body={"return_token_ids": True})
+        r = c.chat.completions.create(
+            model=model, messages=MESSAGES, n=2, seed=3, extra_body={"return_token_ids": True}
+        )
         tok = AutoTokenizer.from_pretrained(hf_model.name_or_path)
         want = tok.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)
         want = list(want["input_ids"] if hasattr(want, "keys") else want)
@@ -62,8 +63,12 @@ def test_chat_and_completions_with_n_chains_on_a_real_server(server_url, hf_mode
             assert ch.finish_reason == ("stop" if ch.model_extra["presto"]["eos_index"] is not None else "length")
             assert ch.model_extra["presto"]["metrics"]["transitions"] == 6
         assert r.usage.prompt_tokens == len(want)
-        text = c.completions.create(model=model, prompt="The capital of France is", max_tokens=8,
-                                    extra_body={"block_size": 4, "steps": 2, "return_token_ids": True})
+        text = c.completions.create(
+            model=model,
+            prompt="The capital of France is",
+            max_tokens=8,
+            extra_body={"block_size": 4, "steps": 2, "return_token_ids": True},
+        )
         ch = text.choices[0]
         assert ch.prompt_token_ids == tok.encode("The capital of France is", add_special_tokens=False)
         _assert_scored(hf_model, ch.prompt_token_ids, ch)
@@ -78,8 +83,9 @@ def test_logprobs_and_a_prompt_scored_in_one_pass_on_a_real_server(server_url, h
     the forward's greedy next token."""
     with serve_cli(*SERVE, "--url", server_url) as (url, _):
         model = _model_name(url)
-        r = client(url).chat.completions.create(model=model, messages=MESSAGES, max_tokens=12, logprobs=True,
-                                                extra_body={"return_token_ids": True})
+        r = client(url).chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=12, logprobs=True, extra_body={"return_token_ids": True}
+        )
         ch = r.choices[0]
         assert len(ch.token_ids) <= 12 and r.model_extra["presto"]["config"]["max_new_tokens"] == 16
         assert_scores_match(hf_model, ch.prompt_token_ids, ch.token_ids, [e.logprob for e in ch.logprobs.content])
@@ -92,7 +98,8 @@ def test_a_client_that_hangs_up_cancels_its_chains_on_the_server(server_url):
 
         with pytest.raises(openai.APITimeoutError):  # the client hangs up after 3 s of a minutes-long request
             client(url, timeout_s=3.0).chat.completions.create(
-                model=model, messages=MESSAGES, n=2, max_tokens=64, extra_body={"steps": 50, "rule": "sequential"})
+                model=model, messages=MESSAGES, n=2, max_tokens=64, extra_body={"steps": 50, "rule": "sequential"}
+            )
         assert wait_for(lambda: health(url)["chains"]["running"] == 0, timeout_s=30), "a chain outlived its client"
         calls = health(url)["backend_calls"]
         time.sleep(2)
@@ -102,7 +109,7 @@ def test_a_client_that_hangs_up_cancels_its_chains_on_the_server(server_url):
 
 def test_the_readme_client_example_runs_as_written(server_url):
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("**Behind an OpenAI-compatible endpoint**"):]
+    section = readme[readme.index("**Behind an OpenAI-compatible endpoint**") :]
     command = re.search(r"presto-sgl serve (.*?)\s+# on port 8300", section).group(1)
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     flags = command.replace("http://127.0.0.1:30000", server_url).split()

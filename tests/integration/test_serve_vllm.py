@@ -24,8 +24,13 @@ def test_served_chains_are_the_librarys_chains_on_the_same_server(server_url, en
     flags = ("--engine", "vllm", "--url", server_url, "--max-new-tokens", "16", "--block-size", "8", "--steps", "3")
     with serve_cli(*flags) as (url, _):
         c = client(url)
-        r = c.chat.completions.create(model=c.models.list().data[0].id, messages=MESSAGES, n=2, seed=4,
-                                      extra_body={"budget": 6, "return_token_ids": True})
+        r = c.chat.completions.create(
+            model=c.models.list().data[0].id,
+            messages=MESSAGES,
+            n=2,
+            seed=4,
+            extra_body={"budget": 6, "return_token_ids": True},
+        )
     config, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=3, budget=6)
     sampler = Sampler(engine, config, presto)
     prompt = engine.chat_prompt(MESSAGES[0]["content"])
@@ -46,6 +51,7 @@ def test_a_prompt_scored_in_one_pass_on_a_real_vllm_server(server_url, hf_model)
 
     with serve_cli("--engine", "vllm", "--url", server_url) as (url, _):
         model = client(url).models.list().data[0].id
-        ids = httpx.post(url + "/tokenize", json={"prompt": "The capital of France is", "add_special_tokens": False},
-                         timeout=60).json()["tokens"]
+        ids = httpx.post(
+            url + "/tokenize", json={"prompt": "The capital of France is", "add_special_tokens": False}, timeout=60
+        ).json()["tokens"]
         assert_prompt_scored(url, model, hf_model, ids)

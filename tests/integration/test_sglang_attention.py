@@ -21,6 +21,7 @@ def _native():
 
     return TorchNativeAttnBackend
 
+
 H, HKV, D = 9, 3, 64  # SmolLM2-135M: 9 query heads, 3 KV heads
 
 
@@ -39,15 +40,32 @@ def _pool(seq_lens, seed=0):
 def test_batched_decode_matches_torch_native(seq_lens):
     k_cache, v_cache, r2t, idx, lens, g = _pool(seq_lens)
     q = torch.randn(len(seq_lens), H, D, generator=g)
-    want = _native()._run_sdpa_forward_decode(None, q, torch.empty_like(q), k_cache, v_cache, r2t, idx, lens,
-                                                            None, 0.125, True, False, False, None)
-    got = attention.decode(_native()._run_sdpa_forward_decode, None, q, torch.empty_like(q), k_cache,
-                           v_cache, r2t, idx, lens, None, 0.125, True, False, False, None)
+    want = _native()._run_sdpa_forward_decode(
+        None, q, torch.empty_like(q), k_cache, v_cache, r2t, idx, lens, None, 0.125, True, False, False, None
+    )
+    got = attention.decode(
+        _native()._run_sdpa_forward_decode,
+        None,
+        q,
+        torch.empty_like(q),
+        k_cache,
+        v_cache,
+        r2t,
+        idx,
+        lens,
+        None,
+        0.125,
+        True,
+        False,
+        False,
+        None,
+    )
     assert (got - want).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("seq_lens,prefix_lens", [([7, 41, 1, 120, 12], [0, 40, 0, 100, 11]), ([30, 30], [29, 0]),
-                                                  ([5], [0])])
+@pytest.mark.parametrize(
+    "seq_lens,prefix_lens", [([7, 41, 1, 120, 12], [0, 40, 0, 100, 11]), ([30, 30], [29, 0]), ([5], [0])]
+)
 def test_batched_extend_matches_torch_native(seq_lens, prefix_lens):
     k_cache, v_cache, r2t, idx, lens, g = _pool(seq_lens, seed=1)
     prefix = torch.tensor(prefix_lens)

@@ -23,8 +23,16 @@ from presto_sgl.testing.wiretap import Wiretap, asked
 
 pytestmark = pytest.mark.sglang
 
-QUESTIONS = ["What is 2 + 3?", "Name a prime number.", "Say hi.", "What is 6 times 7?", "Name a color.",
-             "What is 9 - 4?", "Spell cat.", "Count to three."]
+QUESTIONS = [
+    "What is 2 + 3?",
+    "Name a prime number.",
+    "Say hi.",
+    "What is 6 times 7?",
+    "Name a color.",
+    "What is 9 - 4?",
+    "Spell cat.",
+    "Count to three.",
+]
 
 
 def test_chains_in_flight_survive_a_killed_server(server_url, hf_model, tmp_path):

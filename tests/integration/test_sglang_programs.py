@@ -48,8 +48,9 @@ def test_few_shot_arithmetic_graded(backend, hf_model):
         s += FEW_SHOT + "Question: " + question + "\nAnswer:"
         s += power_gen("answer", max_tokens=4, stop=["Question", "\n"], **CHAIN)
 
-    states = few_shot.run_batch([{"question": f"What is {a} + {b}?"} for a, b in PAIRS], backend=backend,
-                                num_threads=8, progress_bar=True)
+    states = few_shot.run_batch(
+        [{"question": f"What is {a} + {b}?"} for a, b in PAIRS], backend=backend, num_threads=8, progress_bar=True
+    )
     correct = 0
     for (a, b), st in zip(PAIRS, states, strict=True):
         meta = st.get_meta_info("answer")
@@ -73,8 +74,10 @@ def test_multi_turn_chat(backend, hf_model):
         s += sgl.user(second)
         s += sgl.assistant(power_gen("a2", max_tokens=8, **CHAIN))
 
-    turns = [{"first": "Name a fruit.", "second": "What color is it?"},
-             {"first": "Name a planet.", "second": "Is it large?"}] * 2
+    turns = [
+        {"first": "Name a fruit.", "second": "What color is it?"},
+        {"first": "Name a planet.", "second": "Is it large?"},
+    ] * 2
     for st in chat.run_batch(turns, backend=backend, num_threads=8):
         a1, a2 = st.get_meta_info("a1"), st.get_meta_info("a2")
         assert [m["role"] for m in st.messages()][-4:] == ["user", "assistant", "user", "assistant"]
@@ -102,8 +105,9 @@ def test_tree_of_thought_with_forks(backend, hf_model):
             branch += power_gen("answer", max_tokens=4, **CHAIN)
         return [(b.get_meta_info("thought"), b.get_meta_info("answer")) for b in branches]
 
-    states = tree.run_batch([{"question": q} for q in ("What is 2 + 2?", "Name a color.")], backend=backend,
-                            num_threads=8)
+    states = tree.run_batch(
+        [{"question": q} for q in ("What is 2 + 2?", "Name a color.")], backend=backend, num_threads=8
+    )
     ids = set()
     for st in states:
         branches = st.ret_value
@@ -126,7 +130,7 @@ def test_the_readme_program_runs_as_written(backend, server_url, hf_model):
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("**In an SGLang program**"):]
+    section = readme[readme.index("**In an SGLang program**") :]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert 'rule="step")' in code and "max_tokens=64" in code
     code = code.replace("http://127.0.0.1:30000", server_url).replace("max_tokens=64", "max_tokens=8")

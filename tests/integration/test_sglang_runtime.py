@@ -45,8 +45,12 @@ def sglang_ready() -> None:
     if HAVE_SGLANG:
         return
     if REQUIRED and Path(sys.prefix).name == ".venv-sglang":
-        pytest.fail(f"PRESTO_SGL_REQUIRE_SGLANG=1 but {sys.executable} cannot import sglang; run bash scripts/install_sglang.sh")
-    pytest.skip(f"sglang is not importable by {sys.executable}; scripts/test.sh runs this file with .venv-sglang/bin/python")
+        pytest.fail(
+            f"PRESTO_SGL_REQUIRE_SGLANG=1 but {sys.executable} cannot import sglang; run bash scripts/install_sglang.sh"
+        )
+    pytest.skip(
+        f"sglang is not importable by {sys.executable}; scripts/test.sh runs this file with .venv-sglang/bin/python"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +123,9 @@ class TestInProcessEngine:
 
         temps = (0.25, 0.5, 1.0)
         assert engine.capabilities.scores_at(temps)
-        cfg, presto = sampling_configs("step", budget=3, alpha=4.0, max_new_tokens=8, block_size=8, steps=3, kernel=sampler)
+        cfg, presto = sampling_configs(
+            "step", budget=3, alpha=4.0, max_new_tokens=8, block_size=8, steps=3, kernel=sampler
+        )
         st = Sampler(engine, cfg, presto).run(engine.chat_prompt("Name a prime number."), seed=1).state
         assert_scores_match(hf_model, st.prompt, st.tokens, st.logp)
         assert_extras_match(hf_model, st.prompt, st.tokens, st.logq_at, temps, st.entropy)

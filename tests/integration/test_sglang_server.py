@@ -27,6 +27,7 @@ from presto_sgl.testing.servers import free_port, server_script
 
 pytestmark = pytest.mark.sglang
 
+
 @pytest.mark.parametrize("mode", ["two-pass", "one-pass"])
 def test_server_logprobs_match_a_full_forward(server_url, hf_model, mode):
     from presto_sgl.engines.sglang.http import SGLangEngine
@@ -53,7 +54,7 @@ def test_text_round_trip_changes_tokens_but_the_engine_keeps_ids(server_url):
 
 @pytest.mark.parametrize("rule", ["bfs", "step"])
 def test_power_sampling_on_the_server(server_url, rule):
-    from presto_sgl import PowerConfig, PrestoConfig
+    from presto_sgl import PowerConfig
     from presto_sgl.engines.sglang.http import SGLangEngine
 
     eng = SGLangEngine(server_url)
@@ -88,7 +89,9 @@ def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
     assert_extras_match(hf_model, prompt, comp.tokens, comp.logq_at, temps, comp.entropy)
     results = {}
     for rule in ("sequential", "step"):
-        cfg, presto = sampling_configs(rule, budget=4, alpha=4.0, max_new_tokens=12, block_size=12, steps=4, kernel=sampler)
+        cfg, presto = sampling_configs(
+            rule, budget=4, alpha=4.0, max_new_tokens=12, block_size=12, steps=4, kernel=sampler
+        )
         results[rule] = Sampler(eng, cfg, presto).run(prompt, seed=1)
     for r in results.values():
         st = r.state
@@ -123,7 +126,7 @@ def router_url(server_url):
 
 def test_sampling_through_the_router(router_url, hf_model):
     """sglang-router takes one sampling_params per body: requests go grouped, concurrently."""
-    from presto_sgl import PowerConfig, PrestoConfig
+    from presto_sgl import PowerConfig
     from presto_sgl.engines.sglang.http import SGLangEngine
     from presto_sgl.runner import run_prompts
 
@@ -155,14 +158,21 @@ def test_batched_attention_matches_torch_native(server_url):
     if shared.server_info().get("dtype") != "float32":
         pytest.skip("the shared server is not float32 (scripts/sglang_server.sh start --dtype float32)")
     tok = shared.tokenizer
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-               for q in ("Name a prime number.", "What is 6 times 7?", "Say hi.", "Write one sentence about the sea.")]
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q in ("Name a prime number.", "What is 6 times 7?", "Say hi.", "Write one sentence about the sea.")
+    ]
     ids = [tok.encode(p, add_special_tokens=False) for p in prompts]
     ids.append(ids[0][:-5])  # a prefix of another request
-    body = {"input_ids": ids, "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
-            "return_logprob": True}
+    body = {
+        "input_ids": ids,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
+        "return_logprob": True,
+    }
     port = str(free_port())
-    server_script("sglang_server.sh", "start", "--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600")
+    server_script(
+        "sglang_server.sh", "start", "--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600"
+    )
     try:
         batched = http_json("POST", f"http://127.0.0.1:{port}/generate", body, 600)
     finally:

@@ -45,7 +45,9 @@ def test_seeds_reproduce_and_differ(engine):
 
     prompt = tuple(engine.chat_prompt("Say something."))
     alone = engine.generate([Request(prompt, 12, 1.0, 11)])[0]
-    batched = engine.generate([Request(prompt[:-2], 12, 1.0, 5), Request(prompt, 12, 1.0, 11), Request(prompt, 12, 1.0, 12)])
+    batched = engine.generate(
+        [Request(prompt[:-2], 12, 1.0, 5), Request(prompt, 12, 1.0, 11), Request(prompt, 12, 1.0, 12)]
+    )
     assert batched[1].tokens == alone.tokens
     assert max(abs(a - b) for a, b in zip(batched[1].logp, alone.logp)) < 1e-4
     assert batched[2].tokens != alone.tokens
@@ -92,11 +94,16 @@ def test_a_chain_survives_a_server_restart(engine, hf_model):
 
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
     prompt = engine.chat_prompt("Name a prime number.")
-    result = run_through_a_restart("vllm_server.sh", lambda url: VLLMEngine(url, restart_timeout_s=600),
-                                   lambda eng: Sampler(eng, cfg, PrestoConfig("sequential")).run(prompt, seed=2))
+    result = run_through_a_restart(
+        "vllm_server.sh",
+        lambda url: VLLMEngine(url, restart_timeout_s=600),
+        lambda eng: Sampler(eng, cfg, PrestoConfig("sequential")).run(prompt, seed=2),
+    )
     assert result.metrics.transitions == 6 and result.state.length == 16
     assert_scored_exactly(hf_model, result.state, cfg.temperature)
-    uninterrupted = Sampler(engine, cfg, PrestoConfig("sequential")).run(prompt, seed=2)  # the shared server: same model, same seeds
+    uninterrupted = Sampler(engine, cfg, PrestoConfig("sequential")).run(
+        prompt, seed=2
+    )  # the shared server: same model, same seeds
     assert uninterrupted.state.tokens == result.state.tokens
 
 

@@ -101,7 +101,7 @@ def _same_length_entropy_law(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _as_long_as(h_y, h_x):
-    return (tuple(h_y) + tuple(h_x[len(h_y):]))[: len(h_x)]
+    return (tuple(h_y) + tuple(h_x[len(h_y) :]))[: len(h_x)]
 
 
 def _powermh_ending(lm, prompt, H, stop, kernel, sabotaged=False):

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 def run_states(sampler, prompt, seed):
     seen = []
-    result = sampler.run(prompt, seed=seed, on_transition=lambda stage, k, st, tr: seen.append((stage, k, st, tr.accepted)))
+    result = sampler.run(
+        prompt, seed=seed, on_transition=lambda stage, k, st, tr: seen.append((stage, k, st, tr.accepted))
+    )
     return seen, result
 
 

@@ -52,20 +52,31 @@ def exact_law(kernel_case: KernelCase, cfg: PowerConfig) -> np.ndarray:
     model = lm()
     kernel = kernel_case.make(cfg)
     return exact.chain_law(
-        model, PROMPT, cfg.max_new_tokens, cfg.block_size, cfg.steps, cfg.temperature,
+        model,
+        PROMPT,
+        cfg.max_new_tokens,
+        cfg.block_size,
+        cfg.steps,
+        cfg.temperature,
         lambda T: kernel_case.matrix(model, PROMPT, T, kernel),
     )
 
 
-def sample_counts(kernel_case: KernelCase, sampler_name: str, engine, cfg, presto, chains: int = CHAINS,
-                  scheduled: bool = False) -> Counter:
+def sample_counts(
+    kernel_case: KernelCase, sampler_name: str, engine, cfg, presto, chains: int = CHAINS, scheduled: bool = False
+) -> Counter:
     """Final states of ``chains`` independent chains from PROMPT (run seeds 1000 + i); ``scheduled``:
     8 at a time through the shared scheduler's merged calls."""
     rule, _ = SAMPLERS[sampler_name]
     sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
     if scheduled:
-        results = run_prompts(sampler.run, [PROMPT] * chains, seed=1000, workers=8,
-                              scheduler=Scheduler.for_sampler(sampler, dispatch="merged"))
+        results = run_prompts(
+            sampler.run,
+            [PROMPT] * chains,
+            seed=1000,
+            workers=8,
+            scheduler=Scheduler.for_sampler(sampler, dispatch="merged"),
+        )
         return Counter(r.state.tokens for r in results)
     return Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(chains))
 

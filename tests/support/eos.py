@@ -22,8 +22,9 @@ def check_eos_target(engine, hf_model, entropy: bool) -> None:
         assert_scores_match(hf_model, prompt, c.tokens, c.logp)
     results = {}
     for rule in ("sequential", "step"):
-        cfg, presto = sampling_configs(rule, budget=4, alpha=4.0, max_new_tokens=48, block_size=24, steps=4,
-                                       target="eos")
+        cfg, presto = sampling_configs(
+            rule, budget=4, alpha=4.0, max_new_tokens=48, block_size=24, steps=4, target="eos"
+        )
         results[rule] = Sampler(engine, cfg, presto).run(prompt, seed=1)
     for r in results.values():
         st = r.state

@@ -47,8 +47,9 @@ def per_token(lm: ReferenceLM, context: tuple[int, ...], tokens: tuple[int, ...]
     return tuple(lq), tuple(lp)
 
 
-def powermh_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel: PowerMHKernel,
-                   flipped: bool = False) -> np.ndarray:
+def powermh_matrix(
+    lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel: PowerMHKernel, flipped: bool = False
+) -> np.ndarray:
     """PowerMH's transition matrix over responses of ``length`` tokens at the kernel's alpha
     and tau, from the definition above. ``flipped``: the proposal terms swapped (the law of
     the sabotage in ``tests/support/cases.py``)."""
@@ -94,20 +95,22 @@ def chain_law(
         seqs = sequences(V, T)
         ext = np.zeros(len(seqs))
         for j, y in enumerate(seqs):
-            base = prev.index(y[: T - block_size]) if T > block_size else 0
+            base = prev.index(y[: T - block_size]) if block_size < T else 0
             ext[j] = law[base] * math.exp(lm.score(prompt + y[: T - block_size], y[T - block_size :], tau)[1])
         law = ext @ np.linalg.matrix_power(matrix(T), steps)
         prev = seqs
     return law
 
 
-
-def entropycut_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel, inverted: bool = False) -> np.ndarray:
+def entropycut_matrix(
+    lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel, inverted: bool = False
+) -> np.ndarray:
     """EntropyCut's transition matrix from its definition: cut c ~ lambda(c; x) ∝
     max(0, h_c - h_{c-1})^beta + FLOOR (Delta_0 = 0, h the p0 entropies along x), suffix from
     q_tau, and
 
-        A_c(x, y) = min(1, pi_alpha(y) lambda(c; y) q_tau(x_{c+1:T} | .) / (pi_alpha(x) lambda(c; x) q_tau(y_{c+1:T} | .))).
+        A_c(x, y) = min(1, pi_alpha(y) lambda(c; y) q_tau(x_{c+1:T} | .)
+                           / (pi_alpha(x) lambda(c; x) q_tau(y_{c+1:T} | .))).
 
     ``inverted``: the cut-law ratio turned over (the law of the sabotage in cases.py)."""
     alpha, tau = kernel.alpha, kernel.temperature
@@ -125,15 +128,21 @@ def entropycut_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, ker
                 y = x[:c] + suf
                 lq_y, lp_y, h_y = full[y]
                 cut_term = math.log(cut_law(h_y)[c]) - math.log(lam[c])
-                log_a = min(0.0, alpha * (math.fsum(lp_y) - math.fsum(lp_x)) + math.fsum(lq_x[c:]) - math.fsum(lq_y[c:])
-                            + (-cut_term if inverted else cut_term))
+                log_a = min(
+                    0.0,
+                    alpha * (math.fsum(lp_y) - math.fsum(lp_x))
+                    + math.fsum(lq_x[c:])
+                    - math.fsum(lq_y[c:])
+                    + (-cut_term if inverted else cut_term),
+                )
                 P[i, index[y]] += lam[c] * math.exp(math.fsum(lq_y[c:])) * math.exp(log_a)
         P[i, i] += 1.0 - P[i].sum()
     return P
 
 
-def _mixture_weights(lm: ReferenceLM, prefix: tuple[int, ...], length: int, alpha: float, temps: tuple[float, ...],
-                     wrong: bool) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
+def _mixture_weights(
+    lm: ReferenceLM, prefix: tuple[int, ...], length: int, alpha: float, temps: tuple[float, ...], wrong: bool
+) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
     """(suffixes, Q(suffix), w(suffix)) after ``prefix``, from the definitions: Q the uniform
     mixture over ``temps`` of whole-suffix q_tau, w = p0(suffix)^alpha / Q(suffix). ``wrong``
     gives the weight a naive implementation might use: p0^alpha / q_1 (the first temperature
@@ -172,7 +181,9 @@ def _expected_inverse_max(a: float, b: np.ndarray, vals: np.ndarray, probs: np.n
     return (b_le_a * (probs / A)[None, :]).sum(1) + (a_lt_b * probs[None, :] / B).sum(1)
 
 
-def multitry_matrix(lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel, wrong_weight: bool = False) -> np.ndarray:
+def multitry_matrix(
+    lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel, wrong_weight: bool = False
+) -> np.ndarray:
     """MultiTryMH's transition matrix from its definition (never the library's acceptance):
     cut c ~ Unif{0..T-1}; m candidates and m - 1 references i.i.d. from the temperature
     mixture Q after x_{0:c}; select y w.p. w(y) / W; accept w.p. min(1, W / W*). Summed
@@ -252,9 +263,16 @@ def entropy_cut_law(beta: float) -> Callable[[tuple[float, ...]], np.ndarray]:
     return law
 
 
-def ending_matrix(lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], alpha: float,
-                  tau: float, cut_law: Callable[[tuple[float, ...]], np.ndarray],
-                  reverse_law: Callable[[tuple[float, ...], tuple[float, ...]], np.ndarray] | None = None) -> np.ndarray:
+def ending_matrix(
+    lm: ReferenceLM,
+    prompt: tuple[int, ...],
+    horizon: int,
+    stop: frozenset[int],
+    alpha: float,
+    tau: float,
+    cut_law: Callable[[tuple[float, ...]], np.ndarray],
+    reverse_law: Callable[[tuple[float, ...], tuple[float, ...]], np.ndarray] | None = None,
+) -> np.ndarray:
     """The transition matrix over ``continuations(V, horizon, stop)`` of suffix resampling
     with ``cut_law`` (from a state's entropies) under the EOS-terminated target, from the
     definition above. ``reverse_law(h_y, h_x)``: the law the *acceptance* uses for lambda(.; y)
@@ -272,15 +290,22 @@ def ending_matrix(lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: 
                 y = x[:c] + z
                 lq_y, lp_y, h_y = full[y]
                 lam_y = cut_law(h_y) if reverse_law is None else reverse_law(h_y, h_x)
-                log_a = min(0.0, alpha * (math.fsum(lp_y) - math.fsum(lp_x)) + math.fsum(lq_x[c:]) - math.fsum(lq_y[c:])
-                            + math.log(lam_y[c]) - math.log(lam[c]))
+                log_a = min(
+                    0.0,
+                    alpha * (math.fsum(lp_y) - math.fsum(lp_x))
+                    + math.fsum(lq_x[c:])
+                    - math.fsum(lq_y[c:])
+                    + math.log(lam_y[c])
+                    - math.log(lam[c]),
+                )
                 P[index[x], index[y]] += lam[c] * math.exp(math.fsum(lq_y[c:]) + log_a)
         P[index[x], index[x]] += 1.0 - P[index[x]].sum()
     return P
 
 
-def ending_multitry_matrix(lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], kernel,
-                           length_term: bool = True) -> np.ndarray:
+def ending_multitry_matrix(
+    lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], kernel, length_term: bool = True
+) -> np.ndarray:
     """MultiTryMH's matrix under the EOS-terminated target: cut c ~ Unif{0..L(x)-1}; the m
     candidates and m - 1 references from the temperature mixture Q after x_{0:c} (each until
     a stop token or the horizon); weights w(z) = p0(z_suf)^alpha lambda(c; z) / Q(z_suf) with
@@ -312,15 +337,25 @@ def ending_multitry_matrix(lm: ReferenceLM, prompt: tuple[int, ...], horizon: in
     return P
 
 
-def ending_target(lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], alpha: float) -> np.ndarray:
+def ending_target(
+    lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], alpha: float
+) -> np.ndarray:
     """pi_alpha over ``continuations(V, horizon, stop)`` (normalized)."""
     logw = np.array([alpha * lm.score(prompt, x)[0] for x in continuations(lm.vocab_size, horizon, stop)])
     w = np.exp(logw - logw.max())
     return w / w.sum()
 
 
-def ending_chain_law(lm: ReferenceLM, prompt: tuple[int, ...], max_new_tokens: int, block_size: int, steps: int,
-                     tau: float, stop: frozenset[int], matrix: Callable[[int], np.ndarray]) -> np.ndarray:
+def ending_chain_law(
+    lm: ReferenceLM,
+    prompt: tuple[int, ...],
+    max_new_tokens: int,
+    block_size: int,
+    steps: int,
+    tau: float,
+    stop: frozenset[int],
+    matrix: Callable[[int], np.ndarray],
+) -> np.ndarray:
     """Exact law of the final state (over continuations(V, max_new_tokens, stop)): at each
     stage an unended state is extended by up to B tokens from q_tau (ending at a stop token),
     an ended one is kept; then ``steps`` transitions of ``matrix(H)`` at the stage horizon H."""

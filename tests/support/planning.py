@@ -41,14 +41,34 @@ def ctx(cuts: dict, *, root_path="", k0=0, remaining=3, budget=6, store=None, T=
     if keying is None:
         keying = "path" if all(isinstance(d, str) for d in cuts) else "step"
     return RoundContext(
-        root_state(T), root_path, k0, remaining, budget, lambda d: Forced(cuts[d]), store or ProposalStore(), KERNEL,
+        root_state(T),
+        root_path,
+        k0,
+        remaining,
+        budget,
+        lambda d: Forced(cuts[d]),
+        store or ProposalStore(),
+        KERNEL,
         keying,
     )
 
 
 # Hand-built tree (T = 10, root cut T). Decision cuts by node path:
-CUTS = {"": 5, "1": 3, "0": 7, "11": 4, "10": 2, "01": 8, "00": 9, "110": 1, "010": 6,
-        "101": 0, "100": 1, "001": 3, "000": 2}
+CUTS = {
+    "": 5,
+    "1": 3,
+    "0": 7,
+    "11": 4,
+    "10": 2,
+    "01": 8,
+    "00": 9,
+    "110": 1,
+    "010": 6,
+    "101": 0,
+    "100": 1,
+    "001": 3,
+    "000": 2,
+}
 
 
 def _prop(cut: int, good: bool, T: int = 10) -> Proposal:
@@ -64,6 +84,7 @@ def stored(prefix: tuple[int, ...], proposal: Proposal, request: tuple[int, int]
 
 
 # -- random step-keyed rounds (cost-aware planner tests) -----------------------------------
+
 
 def proposal(prefix: tuple[int, ...], T: int, fill: int) -> StoredProposal:
     c = len(prefix)
@@ -86,4 +107,6 @@ def random_context(rng: random.Random) -> RoundContext:
 
 
 def random_theta(rng: random.Random) -> np.ndarray:
-    return np.array([rng.uniform(0, 1), rng.uniform(0, 0.2), rng.uniform(0, 0.3), rng.uniform(0, 0.1), rng.uniform(0, 0.2)])
+    return np.array(
+        [rng.uniform(0, 1), rng.uniform(0, 0.2), rng.uniform(0, 0.3), rng.uniform(0, 0.1), rng.uniform(0, 0.2)]
+    )

@@ -37,7 +37,9 @@ class StandIn:
         self.down = False
         self.bodies: list[dict] = []
         self.routes: list[str | None] = []  # each POST's X-SMG-Routing-Key
-        (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 16, "max_position_embeddings": 64}))
+        (tmp_path / "config.json").write_text(
+            json.dumps({"model_type": "llama", "vocab_size": 16, "max_position_embeddings": 64})
+        )
         self.model_path = str(tmp_path)
         stand_in = self
 
@@ -61,8 +63,14 @@ class StandIn:
                     self.end_headers()
                 elif self.path == "/v1/loads" and not router:
                     n = stand_in.in_flight
-                    load = {"num_used_tokens": 10 * n, "max_total_num_tokens": 1000, "num_running_reqs": n,
-                            "num_waiting_reqs": 0, "token_usage": n / 100, "cache_hit_rate": 0.5}
+                    load = {
+                        "num_used_tokens": 10 * n,
+                        "max_total_num_tokens": 1000,
+                        "num_running_reqs": n,
+                        "num_waiting_reqs": 0,
+                        "token_usage": n / 100,
+                        "cache_hit_rate": 0.5,
+                    }
                     self._send(200, {"loads": [load]})
                 elif self.path == "/workers" and router:
                     self._send(200, {"workers": [{"url": stand_in.worker.url}]})
@@ -138,8 +146,11 @@ class StandIn:
                 for t in range(s + 1, len(prefix)):
                     entries.append([float(self.lm.distribution(prefix[:t])[0][prefix[t]]), prefix[t], None])
                 kind = self.score_finish.pop(0) if self.score_finish else "length"
-                meta = {"input_token_logprobs": entries if kind == "length" else [], "cached_tokens": s,
-                        "finish_reason": {"type": kind, **({"length": 0} if kind == "length" else {"message": "x"})}}
+                meta = {
+                    "input_token_logprobs": entries if kind == "length" else [],
+                    "cached_tokens": s,
+                    "finish_reason": {"type": kind, **({"length": 0} if kind == "length" else {"message": "x"})},
+                }
                 out.append({"output_ids": [], "meta_info": meta})
                 continue
             ctx, toks, lq, lp, ent = list(prefix), [], [], [], []
@@ -157,9 +168,14 @@ class StandIn:
             if kind == "nan":
                 lq[0] = None
             reason = {"type": kind if kind in ("abort", "stop") else "length"}
-            reason.update({"abort": {"message": "aborted"}, "stop": {"matched": toks[-1]}}.get(kind, {"length": len(toks)}))
-            meta = {"output_token_logprobs": [[q, t, None] for q, t in zip(lq, toks)], "cached_tokens": len(prefix) - 1,
-                    "finish_reason": reason}
+            reason.update(
+                {"abort": {"message": "aborted"}, "stop": {"matched": toks[-1]}}.get(kind, {"length": len(toks)})
+            )
+            meta = {
+                "output_token_logprobs": [[q, t, None] for q, t in zip(lq, toks)],
+                "cached_tokens": len(prefix) - 1,
+                "finish_reason": reason,
+            }
             if self.one_pass and kind != "noraw":
                 meta.update(raw_logprob=lp, raw_entropy=ent)
             out.append({"output_ids": toks, "meta_info": meta})

@@ -40,8 +40,12 @@ def test_low_temperature_is_one_keyed_draw_at_one_over_alpha():
 def test_best_of_n_keeps_the_highest_score_over_the_answer(select):
     eng = engine()
     stop = 3
-    bon = BestOfN(eng, baseline(eng, "bestofn", max_new_tokens=8).config, BestOfNParams(best_of=6, select=select),
-                  stop_token_ids=[stop])
+    bon = BestOfN(
+        eng,
+        baseline(eng, "bestofn", max_new_tokens=8).config,
+        BestOfNParams(best_of=6, select=select),
+        stop_token_ids=[stop],
+    )
     keys = ChainKeys(1, 0)
     draws = eng.generate([Request(PROMPT, 8, 0.25, keys.decision(1, f"best-of:{i}").seed) for i in range(6)])
 
@@ -92,12 +96,19 @@ def test_power_smc_ramp_resampling_and_cost():
     assert m.cached_tokens >= 0 and smc.describe()["particles"] == 4
 
 
-@pytest.mark.parametrize("kw, param, message", [
-    ({"particles": 0}, "particles", "`particles`"), ({"block_size": 5}, "max_new_tokens", "multiple of `block_size`"),
-    ({"ramp_tokens": -1}, "ramp_tokens", "`ramp_tokens`"), ({"ramp_tokens": 17}, "ramp_tokens", "<= `max_new_tokens`"),
-    ({"ess_fraction": 0}, "ess_fraction", "`ess_fraction`"), ({"alpha": 0}, "alpha", "`alpha`"),
-    ({"beta": 2.0}, "beta", "parameter of entropycut, not of 'powersmc'"), ({"rule": "bfs"}, "rule", "baseline"),
-])
+@pytest.mark.parametrize(
+    "kw, param, message",
+    [
+        ({"particles": 0}, "particles", "`particles`"),
+        ({"block_size": 5}, "max_new_tokens", "multiple of `block_size`"),
+        ({"ramp_tokens": -1}, "ramp_tokens", "`ramp_tokens`"),
+        ({"ramp_tokens": 17}, "ramp_tokens", "<= `max_new_tokens`"),
+        ({"ess_fraction": 0}, "ess_fraction", "`ess_fraction`"),
+        ({"alpha": 0}, "alpha", "`alpha`"),
+        ({"beta": 2.0}, "beta", "parameter of entropycut, not of 'powersmc'"),
+        ({"rule": "bfs"}, "rule", "baseline"),
+    ],
+)
 def test_bad_baseline_settings_are_named(kw, param, message):
     with pytest.raises(ConfigError, match=message) as info:
         baseline(engine(), "powersmc", **{"max_new_tokens": 16, "block_size": 4, **kw})

@@ -31,7 +31,12 @@ from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampl
 
 
 def brute_force_cost(
-    ctx: RoundContext, first: list, budget: int, theta: np.ndarray, bits: tuple[int, ...], new: tuple[int, ...] | None = None
+    ctx: RoundContext,
+    first: list,
+    budget: int,
+    theta: np.ndarray,
+    bits: tuple[int, ...],
+    new: tuple[int, ...] | None = None,
 ) -> float:
     """Call time to finish the stage: send ``first``, walk, then the step rule at ``budget``
     until depth K, with the real ProposalStore, StepPlanner and walk rule. Every proposal
@@ -49,7 +54,18 @@ def brute_force_cost(
         counts = [T - p.cut if new is None else new[p.decision - ctx.k0] for p in requests]
         total += max(float(CallTimeModel.features(counts) @ theta), MIN_TIME_S)
         for p in requests:
-            store.add(p.decision, StoredProposal(tokens[: p.cut], (Proposal(p.cut, tuple(range(fresh, fresh + T - p.cut)), (0.0,) * (T - p.cut), (0.0,) * (T - p.cut)),), ((0, 0),)))
+            store.add(
+                p.decision,
+                StoredProposal(
+                    tokens[: p.cut],
+                    (
+                        Proposal(
+                            p.cut, tuple(range(fresh, fresh + T - p.cut)), (0.0,) * (T - p.cut), (0.0,) * (T - p.cut)
+                        ),
+                    ),
+                    ((0, 0),),
+                ),
+            )
             fresh += T
         while k < end:
             found = store.find(k, tokens, ctx.draws(k).cut(T))
@@ -61,7 +77,9 @@ def brute_force_cost(
         store.discard_before(k)
         if k < end:
             state = ChainState((99,), tokens, (0.0,) * T, (0.0,) * T)
-            requests = StepPlanner().plan(RoundContext(state, "", k, end - k, budget, ctx.draws, store, ctx.kernel, ctx.keying))
+            requests = StepPlanner().plan(
+                RoundContext(state, "", k, end - k, budget, ctx.draws, store, ctx.kernel, ctx.keying)
+            )
     return total
 
 
@@ -197,7 +215,9 @@ def test_match_rate_is_learned_from_realized_roots():
     assert planner.match == 0.0
     planner.plan(RoundContext(later, "110", 3, 2, 3, draws, ProposalStore(), KERNEL, "step"))  # accepts at cuts 4 and 2
     assert (planner.match_rate.tokens, planner.match_rate.ends) == (3, 1) and planner.match == 0.75
-    planner.plan(RoundContext(later, "1100", 4, 1, 3, draws, ProposalStore(), KERNEL, "step"))  # a reject: nothing to learn
+    planner.plan(
+        RoundContext(later, "1100", 4, 1, 3, draws, ProposalStore(), KERNEL, "step")
+    )  # a reject: nothing to learn
     assert planner.match == 0.75
 
 

@@ -49,8 +49,10 @@ def test_embedded_engine_stops_rows_alone(tiny_engine, tiny_adder):
     _, tok = tiny_adder
     stop = tiny_engine.text.stop_ids
     assert stop
-    reqs = [Request(tuple(tok.encode(q, add_special_tokens=False)), 36, 3.0, 10 + i)
-            for i, q in enumerate(("Q:47+385=", "Q:4+3=", "Q:12+9=", "Q:12+9="))]
+    reqs = [
+        Request(tuple(tok.encode(q, add_special_tokens=False)), 36, 3.0, 10 + i)
+        for i, q in enumerate(("Q:47+385=", "Q:4+3=", "Q:12+9=", "Q:12+9="))
+    ]
     full = tiny_engine.generate(reqs)
     cut = tiny_engine.generate([Request(r.prefix, 36, 3.0, r.seed, stop=stop) for r in reqs])
     lengths = set()
@@ -105,8 +107,23 @@ def test_a_kernel_without_an_ending_form_is_refused_by_name():
 
 
 def test_cli_and_serve_take_the_target(capsys):
-    args = ["sample", "--engine", "embedded", "--model", "tiny-adder", "--no-chat", "--prompt", "Q:4+3=",
-            "--max-new-tokens", "36", "--block-size", "12", "--steps", "3", "--json"]
+    args = [
+        "sample",
+        "--engine",
+        "embedded",
+        "--model",
+        "tiny-adder",
+        "--no-chat",
+        "--prompt",
+        "Q:4+3=",
+        "--max-new-tokens",
+        "36",
+        "--block-size",
+        "12",
+        "--steps",
+        "3",
+        "--json",
+    ]
     assert main([*args, "--target", "eos"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["config"]["target"] == "eos" and out["response_ids"][-1] == 19 and len(out["response_ids"]) < 36
@@ -125,9 +142,16 @@ def test_compare_answer_tests_the_answer_statistics(tmp_path, capsys):
     for name, shift in (("fixed", 0.0), ("eos", 0.001)):
         d = tmp_path / name
         d.mkdir()
-        rows = [{"id": str(i), "log_likelihood": -3.0 + i, "confidence": None,
-                 "answer_log_likelihood": -1.0 + 0.1 * i + shift * (i % 2), "answer_confidence": -2.0 + 0.1 * i}
-                for i in range(6)]
+        rows = [
+            {
+                "id": str(i),
+                "log_likelihood": -3.0 + i,
+                "confidence": None,
+                "answer_log_likelihood": -1.0 + 0.1 * i + shift * (i % 2),
+                "answer_confidence": -2.0 + 0.1 * i,
+            }
+            for i in range(6)
+        ]
         (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         runs.append(str(d))
     assert main(["compare", *runs, "--answer", "--json"]) == 0

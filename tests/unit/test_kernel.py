@@ -37,7 +37,9 @@ def test_infinite_cases():
     assert log_acceptance(-INF, -1.0, -INF, -INF, 4.0) == -INF  # both impossible: stay
 
 
-@pytest.mark.parametrize("bad", [(math.nan, -1, -1, -1), (-1, math.nan, -1, -1), (-1, -1, math.nan, -1), (-1, -1, -1, math.nan)])
+@pytest.mark.parametrize(
+    "bad", [(math.nan, -1, -1, -1), (-1, math.nan, -1, -1), (-1, -1, math.nan, -1), (-1, -1, -1, math.nan)]
+)
 def test_nan_is_an_engine_error_not_an_accept(bad):
     with pytest.raises(EngineError, match="finite or -inf"):
         log_acceptance(*bad, 4.0)

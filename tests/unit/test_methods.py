@@ -23,7 +23,9 @@ OWN = {"multitry": {"tries": 2}, "bestofn": {"best_of": 3}, "powersmc": {"partic
 def cases():
     for name in registry.KERNELS:
         for rule in registry.RULES:
-            yield pytest.param(name, {"rule": rule, **({"budget": 4} if rule != "sequential" else {})}, id=f"{name}-{rule}")
+            yield pytest.param(
+                name, {"rule": rule, **({"budget": 4} if rule != "sequential" else {})}, id=f"{name}-{rule}"
+            )
     for name in registry.BASELINES:
         yield pytest.param(name, {}, id=name)
 
@@ -54,8 +56,9 @@ def test_every_method_writes_a_trace_the_library_reads_back(tmp_path, name, extr
     assert checkpoint.finished and checkpoint.run["method"] == name
     truncate(path, checkpoint.offset)
     with open(path, "a") as f:
-        again = make_method(engine(), options).run(PROMPT, seed=5, prompt_id="p", trace=TraceWriter(f),
-                                                    resume=checkpoint, info={"engine": "reference"})
+        again = make_method(engine(), options).run(
+            PROMPT, seed=5, prompt_id="p", trace=TraceWriter(f), resume=checkpoint, info={"engine": "reference"}
+        )
     assert again.state.tokens == result.state.tokens
     assert [r["type"] for r in read_trace(path.read_text().splitlines(keepends=True))][-1] == "summary"
 

@@ -93,8 +93,13 @@ def test_decide_follows_the_formula():
         return lp, lq
 
     x_lp, x_lq = scored()
-    state = ChainState((1,), (0, 1, 2, 3, 4), (0.0,) * c + tuple(x_lq[:, 0]), (-1.0,) * c + tuple(x_lp),
-                       logq_at=((-1.0, -1.0),) * c + tuple(map(tuple, x_lq)))
+    state = ChainState(
+        (1,),
+        (0, 1, 2, 3, 4),
+        (0.0,) * c + tuple(x_lq[:, 0]),
+        (-1.0,) * c + tuple(x_lp),
+        logq_at=((-1.0, -1.0),) * c + tuple(map(tuple, x_lq)),
+    )
     draws = [scored() for _ in range(2 * m - 1)]
     proposals = [_proposal(c, [5 + i] * n, lp, lq) for i, (lp, lq) in enumerate(draws)]
 
@@ -110,11 +115,19 @@ def test_decide_follows_the_formula():
         new, tr = kernel.decide(state, proposals, key)
         assert tr.log_accept == pytest.approx(want_log_a, abs=1e-12)
         j = tr.selected
-        assert new == (state.replace_suffix(c, proposals[j].tokens, proposals[j].logq, proposals[j].logp, None,
-                                            proposals[j].logq_at) if tr.accepted else state)
+        assert new == (
+            state.replace_suffix(
+                c, proposals[j].tokens, proposals[j].logq, proposals[j].logp, None, proposals[j].logq_at
+            )
+            if tr.accepted
+            else state
+        )
         assert tr.accepted == (math.log(u) <= want_log_a)
     # the selection is the inverse CDF of w(y_j) / sum w at the decision's keyed selection uniform
-    sel = [kernel.decide(state, proposals, DecisionDraws(cut_key=key, seed=0, uniform=1.0))[1].selected for key in range(3000)]
+    sel = [
+        kernel.decide(state, proposals, DecisionDraws(cut_key=key, seed=0, uniform=1.0))[1].selected
+        for key in range(3000)
+    ]
     freq = np.bincount(sel, minlength=m) / len(sel)
     assert np.abs(freq - cand / cand.sum()).max() < 0.03
 

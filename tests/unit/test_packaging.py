@@ -69,7 +69,9 @@ def test_server_pins_satisfy_the_base_ranges(name):
     for req in map(Requirement, PROJECT["dependencies"]):
         version = pinned.get(canonicalize_name(req.name))
         assert version is not None, f"scripts/{name}/constraints.txt has no {req.name}"
-        assert req.specifier.contains(Version(version.public), prereleases=True), f"{req.name}=={version} is outside {req}"
+        assert req.specifier.contains(Version(version.public), prereleases=True), (
+            f"{req.name}=={version} is outside {req}"
+        )
 
 
 def test_build_backend_is_pinned_for_the_projects_builds():

@@ -20,9 +20,16 @@ def test_bfs_order_condition1_deferral_and_quirk():
     # deferred "11" and "01" (the quirk): issued but unreachable in this batch.
     got = BFSPlanner().plan(ctx(CUTS, remaining=4, budget=20))
     assert got == [
-        PlannedRequest("", 5), PlannedRequest("1", 3), PlannedRequest("0", 7), PlannedRequest("10", 2),
-        PlannedRequest("00", 9), PlannedRequest("110", 1, reachable=False), PlannedRequest("101", 0),
-        PlannedRequest("100", 1), PlannedRequest("010", 6, reachable=False), PlannedRequest("001", 3),
+        PlannedRequest("", 5),
+        PlannedRequest("1", 3),
+        PlannedRequest("0", 7),
+        PlannedRequest("10", 2),
+        PlannedRequest("00", 9),
+        PlannedRequest("110", 1, reachable=False),
+        PlannedRequest("101", 0),
+        PlannedRequest("100", 1),
+        PlannedRequest("010", 6, reachable=False),
+        PlannedRequest("001", 3),
         PlannedRequest("000", 2),
     ]
     # Depth cap 3: nothing at depth 3 is expanded.
@@ -47,7 +54,7 @@ def test_condition1_is_against_the_cut_that_made_the_state():
 
 
 def test_step_planner_one_request_per_depth_and_carry_over():
-    cuts = {k: c for k, c in enumerate([5, 8, 2, 9, 4])}
+    cuts = dict(enumerate([5, 8, 2, 9, 4]))
     store = ProposalStore()
     plan = StepPlanner().plan(ctx(cuts, k0=1, remaining=4, budget=3, store=store))
     assert plan == [PlannedRequest(1, 8), PlannedRequest(2, 2), PlannedRequest(3, 9)]
@@ -71,7 +78,9 @@ def test_walk_follows_forced_outcomes_and_stops_at_missing_proposal():
     assert [s.transition.accepted for s in res.steps] == [True, False, True]
     assert [s.requests for s in res.steps] == [((0, 0),), ((0, 1),), ((0, 2),)]
     assert res.state.tokens == root.tokens[:2] + _prop(2, True).tokens
-    capped = walk(root, "", 0, 2, kernel=KERNEL, decision_of=lambda p, k: p, draws=lambda d: Forced(cuts[d]), store=store)
+    capped = walk(
+        root, "", 0, 2, kernel=KERNEL, decision_of=lambda p, k: p, draws=lambda d: Forced(cuts[d]), store=store
+    )
     assert capped.path == "10" and len(capped.steps) == 2
 
 
@@ -84,8 +93,16 @@ def test_walk_uses_a_step_proposal_only_where_its_prefix_matches():
     res = walk(root, "", 0, 5, kernel=KERNEL, decision_of=lambda p, k: k, draws=lambda d: Forced(cuts[d]), store=store)
     assert len(res.steps) == 1  # decision 1 needs the new state's prefix: deferred
     store.add(1, stored(res.state.tokens[:6], _prop(6, False), (1, 0)))
-    res2 = walk(res.state, res.path, 1, 5, kernel=KERNEL, decision_of=lambda p, k: k,
-                draws=lambda d: Forced(cuts.get(d, 0)), store=store)
+    res2 = walk(
+        res.state,
+        res.path,
+        1,
+        5,
+        kernel=KERNEL,
+        decision_of=lambda p, k: k,
+        draws=lambda d: Forced(cuts.get(d, 0)),
+        store=store,
+    )
     assert res2.steps[0].requests == ((1, 0),) and not res2.steps[0].transition.accepted
 
 

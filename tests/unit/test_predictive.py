@@ -140,8 +140,9 @@ def test_dp_value_is_the_expected_number_of_walk_transitions():
                 store.add(req.decision, stored(root.tokens[: req.cut], _prop(req.cut, good, T), (0, j)))
                 h = h_of(pred, req.cut, T)
                 prob *= h if good else 1.0 - h
-            res = walk(root, c.root_path, 0, c.remaining, kernel=KERNEL, decision_of=lambda p, k: p,
-                       draws=draws, store=store)
+            res = walk(
+                root, c.root_path, 0, c.remaining, kernel=KERNEL, decision_of=lambda p, k: p, draws=draws, store=store
+            )
             expected += prob * len(res.steps)
         assert math.isclose(expected, value, rel_tol=1e-9, abs_tol=1e-12), seed
 
@@ -188,7 +189,10 @@ def test_observe_feeds_the_predictor():
     before = pred.proba(0.5)
     planner.observe(RoundFeedback(10, ((5, 0.0), (2, -10.0), (9, math.log(0.5)), (0, -math.inf)), ((3, 7),), 0.1))
     assert pred.observations == [
-        Observation(0.5, ACCEPT), Observation(0.2, REJECT), Observation(0.9, UNCERTAIN), Observation(0.0, REJECT)
+        Observation(0.5, ACCEPT),
+        Observation(0.2, REJECT),
+        Observation(0.9, UNCERTAIN),
+        Observation(0.0, REJECT),
     ]
     assert pred.proba(0.5) != before  # the online test predictor refits
 

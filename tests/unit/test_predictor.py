@@ -162,8 +162,20 @@ def test_shipped_default_loads():
         (None, "does not exist; pass 'default' or a file written by `presto-sgl fit-predictor"),
         ("{not json", "is not JSON"),
         ('{"format": "other"}', "is not a saved eps-certainty predictor"),
-        (json.dumps({"format": FORMAT, "version": 1, "classes": ["reject", "uncertain", "accept"], "eps": 0.01,
-                     "features": ["cut_fraction"], "coef": [[1.0]], "intercept": [0, 0, 0]}), "3 rows"),
+        (
+            json.dumps(
+                {
+                    "format": FORMAT,
+                    "version": 1,
+                    "classes": ["reject", "uncertain", "accept"],
+                    "eps": 0.01,
+                    "features": ["cut_fraction"],
+                    "coef": [[1.0]],
+                    "intercept": [0, 0, 0],
+                }
+            ),
+            "3 rows",
+        ),
         (json.dumps({"format": FORMAT, "version": 1, "classes": ["reject", "uncertain", "accept"]}), "missing field"),
     ],
 )
@@ -177,8 +189,24 @@ def test_load_predictor_errors_name_the_file_and_the_fix(tmp_path, content, matc
 
 
 # -- traces and the command line -----------------------------------------------------
-RUN = ["sample", "--engine", "reference", "--prompt", "the cat", "--rule", "sequential", "--keying", "path",
-       "--max-new-tokens", "32", "--block-size", "16", "--steps", "12", "--json"]
+RUN = [
+    "sample",
+    "--engine",
+    "reference",
+    "--prompt",
+    "the cat",
+    "--rule",
+    "sequential",
+    "--keying",
+    "path",
+    "--max-new-tokens",
+    "32",
+    "--block-size",
+    "16",
+    "--steps",
+    "12",
+    "--json",
+]
 
 
 @pytest.fixture(scope="module")
@@ -234,8 +262,10 @@ def test_fit_and_eval_predictor_commands(traces, tmp_path, capsys):
         (["eval-predictor", "TRACE0", "--folds", "0", "--predictor", "nope.json"], "--predictor"),
         (["fit-predictor", "TRACE0", "-o", "/nonexistent/dir/p.json", "--folds", "0"], "--output"),
         (["sample", "--engine", "reference", "--prompt", "hi", "--rule", "sequential", "--cost-aware"], "--cost-aware"),
-        (["sample", "--engine", "reference", "--prompt", "hi", "--rule", "predictive", "--predictor", "nope.json"],
-         "--predictor"),
+        (
+            ["sample", "--engine", "reference", "--prompt", "hi", "--rule", "predictive", "--predictor", "nope.json"],
+            "--predictor",
+        ),
         (["eval-predictor", "TRACE0", "--features", "cut_fraction,log_length"], "--features"),
     ],
 )
@@ -249,7 +279,25 @@ def test_bad_predictor_input_returns_2(traces, capsys, argv, named):
 
 def test_sample_passes_predictor_flags_into_the_config(capsys, tmp_path):
     capsys.readouterr()
-    assert cli.main(["sample", "--engine", "reference", "--prompt", "hi", "--max-new-tokens", "16", "--steps", "2",
-                     "--json", "--predictor", str(DEFAULT_PATH), "--online-predictor"]) == 0
+    assert (
+        cli.main(
+            [
+                "sample",
+                "--engine",
+                "reference",
+                "--prompt",
+                "hi",
+                "--max-new-tokens",
+                "16",
+                "--steps",
+                "2",
+                "--json",
+                "--predictor",
+                str(DEFAULT_PATH),
+                "--online-predictor",
+            ]
+        )
+        == 0
+    )
     config = json.loads(capsys.readouterr().out)["config"]
     assert config["predictor"] == str(DEFAULT_PATH) and config["online"] is True and config["cost_aware"] is False

@@ -26,10 +26,26 @@ from radix.tree import RadixTree, TreeFullError
 RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 """No deadlines or speed checks: the machine may be shared; the properties, not the timing, are tested."""
 
-FIELDS = ("alpha", "max_new_tokens", "block_size", "steps", "tau", "keying", "kernel", "beta", "tries",
-          "try_temperatures")
-anything = st.one_of(st.none(), st.booleans(), st.integers(-5, 300), st.floats(allow_nan=True, allow_infinity=True),
-                     st.text(max_size=4), st.lists(st.floats(0.01, 2.0), max_size=3).map(tuple))
+FIELDS = (
+    "alpha",
+    "max_new_tokens",
+    "block_size",
+    "steps",
+    "tau",
+    "keying",
+    "kernel",
+    "beta",
+    "tries",
+    "try_temperatures",
+)
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 300),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+    st.lists(st.floats(0.01, 2.0), max_size=3).map(tuple),
+)
 
 
 # -- config validators ----------------------------------------------------------------
@@ -56,8 +72,11 @@ def test_power_config_is_valid_or_names_the_bad_argument(kwargs):
 
 
 @settings(RELAXED, max_examples=300)
-@given(rule_=anything | st.sampled_from(["sequential", "bfs", "predictive", "step"]), budget=anything,
-       cost_aware=anything | st.booleans())
+@given(
+    rule_=anything | st.sampled_from(["sequential", "bfs", "predictive", "step"]),
+    budget=anything,
+    cost_aware=anything | st.booleans(),
+)
 def test_presto_config_is_valid_or_names_the_bad_argument(rule_, budget, cost_aware):
     try:
         p = PrestoConfig(rule=rule_, budget=budget, cost_aware=cost_aware)
@@ -225,7 +244,9 @@ def edits(draw):
     """A chain of states with entropy: each keeps a prefix of the last (a suffix replaced or
     appended, or only a value changed under the same tokens, as a re-scored row can)."""
     n = draw(st.integers(1, 12))
-    state = ChainState((9,), tuple(draw(st.lists(st.integers(0, 31), min_size=n, max_size=n))), (-1.0,) * n, (-2.0,) * n, (-0.5,) * n)
+    state = ChainState(
+        (9,), tuple(draw(st.lists(st.integers(0, 31), min_size=n, max_size=n))), (-1.0,) * n, (-2.0,) * n, (-0.5,) * n
+    )
     states = [state]
     for _ in range(draw(st.integers(0, 8))):
         cut = draw(st.integers(0, state.length))
@@ -233,7 +254,11 @@ def edits(draw):
             states.append(state)
             continue
         m = draw(st.integers(0 if cut < state.length else 1, 6))
-        tokens = state.tokens[cut:cut + m] if draw(st.booleans()) else tuple(draw(st.lists(st.integers(0, 31), min_size=m, max_size=m)))
+        tokens = (
+            state.tokens[cut : cut + m]
+            if draw(st.booleans())
+            else tuple(draw(st.lists(st.integers(0, 31), min_size=m, max_size=m)))
+        )
         m = len(tokens)
         lq = tuple(draw(st.lists(values, min_size=m, max_size=m)))
         state = state.replace_suffix(cut, tokens, lq, tuple(draw(st.lists(values, min_size=m, max_size=m))), lq)
@@ -256,7 +281,9 @@ def test_state_records_replay_every_state_and_keep_what_they_can(states):
         if prev is not None:  # the longest prefix kept with all its values, nothing more
             c = rec["keep"]
             assert all(a[:c] == b[:c] for a, b in zip(_arrays(prev), _arrays(s)))
-            assert c == min(prev.length, s.length) or any(a[c:c + 1] != b[c:c + 1] for a, b in zip(_arrays(prev), _arrays(s)))
+            assert c == min(prev.length, s.length) or any(
+                a[c : c + 1] != b[c : c + 1] for a, b in zip(_arrays(prev), _arrays(s))
+            )
     assert records[0]["keep"] == 0
 
 
@@ -279,8 +306,9 @@ def test_a_trace_grows_by_accepted_suffixes_not_by_T_per_round():
     far smaller than whole states would be, and they replay to the states the chain visited."""
     cfg, presto = sampling_configs("sequential", max_new_tokens=64, block_size=32, steps=12)
     buf, seen = io.StringIO(), []
-    Sampler(ReferenceEngine(), cfg, presto).run([1, 2], seed=3, trace=TraceWriter(buf),
-                                                on_transition=lambda stage, k, s, tr: seen.append(s))
+    Sampler(ReferenceEngine(), cfg, presto).run(
+        [1, 2], seed=3, trace=TraceWriter(buf), on_transition=lambda stage, k, s, tr: seen.append(s)
+    )
     records = [r for r in read_trace(buf.getvalue().splitlines()) if r["type"] == "state"]
     replay = StateReplay((1, 2))
     replayed = [replay.apply(r) for r in records]

@@ -232,9 +232,7 @@ def test_bad_tokens(bad):
 def test_prefix_sharing_without_root():
     prefixes = [[1, 2, 3, 4], [1, 2, 5], [1, 2, 3, 4, 6], []]
     stats = prefix_sharing(None, prefixes)
-    assert stats == SharingStats(
-        total_prefix_tokens=12, unique_prefix_tokens=6, cached_tokens=6, segments=4
-    )
+    assert stats == SharingStats(total_prefix_tokens=12, unique_prefix_tokens=6, cached_tokens=6, segments=4)
     assert stats.hit_rate == 0.5
 
 

@@ -37,20 +37,37 @@ class ToyKernel(PowerMHKernel):
 
 @pytest.fixture
 def toy():
-    registry.register_kernel(registry.KernelSpec("toy", ToyParams, lambda alpha, tau, p: ToyKernel(alpha, tau, p.toy_knob),
-                                                 "a toy kernel"))
+    registry.register_kernel(
+        registry.KernelSpec("toy", ToyParams, lambda alpha, tau, p: ToyKernel(alpha, tau, p.toy_knob), "a toy kernel")
+    )
     yield
     registry.unregister("toy")
 
 
-SAMPLE = ["sample", "--engine", "reference", "--prompt-ids", "1,2,3", "--max-new-tokens", "8", "--block-size", "8",
-          "--steps", "3", "--seed", "4", "--json"]
+SAMPLE = [
+    "sample",
+    "--engine",
+    "reference",
+    "--prompt-ids",
+    "1,2,3",
+    "--max-new-tokens",
+    "8",
+    "--block-size",
+    "8",
+    "--steps",
+    "3",
+    "--seed",
+    "4",
+    "--json",
+]
 
 
 def test_a_registered_kernel_is_a_cli_method_with_its_flags(toy, capsys, tmp_path):
     assert main(["sample", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert "--toy-knob" in help_text and "toy (a toy kernel)" in help_text and "a knob no built-in kernel has" in help_text
+    assert (
+        "--toy-knob" in help_text and "toy (a toy kernel)" in help_text and "a knob no built-in kernel has" in help_text
+    )
 
     trace = tmp_path / "toy.jsonl"
     assert main([*SAMPLE, "--method", "toy", "--toy-knob", "2", "--trace", str(trace)]) == 0
@@ -115,10 +132,13 @@ def test_config_errors_carry_the_parameter_and_render_per_front_end():
         sampling_configs("step", max_new_tokens=30)
     e = err.value
     assert (e.param, e.value) == ("max_new_tokens", 30)
-    assert str(e) == "`max_new_tokens` (=30) must be a positive multiple of `block_size` (=16); use e.g. max_new_tokens=32"
+    assert (
+        str(e) == "`max_new_tokens` (=30) must be a positive multiple of `block_size` (=16); use e.g. max_new_tokens=32"
+    )
     flags = e.render(lambda p: "--" + p.replace("_", "-"), lambda n, v: f"{n} {v}")
-    assert flags == ("`--max-new-tokens` (=30) must be a positive multiple of `--block-size` (=16); use e.g. "
-                     "--max-new-tokens 32")
+    assert flags == (
+        "`--max-new-tokens` (=30) must be a positive multiple of `--block-size` (=16); use e.g. --max-new-tokens 32"
+    )
     stream = io.StringIO()
     print(e.render(lambda p: {"max_new_tokens": "max_tokens"}.get(p, p)), file=stream)
     assert stream.getvalue().startswith("`max_tokens` (=30)")

@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ConfigError, EngineError
 from ...wire import RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
 from ..base import Completion, EngineCapabilities, Request
-from ..text import ModelFolder
 from ..scoring import Scored, check_top
 from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, map_keeping_lost
+from ..text import ModelFolder
 from .lognorm import logq_at, parse_lognorm
 from .transport import ServerClient
 
@@ -56,17 +56,40 @@ if TYPE_CHECKING:
 
 MODES = ("auto", "one-pass", "two-pass")
 NEUTRAL: dict[str, Any] = {
-    "top_k": -1, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0,
-    "presence_penalty": 0.0, "min_new_tokens": 0, "logit_bias": None, "json_schema": None, "regex": None,
-    "ebnf": None, "structural_tag": None, "stop": None, "stop_token_ids": None, "stop_regex": None, "n": 1,
-    "ignore_eos": True, "custom_params": None,
+    "top_k": -1,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "min_new_tokens": 0,
+    "logit_bias": None,
+    "json_schema": None,
+    "regex": None,
+    "ebnf": None,
+    "structural_tag": None,
+    "stop": None,
+    "stop_token_ids": None,
+    "stop_regex": None,
+    "n": 1,
+    "ignore_eos": True,
+    "custom_params": None,
 }
 """Every SGLang sampling parameter that can change the sampled distribution, at its neutral value,
 in every request: SGLang merges the server's ``--preferred-sampling-params`` *under* a request's
 own fields (``TokenizerManager._create_tokenized_object``), so a deployment default (say
 ``repetition_penalty 1.05``) cannot reach the chain. Requests add temperature and length."""
-TEXT_ONLY = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval",
-                       "max_new_tokens", "temperature", "sampling_seed"})
+TEXT_ONLY = frozenset(
+    {
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+        "stream_interval",
+        "max_new_tokens",
+        "temperature",
+        "sampling_seed",
+    }
+)
 """Preferred parameters that cannot change a chain: text rendering, and what every request sets."""
 
 
@@ -78,7 +101,10 @@ def check_preferred(preferred: Any, url: str) -> None:
         raise EngineError(
             f"SGLang server {url} sets --preferred-sampling-params {unknown}, which presto-sgl does not know how "
             "to neutralize: they could change the sampled distribution and bias the chain; restart the server "
-            "without them (or report them to presto-sgl)")
+            "without them (or report them to presto-sgl)"
+        )
+
+
 ROUTE_HEADER = "X-SMG-Routing-Key"  # sglang-router: the request's routing key (manual policy)
 
 
@@ -109,15 +135,23 @@ class SGLangEngine(ServerClient, ModelFolder):
         info = self._get_with_fallback("/model_info", "/get_model_info")
         self.model_path = info.get("model_path")
         check_preferred(info.get("preferred_sampling_params"), self.url)
-        vocab, context = self._open_model([info.get("tokenizer_path"), self.model_path], tokenizer=tokenizer,
-                                          vocab_size=vocab_size, context_length=context_length)
+        vocab, context = self._open_model(
+            [info.get("tokenizer_path"), self.model_path],
+            tokenizer=tokenizer,
+            vocab_size=vocab_size,
+            context_length=context_length,
+        )
         self._list_params, one_pass, temps = self._probe()
         if self.text.has_tokenizer:
             self.check_tokenizer(self._server_ids(self.probe_text()), self.probe_text())
         self._mode = ("one-pass" if one_pass else "two-pass") if mode == "auto" else mode
         self.capabilities = EngineCapabilities(
-            seeded=seeded, entropy=self._mode == "one-pass", vocab_size=vocab, context_length=context,
-            score_temperatures=temps if self._mode == "one-pass" else (), stops=True,
+            seeded=seeded,
+            entropy=self._mode == "one-pass",
+            vocab_size=vocab,
+            context_length=context,
+            score_temperatures=temps if self._mode == "one-pass" else (),
+            stops=True,
         )
 
     @property
@@ -170,15 +204,18 @@ class SGLangEngine(ServerClient, ModelFolder):
             lps = meta.get("output_token_logprobs") or []
             whole = 1 <= len(ids) <= r.max_new_tokens if r.stop else len(ids) == r.max_new_tokens
             if not whole or len(lps) != len(ids) or any(e[1] != t for e, t in zip(lps, ids, strict=True)):
-                raise EngineError(f"SGLang server {self.url} finished a request of {r.max_new_tokens} tokens with "
-                                  f"{len(ids)} tokens and {len(lps)} log-probs (or of other tokens): it must be whole")
+                raise EngineError(
+                    f"SGLang server {self.url} finished a request of {r.max_new_tokens} tokens with "
+                    f"{len(ids)} tokens and {len(lps)} log-probs (or of other tokens): it must be whole"
+                )
             logq = tuple(_as_float(e[0]) for e in lps)
             raw = meta.get(RAW_LOGPROB_KEY)
             ent = meta.get(RAW_ENTROPY_KEY)
             if self._mode == "one-pass" and (raw is None or len(raw) != len(ids)):
                 raise EngineError(
                     f"SGLang server {self.url} returned {'no' if raw is None else len(raw)} raw log-probs for "
-                    f"{len(ids)} tokens (a restart without the plugin?); start it with `bash scripts/sglang_server.sh start`"
+                    f"{len(ids)} tokens (a restart without the plugin?); "
+                    "start it with `bash scripts/sglang_server.sh start`"
                 )
             raw_t = tuple(_as_float(x) for x in raw) if raw is not None and len(raw) == len(ids) else None
             ent_t = tuple(float(x) for x in ent) if ent is not None and len(ent) == len(ids) else None
@@ -189,14 +226,27 @@ class SGLangEngine(ServerClient, ModelFolder):
             with self._stats_lock:
                 self.stats.cached_tokens += int(meta.get("cached_tokens", 0))
                 self.stats.prompt_tokens += len(r.prefix)
-            out.append(Decoded(tokens=tuple(ids), logq=logq, logp=raw_t, entropy=ent_t,
-                               cached_tokens=int(meta.get("cached_tokens", 0)), logq_at=at))
+            out.append(
+                Decoded(
+                    tokens=tuple(ids),
+                    logq=logq,
+                    logp=raw_t,
+                    entropy=ent_t,
+                    cached_tokens=int(meta.get("cached_tokens", 0)),
+                    logq_at=at,
+                )
+            )
         return out
 
-    def _score(self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]) -> list[tuple[float, ...] | Lost | None]:
+    def _score(
+        self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]
+    ) -> list[tuple[float, ...] | Lost | None]:
         """log p0 of each output after its prefix (None where aborted): a prefill-only call, cached prefix reused."""
         params = {**NEUTRAL, "max_new_tokens": 0, "temperature": 1.0}
-        items = [(list(r.prefix) + list(o), params, len(r.prefix) - 1, r.route) for r, o in zip(requests, outputs, strict=True)]
+        items = [
+            (list(r.prefix) + list(o), params, len(r.prefix) - 1, r.route)
+            for r, o in zip(requests, outputs, strict=True)
+        ]
         scores: list[tuple[float, ...] | Lost | None] = []
         for o, res in zip(outputs, self._generate(items), strict=True):
             if isinstance(res, Lost):
@@ -220,15 +270,27 @@ class SGLangEngine(ServerClient, ModelFolder):
         params = {**NEUTRAL, "max_new_tokens": 1, "temperature": 1.0}
         out = []
         for ids in sequences:
-            body = {"input_ids": list(ids), "sampling_params": params, "return_logprob": True,
-                    "logprob_start_len": 0, "top_logprobs_num": k}
+            body = {
+                "input_ids": list(ids),
+                "sampling_params": params,
+                "return_logprob": True,
+                "logprob_start_len": 0,
+                "top_logprobs_num": k,
+            }
             meta = (self._call("POST", "/generate", body) or {}).get("meta_info", {})
-            given, tops, after = (meta.get(key) or [] for key in
-                                  ("input_token_logprobs", "input_top_logprobs", "output_top_logprobs"))
-            if len(given) != len(ids) or len(tops) != len(ids) or not after or any(
-                    e[1] != t for e, t in zip(given, ids, strict=True)):
-                raise EngineError(f"SGLang server {self.url} scored {len(given)} of {len(ids)} prompt tokens "
-                                  f"(or other tokens) with {len(tops)} top lists")
+            given, tops, after = (
+                meta.get(key) or [] for key in ("input_token_logprobs", "input_top_logprobs", "output_top_logprobs")
+            )
+            if (
+                len(given) != len(ids)
+                or len(tops) != len(ids)
+                or not after
+                or any(e[1] != t for e, t in zip(given, ids, strict=True))
+            ):
+                raise EngineError(
+                    f"SGLang server {self.url} scored {len(given)} of {len(ids)} prompt tokens "
+                    f"(or other tokens) with {len(tops)} top lists"
+                )
             pairs = lambda entries: tuple((int(e[1]), _as_float(e[0])) for e in (entries or [])[:k])  # noqa: E731
             logp = (None, *(_as_float(e[0]) for e in given[1:]))
             out.append(Scored(logp, ((), *(pairs(t) for t in tops[1:]), pairs(after[0]))))
@@ -240,11 +302,15 @@ class SGLangEngine(ServerClient, ModelFolder):
         kind = reason.get("type") if isinstance(reason, dict) else reason
         if kind in ("length", "abort") or (stops and kind == "stop"):
             return kind
-        raise EngineError(f"SGLang server {self.url} finished a request with finish_reason={reason!r}; presto-sgl asks "
-                          "for max_new_tokens tokens (ignore_eos) or, under target='eos', up to the first stop token, so "
-                          "only 'length' and 'stop' (kept) and 'abort' (redrawn) are expected")
+        raise EngineError(
+            f"SGLang server {self.url} finished a request with finish_reason={reason!r}; presto-sgl asks "
+            "for max_new_tokens tokens (ignore_eos) or, under target='eos', up to the first stop token, so "
+            "only 'length' and 'stop' (kept) and 'abort' (redrawn) are expected"
+        )
 
-    def _generate(self, items: Sequence[tuple[list[int], dict[str, Any], int | None, str | None]]) -> list[dict[str, Any] | Lost]:
+    def _generate(
+        self, items: Sequence[tuple[list[int], dict[str, Any], int | None, str | None]]
+    ) -> list[dict[str, Any] | Lost]:
         """``/generate`` for (input_ids, sampling_params, logprob_start_len, route) items, answers in
         order; :class:`Lost` for the items of a body whose connection was lost while others answered.
 
@@ -274,7 +340,11 @@ class SGLangEngine(ServerClient, ModelFolder):
         def post(group: list[int]) -> list[dict[str, Any]]:
             route = items[group[0]][3]
             results = self._call("POST", "/generate", body(group), {ROUTE_HEADER: route} if route else None)
-            if not isinstance(results, list) or len(results) != len(group) or not all(isinstance(r, dict) for r in results):
+            if (
+                not isinstance(results, list)
+                or len(results) != len(group)
+                or not all(isinstance(r, dict) for r in results)
+            ):
                 raise EngineError(
                     f"SGLang server {self.url} answered a batch of {len(group)} requests with {str(results)[:200]!r}"
                 )
@@ -309,8 +379,12 @@ class SGLangEngine(ServerClient, ModelFolder):
     def _server_ids(self, text: str) -> list[int] | None:
         """How the server tokenizes ``text`` (a prefill-only request scoring its input); None
         when the answer has no input log-probs to read the ids from."""
-        body = {"text": text, "sampling_params": {**NEUTRAL, "max_new_tokens": 0}, "return_logprob": True,
-                "logprob_start_len": 0}
+        body = {
+            "text": text,
+            "sampling_params": {**NEUTRAL, "max_new_tokens": 0},
+            "return_logprob": True,
+            "logprob_start_len": 0,
+        }
         res = self._call("POST", "/generate", body)
         res = res[0] if isinstance(res, list) and res else res
         entries = res.get("meta_info", {}).get("input_token_logprobs") if isinstance(res, dict) else None

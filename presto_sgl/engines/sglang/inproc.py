@@ -115,8 +115,12 @@ class SGLangInProcessEngine(SGLangEngine):
         try:
             # Validates the arguments first; its first `_call` starts the engine.
             super().__init__(
-                f"sglang.Engine({path})", mode=mode, max_retries=max_retries, seeded=seeded,
-                vocab_size=vocab_size, context_length=context_length,
+                f"sglang.Engine({path})",
+                mode=mode,
+                max_retries=max_retries,
+                seeded=seeded,
+                vocab_size=vocab_size,
+                context_length=context_length,
             )
         except BaseException:
             self.shutdown()
@@ -128,7 +132,9 @@ class SGLangInProcessEngine(SGLangEngine):
         404 (so the base sees no router), bad requests 400 (SGLang's ValueError), failed ones 500."""
         route = _ROUTES.get((method, path))
         if route is None:
-            raise EngineHTTPError(f"the in-process SGLang engine has no {method} {path} (it serves {sorted(_ROUTES)})", 404)
+            raise EngineHTTPError(
+                f"the in-process SGLang engine has no {method} {path} (it serves {sorted(_ROUTES)})", 404
+            )
         engine = self._engine if self._engine is not None else self._start()
         with self._stats_lock:
             self.stats.http_requests += 1  # requests to the engine (no HTTP here)

@@ -25,13 +25,19 @@ def parse_lognorm(meta: dict[str, Any], n: int) -> Lognorm | None:
                 temps = tuple(float(t) for t in key[len(LOGNORM_KEY) :].split(","))
             except ValueError:
                 return None
-            if isinstance(rows, list) and len(rows) == n and all(isinstance(r, list) and len(r) == len(temps) for r in rows):
+            if (
+                isinstance(rows, list)
+                and len(rows) == n
+                and all(isinstance(r, list) and len(r) == len(temps) for r in rows)
+            ):
                 return temps, rows
             return None
     return None
 
 
-def logq_at(logp: tuple[float, ...], lognorm: Lognorm | None, wanted: tuple[float, ...]) -> tuple[tuple[float, ...], ...] | None:
+def logq_at(
+    logp: tuple[float, ...], lognorm: Lognorm | None, wanted: tuple[float, ...]
+) -> tuple[tuple[float, ...], ...] | None:
     """log q_t(token) = log p0(token) / t - log sum_u p0(u)^(1/t) at each wanted t (None when
     the server did not return them: the completion then fails validation, an EngineError)."""
     if not wanted or lognorm is None:

@@ -67,4 +67,3 @@ class ServerClient(ServerEngine):
     def server_info(self) -> dict[str, Any]:
         """``/server_info`` (of the first worker behind a router)."""
         return self._server_get("/server_info")[0]
-

@@ -43,9 +43,18 @@ if TYPE_CHECKING:
     from ..monitor import ServerMonitor
 
 MODES = ("auto", "one-pass", "two-pass")
-_FIXED_PARAMS = {"top_k": -1, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
-                 "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_tokens": 0, "logit_bias": None,
-                 "ignore_eos": True, "return_tokens_as_token_ids": True}
+_FIXED_PARAMS = {
+    "top_k": -1,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "min_tokens": 0,
+    "logit_bias": None,
+    "ignore_eos": True,
+    "return_tokens_as_token_ids": True,
+}
 """Every sampling field a vLLM server could default from the model's generation config
 (``--generation-config auto``: temperature, top-k, top-p, min-p, repetition penalty) or its
 ``--override-generation-config``, and every other penalty or bias, pinned neutral in every
@@ -74,8 +83,11 @@ class VLLMEngine(ServerEngine, ModelFolder):
         if mode not in MODES:
             raise ConfigError("mode", mode, f"{{mode}} (={mode!r}) must be one of {MODES}")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ConfigError("max_concurrency", max_concurrency,
-                              f"{{max_concurrency}} (={max_concurrency!r}) must be an integer >= 1")
+            raise ConfigError(
+                "max_concurrency",
+                max_concurrency,
+                f"{{max_concurrency}} (={max_concurrency!r}) must be an integer >= 1",
+            )
         super().__init__(url, timeout_s, max_retries, restart_timeout_s)
         self._seeded = seeded
         self.max_concurrency = max_concurrency
@@ -85,8 +97,12 @@ class VLLMEngine(ServerEngine, ModelFolder):
             raise EngineError(f"{self.KIND} {self.url} answered GET /v1/models with {str(models)[:200]!r}")
         self.model = str(data[0]["id"])
         self.model_path = str(data[0].get("root") or self.model)
-        self._vocab, context = self._open_model([self.model_path, self.model], tokenizer=tokenizer,
-                                                vocab_size=vocab_size, context_length=data[0].get("max_model_len"))
+        self._vocab, context = self._open_model(
+            [self.model_path, self.model],
+            tokenizer=tokenizer,
+            vocab_size=vocab_size,
+            context_length=data[0].get("max_model_len"),
+        )
         if self.text.has_tokenizer:
             self.check_tokenizer(self._server_ids(self.probe_text()), self.probe_text())
         self._m = self._probe_plugin()
@@ -102,8 +118,12 @@ class VLLMEngine(ServerEngine, ModelFolder):
         self._mode = mode
         self._temps: tuple[float, ...] = self._probe_temperatures() if mode == "one-pass" else ()
         self.capabilities = EngineCapabilities(
-            seeded=seeded, entropy=mode == "one-pass", vocab_size=self._vocab,
-            context_length=int(context) if context else None, score_temperatures=self._temps, stops=True,
+            seeded=seeded,
+            entropy=mode == "one-pass",
+            vocab_size=self._vocab,
+            context_length=int(context) if context else None,
+            score_temperatures=self._temps,
+            stops=True,
         )
 
     @property
@@ -168,8 +188,12 @@ class VLLMEngine(ServerEngine, ModelFolder):
         return choice, cached
 
     def _decode(self, r: Request) -> Decoded | None:
-        body: dict[str, Any] = {"prompt": list(r.prefix), "max_tokens": r.max_new_tokens, "temperature": r.temperature,
-                                "logprobs": width(self._m or 0) if self._mode == "one-pass" else 0}
+        body: dict[str, Any] = {
+            "prompt": list(r.prefix),
+            "max_tokens": r.max_new_tokens,
+            "temperature": r.temperature,
+            "logprobs": width(self._m or 0) if self._mode == "one-pass" else 0,
+        }
         if self._seeded and r.seed is not None:
             body["seed"] = int(r.seed % (1 << 63))
         if r.stop:  # target="eos": end at the first stop token, returned with its values
@@ -192,18 +216,25 @@ class VLLMEngine(ServerEngine, ModelFolder):
                 "plugin?); start it with `bash scripts/vllm_server.sh start`"
             )
         at = tuple(f.logq_at(r.score_temperatures) for f in fields) if r.score_temperatures else None
-        return Decoded(tokens=tokens, logq=tuple(f.logq for f in fields), logp=values,
-                       entropy=tuple(f.entropy for f in fields), cached_tokens=cached, logq_at=at)
+        return Decoded(
+            tokens=tokens,
+            logq=tuple(f.logq for f in fields),
+            logp=values,
+            entropy=tuple(f.entropy for f in fields),
+            cached_tokens=cached,
+            logq_at=at,
+        )
 
     def _score(self, item: tuple[Request, tuple[int, ...]]) -> tuple[float, ...] | None:
         """log p0 of ``tokens`` after the request's prefix (raw ``prompt_logprobs``)."""
         r, tokens = item
-        answer = self._completion({"prompt": [*r.prefix, *tokens], "max_tokens": 1, "temperature": 1.0,
-                                   "prompt_logprobs": 0})
+        answer = self._completion(
+            {"prompt": [*r.prefix, *tokens], "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
+        )
         if answer is None:
             return None
         choice = answer[0]
-        entries = (choice.get("prompt_logprobs") or [])[len(r.prefix):]
+        entries = (choice.get("prompt_logprobs") or [])[len(r.prefix) :]
         if len(entries) != len(tokens):
             raise EngineError(f"{self.KIND} {self.url} scored {len(entries)} of {len(tokens)} tokens")
         return tuple(_as_float((e or {}).get(str(t), {}).get("logprob")) for e, t in zip(entries, tokens, strict=True))
@@ -219,14 +250,24 @@ class VLLMEngine(ServerEngine, ModelFolder):
             answer = self._completion({"prompt": [*ids, 0], "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": k})
             entries = (answer[0].get("prompt_logprobs") or []) if answer is not None else []
             if len(entries) != len(ids) + 1:
-                raise EngineError(f"{self.KIND} {self.url} scored {len(entries)} positions of {len(ids) + 1} (or aborted)")
+                raise EngineError(
+                    f"{self.KIND} {self.url} scored {len(entries)} positions of {len(ids) + 1} (or aborted)"
+                )
 
             def ranked(entry: Any) -> tuple[tuple[int, float], ...]:
-                best = sorted(((v.get("rank") or 0, int(t), _as_float(v.get("logprob"))) for t, v in (entry or {}).items()
-                               if 1 <= (v.get("rank") or 0) <= k))
+                best = sorted(
+                    (
+                        (v.get("rank") or 0, int(t), _as_float(v.get("logprob")))
+                        for t, v in (entry or {}).items()
+                        if 1 <= (v.get("rank") or 0) <= k
+                    )
+                )
                 return tuple((t, lp) for _, t, lp in best)
 
-            logp = (None, *(_as_float((entries[t] or {}).get(str(ids[t]), {}).get("logprob")) for t in range(1, len(ids))))
+            logp = (
+                None,
+                *(_as_float((entries[t] or {}).get(str(ids[t]), {}).get("logprob")) for t in range(1, len(ids))),
+            )
             out.append(Scored(logp, ((), *(ranked(entries[t]) for t in range(1, len(ids) + 1)))))
         return out
 
@@ -294,13 +335,15 @@ class VLLMEngine(ServerEngine, ModelFolder):
                 except ValueError:
                     continue
         queries = values.get("vllm:prefix_cache_queries_total", 0.0)
-        return [{
-            "num_used_tokens": round(values.get("vllm:kv_cache_usage_perc", 0.0) * capacity),
-            "max_total_num_tokens": capacity,
-            "num_running_reqs": int(values.get("vllm:num_requests_running", 0)),
-            "num_waiting_reqs": int(values.get("vllm:num_requests_waiting", 0)),
-            "cache_hit_rate": values.get("vllm:prefix_cache_hits_total", 0.0) / queries if queries else 0.0,
-        }]
+        return [
+            {
+                "num_used_tokens": round(values.get("vllm:kv_cache_usage_perc", 0.0) * capacity),
+                "max_total_num_tokens": capacity,
+                "num_running_reqs": int(values.get("vllm:num_requests_running", 0)),
+                "num_waiting_reqs": int(values.get("vllm:num_requests_waiting", 0)),
+                "cache_hit_rate": values.get("vllm:prefix_cache_hits_total", 0.0) / queries if queries else 0.0,
+            }
+        ]
 
     def monitor(self, interval_s: float = 0.25) -> ServerMonitor:
         """A context manager that samples :meth:`server_loads` while a run is in progress."""

@@ -44,13 +44,41 @@ def _unsupported(encoder_lens: Any, is_cross_attn: bool, sliding_window_size: An
     return encoder_lens is not None or is_cross_attn or (sliding_window_size is not None and sliding_window_size > -1)
 
 
-def decode(original: Any, backend: Any, query: Any, output: Any, k_cache: Any, v_cache: Any, req_to_token: Any,
-           req_pool_indices: Any, seq_lens: Any, encoder_lens: Any = None, scaling: Any = None, enable_gqa: bool = False,
-           causal: bool = False, is_cross_attn: bool = False, sliding_window_size: Any = None) -> Any:
+def decode(
+    original: Any,
+    backend: Any,
+    query: Any,
+    output: Any,
+    k_cache: Any,
+    v_cache: Any,
+    req_to_token: Any,
+    req_pool_indices: Any,
+    seq_lens: Any,
+    encoder_lens: Any = None,
+    scaling: Any = None,
+    enable_gqa: bool = False,
+    causal: bool = False,
+    is_cross_attn: bool = False,
+    sliding_window_size: Any = None,
+) -> Any:
     """query, output: [R, H, D] (one new token per request). One request: the original (no padding)."""
     if _unsupported(encoder_lens, is_cross_attn, sliding_window_size) or seq_lens.shape[0] <= 1:
-        return original(backend, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                        encoder_lens, scaling, enable_gqa, causal, is_cross_attn, sliding_window_size)
+        return original(
+            backend,
+            query,
+            output,
+            k_cache,
+            v_cache,
+            req_to_token,
+            req_pool_indices,
+            seq_lens,
+            encoder_lens,
+            scaling,
+            enable_gqa,
+            causal,
+            is_cross_attn,
+            sliding_window_size,
+        )
     from torch.nn.functional import scaled_dot_product_attention
 
     k, v, valid = _kv_block(k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, query.dtype)
@@ -60,15 +88,45 @@ def decode(original: Any, backend: Any, query: Any, output: Any, k_cache: Any, v
     return output
 
 
-def extend(original: Any, backend: Any, query: Any, output: Any, k_cache: Any, v_cache: Any, req_to_token: Any,
-           req_pool_indices: Any, seq_lens: Any, extend_prefix_lens: Any, extend_seq_lens: Any, encoder_lens: Any = None,
-           scaling: Any = None, enable_gqa: bool = False, causal: bool = False, is_cross_attn: bool = False,
-           sliding_window_size: Any = None) -> Any:
+def extend(
+    original: Any,
+    backend: Any,
+    query: Any,
+    output: Any,
+    k_cache: Any,
+    v_cache: Any,
+    req_to_token: Any,
+    req_pool_indices: Any,
+    seq_lens: Any,
+    extend_prefix_lens: Any,
+    extend_seq_lens: Any,
+    encoder_lens: Any = None,
+    scaling: Any = None,
+    enable_gqa: bool = False,
+    causal: bool = False,
+    is_cross_attn: bool = False,
+    sliding_window_size: Any = None,
+) -> Any:
     """query, output: [sum of extend lengths, H, D], requests one after another."""
     if _unsupported(encoder_lens, is_cross_attn, sliding_window_size) or not causal or seq_lens.shape[0] <= 1:
-        return original(backend, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                        extend_prefix_lens, extend_seq_lens, encoder_lens, scaling, enable_gqa, causal, is_cross_attn,
-                        sliding_window_size)
+        return original(
+            backend,
+            query,
+            output,
+            k_cache,
+            v_cache,
+            req_to_token,
+            req_pool_indices,
+            seq_lens,
+            extend_prefix_lens,
+            extend_seq_lens,
+            encoder_lens,
+            scaling,
+            enable_gqa,
+            causal,
+            is_cross_attn,
+            sliding_window_size,
+        )
     import torch
     from torch.nn.functional import scaled_dot_product_attention
 

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 ENV = "PRESTO_SGL_PROFILE"
+_TORCH_NATIVE = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
 TARGETS = {
     "batch_step": "sglang.srt.managers.scheduler.Scheduler.run_batch",
     "model_forward": "sglang.srt.model_executor.model_runner.ModelRunner.forward",
     "sampling": "sglang.srt.model_executor.model_runner.ModelRunner.sample",
-    "attention_decode": "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend._run_sdpa_forward_decode",
-    "attention_extend": "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend._run_sdpa_forward_extend",
+    "attention_decode": f"{_TORCH_NATIVE}._run_sdpa_forward_decode",
+    "attention_extend": f"{_TORCH_NATIVE}._run_sdpa_forward_extend",
 }
 
 _totals: dict[str, float] = {}

@@ -95,4 +95,3 @@ def _pack(out: Any, fields: Any, raw_t: Any, k: int) -> Any:
         vals[:, 1 : n + 1] = fields[:, :n].to(vals.dtype)
     out.logprobs_tensors = type(lt)(ids, vals, lt.selected_token_ranks)
     return out
-
