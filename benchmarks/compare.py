@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from presto_sgl import Sampler, registry, sampling_configs
+from presto_sgl import Sampler, SampleResult, registry, sampling_configs
 from presto_sgl.fields import params_of
 from presto_sgl.predictor.certainty import CLASSES, certainty_class
 
@@ -101,7 +101,8 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
     seq_time: dict[str, float] = {}
     seq_prompt_times: dict[str, list[float]] = {}
     for m in methods or default_methods(args.budgets):
-        results, classes = [], Counter()
+        results: list[SampleResult] = []
+        classes: Counter[int] = Counter()
 
         def count(stage, k, state, tr, classes=classes):
             classes[certainty_class(tr.log_accept)] += 1

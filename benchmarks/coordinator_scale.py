@@ -23,16 +23,18 @@ import statistics
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 from benchmarks.compare import machine
 from presto_sgl import TraceWriter, sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.engines.text import TextView
 from presto_sgl.proposals import ProposalStore
 from presto_sgl.runner import run_prompts
 from presto_sgl.samplers import Sampler
 from presto_sgl.scheduler import Scheduler
 
-RULES = {
+RULES: dict[str, dict[str, Any]] = {
     "sequential": dict(rule="sequential"),
     "bfs": dict(rule="bfs"),
     "predictive": dict(rule="predictive"),
@@ -53,7 +55,7 @@ class TimedEngine:
     def __init__(self, inner: ReferenceEngine) -> None:
         self.inner = inner
         self.capabilities = inner.capabilities
-        self.text = inner.text
+        self.text: TextView = inner.text
         self.seconds = 0.0
 
     def generate(self, requests):
@@ -156,7 +158,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     prompts = prompts_of(args.prompts)
-    data = {"machine": machine(), "runs": []}
+    data: dict[str, Any] = {"machine": machine(), "runs": []}
     print(data["machine"], flush=True)
     for shape in args.shapes.split(","):
         for T in map(int, args.lengths.split(",")):

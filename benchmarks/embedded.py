@@ -20,6 +20,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -108,7 +109,7 @@ def main() -> None:
         flush=True,
     )
     print(machine(), flush=True)
-    out = {"args": {k: str(v) for k, v in vars(args).items()}}
+    out: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
     if "A" in args.part:
         out["A"] = part_a(engine, args)
     if "B" in args.part:

@@ -28,6 +28,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.compare import PROMPTS, RULE_COLUMNS, Method, compare_rules, machine, markdown_table
 from presto_sgl.engines.base import Request
@@ -80,7 +81,7 @@ def part_f(name: str, engine, prompts, args) -> list[dict]:
             alone = time.perf_counter() - t0
             times[n].append(dt)
             ratios[n].append(dt / alone)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in FORKS:
         rows.append({"engine": name, "forks": n, "time_s": spread(times[n]), "vs_longest_alone": spread(ratios[n])})
         t, r = rows[-1]["time_s"], rows[-1]["vs_longest_alone"]

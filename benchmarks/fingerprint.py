@@ -20,6 +20,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from presto_sgl import Sampler, sampling_configs
 
@@ -30,7 +31,11 @@ def digest(tokens) -> str:
     return hashlib.sha1(repr(tuple(tokens)).encode()).hexdigest()[:10]
 
 
-KERNELS = {"powermh": {}, "entropycut": {"beta": 4.0}, "multitry": {"tries": 3, "try_temperatures": (0.25, 0.5, 1.0)}}
+KERNELS: dict[str, dict[str, Any]] = {
+    "powermh": {},
+    "entropycut": {"beta": 4.0},
+    "multitry": {"tries": 3, "try_temperatures": (0.25, 0.5, 1.0)},
+}
 """Each MH kernel and its parameters (powermh's keys carry no kernel name: older fingerprints compare)."""
 
 

@@ -22,7 +22,7 @@ from presto_sgl import ChainState, make_kernel, sampling_configs
 from presto_sgl.config import Keying
 from presto_sgl.keys import ChainKeys, DecisionDraws, DecisionId
 from presto_sgl.planners import BFSPlanner, Planner, RoundContext, StepPlanner
-from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree
+from presto_sgl.planners.predictive import CandidateNode, PredictivePlanner, allocate, candidate_tree
 from presto_sgl.predictor.certainty import ConstantPredictor, Predictor
 from presto_sgl.proposals import ProposalStore
 
@@ -99,9 +99,16 @@ def main() -> None:
             row(name, budget, med, p95, statistics.mean(map(len, plans)))
         for name, pred in preds.items():
             rounds = contexts(args.T, args.remaining, budget, args.calls, "path")
-            med, p95, trees = timed(lambda c, p=pred: candidate_tree(c, p, c.budget), rounds)
+
+            def tree(c: RoundContext, p: Predictor = pred) -> list[CandidateNode]:
+                return candidate_tree(c, p, c.budget)
+
+            def dp(nodes: list[CandidateNode], b: int = budget) -> tuple[float, list[CandidateNode]]:
+                return allocate(nodes, b)
+
+            med, p95, trees = timed(tree, rounds)
             row(f"  candidates, {name}", budget, med, p95)
-            med, p95, _ = timed(lambda nodes, b=budget: allocate(nodes, b), trees)
+            med, p95, _ = timed(dp, trees)
             row(f"  DP (Eq. 19), {name}", budget, med, p95)
 
 

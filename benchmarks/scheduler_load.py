@@ -25,6 +25,7 @@ import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from benchmarks.compare import machine
 from benchmarks.load import DATASET
@@ -35,10 +36,10 @@ from presto_sgl.scheduler import Scheduler
 from presto_sgl.tasks.registry import load_task
 from presto_sgl.testing.servers import server_script
 
-POWER = dict(alpha=4.0, max_new_tokens=64, block_size=32, steps=10)
+POWER: dict[str, Any] = dict(alpha=4.0, max_new_tokens=64, block_size=32, steps=10)
 BUDGET = 20
 SEED = 28
-MODES = {  # name: (sampling_configs arguments, shared scheduler)
+MODES: dict[str, tuple[dict[str, Any], bool]] = {  # name: (sampling_configs arguments, shared scheduler)
     "sequential": (dict(rule="sequential"), False),
     "step-cost per-chain": (dict(rule="step", budget=BUDGET, cost_aware=True), False),
     "step-cost shared": (dict(rule="step", budget=BUDGET, cost_aware=True), True),
@@ -204,7 +205,7 @@ def main() -> None:
     if args.report_only:
         print(report(json.loads(args.report_only.read_text())))
         return
-    data = {"machine": machine(), "power": POWER, "budget": BUDGET, "runs": []}
+    data: dict[str, Any] = {"machine": machine(), "power": POWER, "budget": BUDGET, "runs": []}
     if args.json and args.json.exists():
         data["runs"] = json.loads(args.json.read_text())["runs"]
     print(data["machine"], flush=True)

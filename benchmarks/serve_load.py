@@ -84,7 +84,9 @@ def ask(url: str, model: str, text: str, seed: int, rule: str, timeout_s: float 
         }
     except openai.APITimeoutError:
         return {"status": "client timeout", "latency_s": time.perf_counter() - t0}
-    m = r.choices[0].model_extra["presto"]["metrics"]
+    extra = r.choices[0].model_extra
+    assert extra is not None, "the server's reply has no presto field"
+    m = extra["presto"]["metrics"]
     return {
         "status": 200,
         "latency_s": time.perf_counter() - t0,

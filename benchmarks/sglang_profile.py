@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.compare import PROMPTS, machine, markdown_table
+from benchmarks.compare import PROMPTS, Column, machine, markdown_table
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import SGLangEngine
 from presto_sgl.keys import ChainKeys
@@ -101,13 +101,17 @@ def main() -> None:
             + " ".join(f"{k}={med[k]:.2f}s ({med[k] / med['wall']:.0%})" for k in PARTS),
             flush=True,
         )
-    cols = [
+    cols: list[Column] = [
         ("setting", lambda r: r["setting"]),
         ("forks", lambda r: str(r["forks"])),
         ("call (s)", lambda r: f"{r['wall']:.2f}"),
         ("batch steps", lambda r: f"{r['steps']:.0f}"),
     ]
-    cols += [(k, lambda r, k=k: f"{r[k]:.2f} ({r[k] / r['wall']:.0%})") for k in PARTS]
+
+    def part(k: str) -> Column:
+        return (k, lambda r: f"{r[k]:.2f} ({r[k] / r['wall']:.0%})")
+
+    cols += [part(k) for k in PARTS]
     print(markdown_table(rows, cols))
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=2))

@@ -31,7 +31,7 @@ def main() -> None:
     engine = embedded_engine("tiny-adder")
     problems = make_problems(args.problems, seed=777)
     prompts = [engine.encode(p.prompt) for p in problems]
-    results = {}
+    results: dict[str, tuple[float, float, float]] = {}  # name: (accuracy, seconds, model calls/problem)
     temps = (
         ("greedy", 1e-3),
         (f"temperature {1 / args.alpha:g}", 1 / args.alpha),
@@ -66,8 +66,8 @@ def main() -> None:
             calls / len(problems),
         )
     print(f"tiny-adder, {len(problems)} held-out problems (2-3 digit operands), response length {args.length}")
-    for name, (acc, secs, calls) in results.items():
-        extra = f", {calls:.1f} model calls/problem" if calls != 1.0 else ""
+    for name, (acc, secs, per_problem) in results.items():
+        extra = f", {per_problem:.1f} model calls/problem" if per_problem != 1.0 else ""
         print(f"  {name:<62} accuracy {acc:6.1%}   ({secs:.1f} s{extra})")
 
 

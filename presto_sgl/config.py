@@ -222,7 +222,11 @@ def parameters() -> list[Param]:
     """Every declared parameter front ends expose, once each: ``method``, the schedule
     (PowerConfig), PrestoConfig's, then each registered kernel's and baseline's own."""
     out = [METHOD, *(p for p in params_of(PowerConfig) if p.name != "kernel"), *params_of(PrestoConfig)]
-    for spec in (*registry.KERNELS.values(), *registry.BASELINES.values()):
+    specs: tuple[registry.KernelSpec | registry.BaselineSpec, ...] = (
+        *registry.KERNELS.values(),
+        *registry.BASELINES.values(),
+    )
+    for spec in specs:
         out += params_of(spec.params)
     return out
 

@@ -154,6 +154,7 @@ class StageExecutor:
             for p, group in zip(planned, groups)
         ]
         plan_s = time.perf_counter() - t0
+        completions: list[Completion]
         if not rows:
             completions, elapsed = [], 0.0
         else:

@@ -92,7 +92,7 @@ def _kind(annotation: Any) -> str:
 def _default(f: Field) -> Any:
     if f.default is not MISSING:
         return f.default
-    return f.default_factory() if f.default_factory is not MISSING else None  # type: ignore[misc]
+    return f.default_factory() if f.default_factory is not MISSING else None
 
 
 class Validated:

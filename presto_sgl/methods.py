@@ -33,7 +33,11 @@ class SampleResult:
 
 @runtime_checkable
 class Method(Protocol):
-    name: str  # the method: a kernel's name (run by a rule) or a baseline's
+    @property
+    def name(self) -> str:
+        """The method: a kernel's name (run by a rule) or a baseline's."""
+        ...
+
     engine: Engine
     transitions_per_run: int  # MH transitions one run makes (0 for a baseline): progress bars
 
@@ -108,10 +112,14 @@ def check_seed(seed: object) -> int:
 class MethodBase:
     """What methods share: the prompt check, the run record, the trace's opening and closing."""
 
-    name: str
     engine: Engine
     max_new_tokens: int
     transitions_per_run = 0
+
+    @property
+    def name(self) -> str:
+        """The method's name in records (a class attribute of each method, or a property)."""
+        raise NotImplementedError
 
     def describe(self) -> dict[str, object]:
         raise NotImplementedError

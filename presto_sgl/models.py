@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
 
@@ -86,7 +87,7 @@ def materialize_smollm2(target: Path | None = None) -> Path:
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     model.hf_quantizer = None  # dequantized: save as a plain float32 checkpoint
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -160,7 +161,8 @@ def load(model: str, *, device: str | None = "auto", dtype: str | None = "auto",
     tok = hub.auto_tokenizer(str(tokenizer or path), param="tokenizer" if tokenizer else "model", fix=fix)
     hf_logging.disable_progress_bar()
     try:
-        hf = AutoModelForCausalLM.from_pretrained(path, dtype=dt).to(device).eval()
+        loaded: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dt)  # transformers types `.to` unbound
+        hf = loaded.to(device).eval()
     except (OSError, ValueError) as exc:
         raise ConfigError(
             "model", model, f"{{model}} (={model!r}) has no loadable causal-LM weights here ({exc})"

@@ -43,6 +43,7 @@ def method_config(options: Mapping[str, Any]) -> MethodConfig:
         config, presto = sampling_configs(opts.pop("rule", "step"), kernel=method, **opts)
         return MethodConfig(method, config, presto)
     spec = registry.spec_of(method)
+    assert isinstance(spec, registry.BaselineSpec)  # a kernel returned above
     for name in ("rule", *PRESTO):
         if name in opts:
             raise ConfigError(

@@ -71,7 +71,8 @@ RESERVED: set[str] = {"method", "seed", "prompt"}
 
 def declared() -> dict[str, str]:
     """Every parameter a kernel or baseline declares -> the method that declares it."""
-    return {p.name: spec.name for spec in (*KERNELS.values(), *BASELINES.values()) for p in params_of(spec.params)}
+    specs: tuple[KernelSpec | BaselineSpec, ...] = (*KERNELS.values(), *BASELINES.values())
+    return {p.name: spec.name for spec in specs for p in params_of(spec.params)}
 
 
 def _check_new(kind: str, name: str, params: type | None) -> None:
@@ -131,7 +132,8 @@ def make_kernel(config: Any) -> Any:
     kernel = KERNELS[config.kernel].make(float(config.alpha), config.temperature, config.params)
     if not config.ends:
         return kernel
-    if not dataclasses.is_dataclass(kernel) or "ends" not in {f.name for f in dataclasses.fields(kernel)}:
+    names = {f.name for f in dataclasses.fields(kernel)} if dataclasses.is_dataclass(kernel) else set()
+    if "ends" not in names:
         raise ConfigError(
             "target",
             config.target,

@@ -10,6 +10,7 @@ planner state (docs/design.md §5).
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -61,7 +62,7 @@ def run_prompts(
 
     pool = ChainPool(workers, len(prompts), scheduler)
     try:
-        futures = pool.submit(Ticket(math.inf), [lambda i=i: one(i) for i in range(len(prompts))])
+        futures = pool.submit(Ticket(math.inf), [functools.partial(one, i) for i in range(len(prompts))])
         assert futures is not None, "the queue holds every prompt"
         return [f.result() for f in futures]
     finally:

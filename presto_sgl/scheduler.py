@@ -213,6 +213,8 @@ class Scheduler:
             return [n if o.values is None else max(1, math.ceil(f * len(o.groups))) for o, n in zip(offers, full)]
         taken = list(full)
         rows = sorted(r.max_new_tokens for o, n in zip(offers, taken) for g in o.groups[:n] for r in g)
+        top: tuple[int, ...]  # (second most, most) new tokens of a row
+        tp: tuple[int, ...]
         count, tokens, top = len(rows), sum(rows), (rows[-2] if len(rows) > 1 else 0, rows[-1])
         value = sum(o.values[n - 1] if o.values is not None else 1.0 for o, n in zip(offers, taken))
         rate = value / self.time_model.time(count, top[1], tokens, top[0])
@@ -231,7 +233,9 @@ class Scheduler:
             if best is None or best[0] <= rate:
                 return taken
             rate, i, n, count, tokens, top = best
-            value += offers[i].values[n - 1] - offers[i].values[taken[i] - 1]
+            values = offers[i].values
+            assert values is not None  # best only names offers with values
+            value += values[n - 1] - values[taken[i] - 1]
             taken[i] = n
 
     def _concurrent(self, offer: Offer) -> tuple[int, list[Completion], float]:

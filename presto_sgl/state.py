@@ -64,15 +64,13 @@ class ChainState:
     ) -> ChainState:
         """The state with response tokens from ``cut`` on replaced (or appended); entropy and
         ``logq_at`` are kept when both the state and the new suffix carry them."""
-        keep_entropy = self.entropy is not None and entropy is not None
-        keep_logq_at = self.logq_at is not None and logq_at is not None
         return ChainState(
             prompt=self.prompt,
             tokens=self.tokens[:cut] + tokens,
             logq=self.logq[:cut] + logq,
             logp=self.logp[:cut] + logp,
-            entropy=(self.entropy[:cut] + entropy) if keep_entropy else None,  # type: ignore[index]
-            logq_at=(self.logq_at[:cut] + logq_at) if keep_logq_at else None,  # type: ignore[index]
+            entropy=(self.entropy[:cut] + entropy) if self.entropy is not None and entropy is not None else None,
+            logq_at=(self.logq_at[:cut] + logq_at) if self.logq_at is not None and logq_at is not None else None,
         )
 
     def common_prefix(self, other: ChainState) -> int:

@@ -149,6 +149,7 @@ class RadixTree:
         node = end
         while node is not self._root:
             path.append(node.value)
+            assert node.parent is not None  # only the root has no parent
             node = node.parent
         return MatchResult(length=length, node=end, values=tuple(reversed(path)))
 
@@ -190,6 +191,7 @@ class RadixTree:
                 self._evictable -= len(node.key)
                 self._protected += len(node.key)
             node.lock_ref += 1
+            assert node.parent is not None  # only the root has no parent
             node = node.parent
 
     def dec_lock_ref(self, node: TreeNode) -> None:
@@ -204,6 +206,7 @@ class RadixTree:
             if node.lock_ref == 0:
                 self._protected -= len(node.key)
                 self._evictable += len(node.key)
+            assert node.parent is not None  # only the root has no parent
             node = node.parent
 
     def evict(self, num_tokens: int) -> int:
@@ -217,6 +220,7 @@ class RadixTree:
         while freed < num_tokens and heap:
             _, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
+            assert parent is not None  # heap holds attached non-root nodes only
             del parent.children[leaf.key[0]]
             leaf.parent = None
             freed += len(leaf.key)
@@ -270,6 +274,7 @@ class RadixTree:
             lock_ref=child.lock_ref,
             last_access=child.last_access,
         )
+        assert child.parent is not None  # the root is never split
         child.parent.children[upper.key[0]] = upper
         child.key = child.key[n:]
         child.value = None if child.value is None else child.value[n:]
@@ -278,6 +283,7 @@ class RadixTree:
 
     def _make_room(self, need: int, keep: TreeNode) -> None:
         """Evict so ``need`` more tokens fit in ``max_tokens``, never evicting ``keep``'s path."""
+        assert self._max_tokens is not None  # insert calls this only with a budget set
         overflow = self.total_tokens + need - self._max_tokens
         if overflow <= 0:
             return

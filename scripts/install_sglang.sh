@@ -80,18 +80,20 @@ install_router() {
 }
 
 # pytest, for tests/integration/test_sglang_runtime.py (scripts/test.sh runs it with this venv's python):
-# pytest, iniconfig and pluggy at the project's pins (scripts/constraints.txt, as in .venv);
-# what it shares with sglang (packaging, pygments) stays at this venv's CPU pins.
+# pytest, pytest-timeout (scripts/test.sh gives every test a deadline), iniconfig and pluggy at the
+# project's pins (scripts/constraints.txt, as in .venv); what it shares with sglang (packaging,
+# pygments) stays at this venv's CPU pins.
 install_pytest() {
   local want got pins=()
   want=$(sed -n 's/^pytest==//p' scripts/constraints.txt)
-  got=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("pytest"))' 2>/dev/null || true)
+  got=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("pytest")); m.version("pytest-timeout")' \
+    2>/dev/null || true)
   [ "$got" = "$want" ] && return 0
   say "uv pip install pytest==$want"
   [ "$MODE" = cpu ] && pins=(--constraint "$SHIMS/constraints.txt")
   # shellcheck disable=SC2046  (one requirement per line)
   "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${pins[@]}" \
-    $(grep -E '^(pytest|iniconfig|pluggy)==' scripts/constraints.txt)
+    $(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy)==' scripts/constraints.txt)
 }
 
 # (`import sglang` alone takes ~15 s on 2 cores.)

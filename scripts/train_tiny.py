@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
 
-    exclude = set()
+    exclude: set[tuple[int, int]] = set()
     for seed in HELDOUT_SEEDS:
         for d in {args.eval_digits, (2, 3)}:
             exclude.update((p.a, p.b) for p in make_problems(1000, seed, d))

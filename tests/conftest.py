@@ -25,6 +25,17 @@ def pytest_configure(config: pytest.Config) -> None:
         print(f"mutant {name}: {apply(name)}")
 
 
+SERVER_MARKERS = ("sglang", "vllm")
+"""Markers of tests against a real server: each implies ``server`` (tier 3 of scripts/test.sh)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SERVER_MARKERS):
+            item.add_marker(pytest.mark.server)
+
+
 UNSEEDED_RNG = 12345
 """The generator seed of unseeded reference engines: their tests stay deterministic."""
 

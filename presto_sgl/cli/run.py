@@ -13,6 +13,7 @@ at its next model call (what they wrote to their traces resumes).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -258,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     scheduler = Scheduler.for_sampler(sampler) if args.scheduler == "shared" and workers > 1 else None
     pool, ticket = ChainPool(workers, len(todo), scheduler), Ticket(math.inf)
     try:
-        futures = pool.submit(ticket, [lambda c=c: one(*c) for c in todo]) or []
+        futures = pool.submit(ticket, [functools.partial(one, *c) for c in todo]) or []
         finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
         ticket.cancel("a chain failed")  # after a failure: chains not started never start, the others stop
         failed = [f.exception() for f in finished if f.exception() is not None]

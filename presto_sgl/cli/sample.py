@@ -179,8 +179,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         trace = TraceWriter(stream) if stream is not None else None
         # Engines with server-side metrics (sglang, vllm) add a `server` record: KV-pool peak, prefix hits.
-        monitored = trace is not None and isinstance(engine.inner, Monitored)
-        with engine.inner.monitor() if monitored else contextlib.nullcontext() as server:
+        monitored = engine.inner if trace is not None and isinstance(engine.inner, Monitored) else None
+        with monitored.monitor() if monitored is not None else contextlib.nullcontext() as server:
             result = method.run(
                 prompt,
                 seed=args.seed,

@@ -107,6 +107,7 @@ def _service(args: argparse.Namespace):
         raise ValueError(
             f"`--method` {spec.method!r} is a baseline; serve runs the MH kernels ({', '.join(registry.KERNELS)})"
         )
+    assert spec.presto is not None  # a kernel's
     for flag, value in (("--port", args.port), ("--request-timeout", args.request_timeout)):
         if not value > 0:
             raise ValueError(f"`{flag}` (={value!r}) must be > 0")

@@ -73,8 +73,11 @@ class Engine(Protocol):
     """The token-level seam: ``generate`` and ``capabilities``; ``text`` is the engine's text
     view (:mod:`presto_sgl.engines.text`), which only front ends use."""
 
-    capabilities: EngineCapabilities
-    text: TextView
+    @property
+    def capabilities(self) -> EngineCapabilities: ...
+
+    @property
+    def text(self) -> TextView: ...
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         """One model call: all ``requests`` in one batch, results in request order."""
@@ -130,7 +133,7 @@ def check_values(scored: Completion | Proposal, vocab_size: int) -> None:
     if tokens and (min(tokens) < 0 or max(tokens) >= vocab_size):  # C loops; the Python one only to name it
         t = next(t for t in tokens if not 0 <= t < vocab_size)
         raise EngineError(f"engine returned token id {t} outside the vocabulary [0, {vocab_size})")
-    values = {"logq": scored.logq, "logp": scored.logp}
+    values: dict[str, Sequence[float]] = {"logq": scored.logq, "logp": scored.logp}
     if scored.logq_at is not None:
         values["logq_at"] = [v for row in scored.logq_at for v in row]
     for name, vs in values.items():

@@ -135,16 +135,16 @@ class EmbeddedEngine(TokenizerText):
         lm = self.lm
         if not requests:
             return []
-        for r in requests:
-            if r.max_new_tokens < 1:
+        for req in requests:
+            if req.max_new_tokens < 1:
                 raise ConfigError(
                     "max_new_tokens",
-                    r.max_new_tokens,
-                    f"{{max_new_tokens}} (={r.max_new_tokens}) must be >= 1 for the embedded engine",
+                    req.max_new_tokens,
+                    f"{{max_new_tokens}} (={req.max_new_tokens}) must be >= 1 for the embedded engine",
                 )
-            if len(r.prefix) < 1:
+            if len(req.prefix) < 1:
                 raise ValueError("a request `prefix` is empty; the embedded engine needs at least one prompt token")
-            end = len(r.prefix) + r.max_new_tokens
+            end = len(req.prefix) + req.max_new_tokens
             if end > lm.max_positions:
                 raise ValueError(
                     f"prompt + new tokens = {end} exceeds the model context ({lm.max_positions} positions); "

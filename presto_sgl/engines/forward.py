@@ -11,6 +11,7 @@ padding is ever needed. Requires torch (imported by the caller).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -117,7 +118,9 @@ class BufferView:
 class CausalLM:
     """The decoder stack of a transformers causal LM, run over :class:`KVBuffers`."""
 
-    def __init__(self, hf_model: torch.nn.Module) -> None:
+    def __init__(self, hf_model: Any) -> None:
+        """``hf_model``: a transformers causal LM (a ``torch.nn.Module`` whose submodules and
+        config attributes are read by name)."""
         cfg = hf_model.config
         if cfg.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
@@ -136,16 +139,16 @@ class CausalLM:
         self.config = cfg
         inner = hf_model.model
         self.embed = inner.embed_tokens
-        self.layers = list(inner.layers)
+        self.layers: list[Any] = list(inner.layers)
         self.norm = inner.norm
         self.lm_head = hf_model.lm_head
-        self.n_heads = cfg.num_attention_heads
-        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
-        self.max_positions = cfg.max_position_embeddings
-        self.vocab_size = cfg.vocab_size
-        self.dtype = next(hf_model.parameters()).dtype
-        self.device = next(hf_model.parameters()).device
+        self.n_heads: int = cfg.num_attention_heads
+        self.n_kv_heads: int = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.head_dim: int = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.max_positions: int = cfg.max_position_embeddings
+        self.vocab_size: int = cfg.vocab_size
+        self.dtype: torch.dtype = next(hf_model.parameters()).dtype
+        self.device: torch.device = next(hf_model.parameters()).device
         theta = float(rope["rope_theta"])
         self.inv_freq = 1.0 / (
             theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float, device=self.device) / self.head_dim)

@@ -30,7 +30,9 @@ class LoadSource(Protocol):
     """What the monitor reads from an engine (SGLang's or vLLM's server engine)."""
 
     url: str
-    stats: _Stats
+
+    @property
+    def stats(self) -> _Stats: ...
 
     def server_loads(self) -> list[dict[str, Any]]: ...
 

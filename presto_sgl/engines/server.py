@@ -156,6 +156,11 @@ class ServerEngine:
         """One try at every request: a validated completion, or None where the server reported an abort."""
         raise NotImplementedError
 
+    @property
+    def mode(self) -> str:
+        """How log p0 comes back: "one-pass" (the server's plugin) or "two-pass" (a scoring pass)."""
+        raise NotImplementedError
+
     def _health_urls(self) -> list[str]:
         """Further URLs whose ``/health`` must answer before a retry (a router's workers)."""
         return []

@@ -217,6 +217,7 @@ class ModelFolder(TokenizerText):
                 )
             self._view = IdsView()
             return int(vocab_size), context_length
+        assert self.model_source is not None  # set in the loop with config
         self._generation_eos = hub.generation_eos(self.model_source, config)
         try:
             self._tokenizer = hub.auto_tokenizer(self.model_source, param="tokenizer", fix=fix)

@@ -64,9 +64,18 @@ class Transition:
 class Kernel(Protocol):
     """A suffix-resampling MH kernel leaving pi_alpha(x) ∝ p0(x)^alpha invariant."""
 
-    name: str
-    needs_entropy: bool  # states must carry per-token p0 entropy (the engine must return it)
-    score_temperatures: tuple[float, ...]  # states carry per-token log q at these (empty: none)
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def needs_entropy(self) -> bool:
+        """States must carry per-token p0 entropy (the engine must return it)."""
+        ...
+
+    @property
+    def score_temperatures(self) -> tuple[float, ...]:
+        """States carry per-token log q at these temperatures (empty: none)."""
+        ...
 
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
         """The decision's cut c in {0..T-1} at ``state``."""

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..config import PrestoConfig
 from ..registry import RuleSpec, register_rule
 from .base import PlannedRequest, Planner, PlanOffer, RoundContext, RoundFeedback, SequentialPlanner, offer_of
@@ -20,6 +22,9 @@ from .costaware import CostAwareStepPlanner
 from .pathcost import CostAwarePathPlanner
 from .predictive import PredictivePlanner
 from .step import StepPlanner
+
+if TYPE_CHECKING:
+    from ..predictor.certainty import Predictor
 
 __all__ = [
     "BFSPlanner",
@@ -37,7 +42,7 @@ __all__ = [
 ]
 
 
-def _predictor(presto: PrestoConfig):
+def _predictor(presto: PrestoConfig) -> Predictor:
     from ..predictor import load_predictor
 
     return load_predictor(presto.predictor, online=presto.online)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Self
 
 from ..config import Keying
 from ..kernels.base import Kernel
@@ -122,7 +122,7 @@ class Stateless:
     """Mixin of planners without round state: one object serves every run (``observe`` is a
     no-op unless the planner learns, thread-safely, from realized decisions)."""
 
-    def for_run(self) -> Stateless:
+    def for_run(self) -> Self:
         return self
 
     def observe(self, feedback: RoundFeedback) -> None:

@@ -51,6 +51,7 @@ import math
 import random
 import threading
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from ..predictor.certainty import Predictor, h_plus
 from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback
@@ -173,7 +174,7 @@ class CostAwareStepPlanner(StepPlanner):
         """The :class:`RoundModel` of the round (depths up to the horizon, at least through
         the batch) and the batch's depth indices."""
         cuts, held = self._depths(ctx)
-        idx = [p.decision - ctx.k0 for p in batch]
+        idx = [cast(int, p.decision) - ctx.k0 for p in batch]  # step keys: decisions are step indices
         D = min(len(cuts), max(self.horizon, max(idx, default=-1) + 1))
         T = ctx.root.length
         accept = [h_plus(self.predictor, c / T) for c in cuts[:D]]

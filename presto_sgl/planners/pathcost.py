@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 
 from ..config import Keying
+from ..keys import DecisionId
 from ..predictor.certainty import Predictor, h_plus
 from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback, Stateless
 from .bfs import BFSPlanner
@@ -118,7 +119,7 @@ class CostAwarePathPlanner(Stateless):
         self.predictor.observe(feedback.observations())
 
 
-def _reach(p: PlannedRequest, cuts: dict, depth0: int, T: int, predictor: Predictor) -> float:
+def _reach(p: PlannedRequest, cuts: dict[DecisionId, int], depth0: int, T: int, predictor: Predictor) -> float:
     """R(v) of a reachable BFS node: the product of h+ / h- along the bits below the round's root."""
     path = str(p.decision)
     weight = 1.0

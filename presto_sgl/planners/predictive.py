@@ -116,13 +116,13 @@ def allocate(nodes: list[CandidateNode], budget: int) -> tuple[float, list[Candi
     chosen: set[int] = set()
     stack: list[tuple[CandidateNode | None, int]] = [(root, budget)]
     while stack:
-        v, b = stack.pop()
-        if v is None or b == 0:
+        u, b = stack.pop()
+        if u is None or b == 0:
             continue
-        b = min(b, len(table[id(v)]) - 1)
-        chosen.add(id(v))
-        m = split[id(v)][b]
-        stack += [(v.plus, m), (v.minus, b - 1 - m)]
+        b = min(b, len(table[id(u)]) - 1)
+        chosen.add(id(u))
+        m = split[id(u)][b]
+        stack += [(u.plus, m), (u.minus, b - 1 - m)]
     return table[id(root)][min(budget, len(table[id(root)]) - 1)], [v for v in nodes if id(v) in chosen]
 
 

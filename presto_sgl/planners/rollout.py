@@ -50,7 +50,7 @@ class RoundModel:
         self.theta = [float(x) for x in time_model.theta]
         self._new = [length - c for c in self.cuts]
         self._later: dict[tuple[int, int], int] = {}
-        self._memos: dict[tuple, dict[tuple[int, int], float]] = {}
+        self._memos: dict[tuple[int, int, tuple[int, ...], tuple[int, ...] | None], dict[tuple[int, int], float]] = {}
 
     def call_time(self, depths: Sequence[int], outcome: Outcome | None = None) -> float:
         """Predicted time of a call requesting ``depths`` (new tokens from ``outcome`` if it has them)."""
@@ -88,7 +88,9 @@ class RoundModel:
             pos += 1
         return pos, held
 
-    def cost_to_go(self, pos: int, held: int, outcome: Outcome, budget: int, memo: dict | None = None) -> float:
+    def cost_to_go(
+        self, pos: int, held: int, outcome: Outcome, budget: int, memo: dict[tuple[int, int], float] | None = None
+    ) -> float:
         """Call time to walk depths pos..D-1 with the step rule at ``budget``, for one accept pattern.
 
         ``memo`` (one per outcome and budget) maps (pos, held >> pos) to the tail's call time:
@@ -145,7 +147,7 @@ class RoundModel:
         if self.match:
             raise ValueError("exact outcomes enumerate accept patterns only; use match = 0")
         zeros = (0,) * self.D
-        out = []
+        out: list[Outcome] = []
         for bits in range(1 << self.D):
             w = math.prod(a if bits >> i & 1 else 1.0 - a for i, a in enumerate(self.accept))
             out.append((bits, zeros, w, None))

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 FEATURES = 5
 """(1, rows, steps, tokens, batched): the call-time features."""
@@ -24,7 +25,9 @@ MIN_TIME_S = 1e-6
 """Floor of a predicted call time (seconds), so that ratios by t(n) are always defined."""
 
 
-def call_seconds(theta: Sequence[float], rows: int, steps: int, tokens: int, batched: int) -> float:
+def call_seconds(
+    theta: Sequence[float] | NDArray[np.float64], rows: int, steps: int, tokens: int, batched: int
+) -> float:
     """theta . (1, rows, steps, tokens, batched), at least MIN_TIME_S: the one call-time formula."""
     return max(
         float(theta[0] + theta[1] * rows + theta[2] * steps + theta[3] * tokens + theta[4] * batched), MIN_TIME_S
@@ -49,12 +52,12 @@ class CallTimeModel:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.calls = 0
-        self.theta = np.zeros(FEATURES)
+        self.theta: NDArray[np.float64] = np.zeros(FEATURES)
         self._gram = np.zeros((FEATURES, FEATURES))
         self._xty = np.zeros(FEATURES)
 
     @staticmethod
-    def features(new_tokens: Sequence[int]) -> np.ndarray:
+    def features(new_tokens: Sequence[int]) -> NDArray[np.float64]:
         return np.array([1.0, len(new_tokens), max(new_tokens), sum(new_tokens), second_most(new_tokens)], dtype=float)
 
     def predict(self, new_tokens: Sequence[int]) -> float:
@@ -76,7 +79,7 @@ class CallTimeModel:
             self.calls += 1
             self.theta = self._nnls()
 
-    def _nnls(self) -> np.ndarray:
+    def _nnls(self) -> NDArray[np.float64]:
         # ||X theta - y||^2 - ||y||^2 = theta' G theta - 2 theta' b; on the normal-equation
         # solution of a support S it equals -theta_S' b_S. Columns are scaled to unit norm
         # (D G D) so that rows and token counts of different magnitudes solve stably. If the

@@ -33,7 +33,7 @@ FORMAT = "presto-sgl/certainty-predictor"
 VERSION = 1
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "assets" / "certainty" / "default.json"
 
-FEATURES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+FEATURES: dict[str, Callable[[np.ndarray | np.float64], np.ndarray | np.float64]] = {
     "cut_fraction": lambda x: x,
     "cut_fraction_sq": lambda x: x * x,
     "log_suffix_fraction": lambda x: np.log(1.0 - x + 0.01),  # log share of the response resampled

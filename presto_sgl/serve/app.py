@@ -235,9 +235,9 @@ def create_app(
         try:
             answer = JSONResponse(body)
         except ValueError as exc:  # a value JSON cannot carry (a bug: the validators keep them finite)
-            failure = _failure(exc, request_timeout_s)
-            metrics.request(request.url.path, failure.status)
-            return failure.answer()
+            bug = _failure(exc, request_timeout_s)
+            metrics.request(request.url.path, bug.status)
+            return bug.answer()
         metrics.request(request.url.path, 200)
         return answer
 

@@ -23,7 +23,7 @@ of a type that takes the keyword, so generated requests stay small and fast.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import __version__, registry
@@ -441,6 +441,7 @@ def _bound(schema: Any, keywords: Mapping[str, Any]) -> Any:
     types = (types,) if isinstance(types, str) else tuple(types or ())
     for keyword, value in keywords.items():
         if any(t in types for t in LIMIT_KEYWORDS.get(keyword, ())):
-            tighter = {"minLength": max, "pattern": lambda old, new: new}.get(keyword, min)
+            tighters: dict[str, Callable[[Any, Any], Any]] = {"minLength": max, "pattern": lambda old, new: new}
+            tighter = tighters.get(keyword, min)
             out[keyword] = tighter(out[keyword], value) if keyword in out else value
     return out

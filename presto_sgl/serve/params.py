@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from .. import registry
 from ..config import PowerConfig, PrestoConfig, capped_blocks, parameters, with_options
@@ -145,6 +145,10 @@ def token_ids(value: Any) -> list[int] | None:
     return ids if all(t is not None for t in ids) else None  # type: ignore[return-value]
 
 
+@overload
+def _int(body: Mapping[str, Any], name: str, default: int, low: int) -> int: ...
+@overload
+def _int(body: Mapping[str, Any], name: str, default: int | None, low: int) -> int | None: ...
 def _int(body: Mapping[str, Any], name: str, default: int | None, low: int) -> int | None:
     """``body[name]`` (``default`` when absent or null), an integer >= ``low``."""
     value = body.get(name)
@@ -274,20 +278,20 @@ def _length(body: Mapping[str, Any], field: str, defaults: Defaults, overrides: 
     else the server's, cap) (:func:`~presto_sgl.config.capped_blocks`)."""
     if scoring:
         cap = _int(body, field, 0, 0)
-        if cap > 1:  # type: ignore[operator]
+        if cap > 1:
             raise ParamError(
                 field,
                 f"`{field}` (={cap}) must be 0 or 1 with `echo` and `logprobs`: the prompt is "
                 "scored in one pass (no power sampling), plus the greedy next token when 1",
             )
-        return cap  # type: ignore[return-value]
+        return cap
     cap = _int(body, field, defaults.config.max_new_tokens, 1)
     block = overrides.setdefault("block_size", defaults.config.block_size)
     if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
-        overrides[LENGTH], overrides["block_size"] = capped_blocks(cap, block)  # type: ignore[arg-type]
+        overrides[LENGTH], overrides["block_size"] = capped_blocks(cap, block)
     else:
         overrides[LENGTH] = cap
-    return cap  # type: ignore[return-value]
+    return cap
 
 
 def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
@@ -307,7 +311,7 @@ def parse(body: Any, kind: str, defaults: Defaults) -> ChainJob:
         prompts = _prompts(body["prompt"])
         length = "max_tokens"
     n = _int(body, "n", 1, 1)
-    if n > defaults.max_n:  # type: ignore[operator]
+    if n > defaults.max_n:
         raise ParamError("n", f"`n` (={n}) exceeds this server's limit of {defaults.max_n} chains per request")
     seed = _int(body, "seed", defaults.seed, 0)
     for name in ("stream", "return_token_ids", "echo"):  # null: false, as OpenAI's API reads it

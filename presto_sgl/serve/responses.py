@@ -84,7 +84,7 @@ def completion_logprobs(view: TextView, c: Choice, k: int, offset: int = 0) -> d
 def chat_logprobs(view: TextView, c: Choice) -> dict[str, Any]:
     """Chat's ``logprobs``: ``content``, one {token, logprob, bytes, top_logprobs: []} per answer token."""
 
-    def entry(t: int, lp: float) -> dict[str, Any]:
+    def entry(t: int, lp: float | None) -> dict[str, Any]:
         s = view.decode([t])
         return {"token": s, "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
 

@@ -9,6 +9,7 @@ independent and share its prefix in the backend's KV cache.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 from collections import OrderedDict
@@ -136,14 +137,18 @@ class Service:
             score = self._scorer().score_tokens
             prompts = [self._scoring_ids(job, p) for p in job.prompts]
             top = job.logprobs or 0
-            return 0, prompts, self._submit(ticket, [lambda ids=ids: score([ids], top)[0] for ids in prompts])
+
+            def score_one(ids: tuple[int, ...]) -> Scored:
+                return score([ids], top)[0]
+
+            return 0, prompts, self._submit(ticket, [functools.partial(score_one, ids) for ids in prompts])
         prompts = [self.prompt_ids(job, p) for p in job.prompts]
         sampler = self.sampler(job)
         seed = job.seed if job.seed is not None else secrets.randbelow(2**31)  # reported: the response can be redrawn
         chains: list[Callable[[], SampleResult]] = []
         for i, ids in enumerate(prompts):
             for j in range(job.n):
-                chains.append(lambda ids=ids, cid=i * job.n + j: sampler.run(ids, seed=seed, prompt_id=cid))
+                chains.append(functools.partial(sampler.run, ids, seed=seed, prompt_id=i * job.n + j))
         return seed, prompts, self._submit(ticket, chains)
 
     def _submit(self, ticket: Ticket, chains: Sequence[Callable[[], Any]]) -> list[Future] | None:

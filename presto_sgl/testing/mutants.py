@@ -12,6 +12,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 MUTANTS: dict[str, tuple[str, Callable[[], None]]] = {}
 
@@ -29,7 +30,9 @@ def _q_flipped() -> None:
     from presto_sgl.kernels import powermh
 
     orig = powermh.log_acceptance
-    powermh.log_acceptance = lambda lq_x, lq_y, lp_x, lp_y, alpha, extra=0.0: orig(lq_y, lq_x, lp_x, lp_y, alpha, extra)
+    powermh.log_acceptance = lambda logq_current, logq_proposal, logp_current, logp_proposal, alpha, extra=0.0: orig(
+        logq_proposal, logq_current, logp_current, logp_proposal, alpha, extra
+    )
 
 
 @mutant("no-q-term", "PowerMH acceptance without the proposal terms: alpha (lp_y - lp_x) (independence-sampler slip)")
@@ -37,7 +40,9 @@ def _no_q_term() -> None:
     from presto_sgl.kernels import powermh
 
     orig = powermh.log_acceptance
-    powermh.log_acceptance = lambda lq_x, lq_y, lp_x, lp_y, alpha, extra=0.0: orig(0.0, 0.0, lp_x, lp_y, alpha, extra)
+    powermh.log_acceptance = lambda logq_current, logq_proposal, logp_current, logp_proposal, alpha, extra=0.0: orig(
+        0.0, 0.0, logp_current, logp_proposal, alpha, extra
+    )
 
 
 @mutant("alpha-one", "PowerMH acceptance at alpha = 1 (targets p0, not p0^alpha)")
@@ -45,7 +50,9 @@ def _alpha_one() -> None:
     from presto_sgl.kernels import powermh
 
     orig = powermh.log_acceptance
-    powermh.log_acceptance = lambda lq_x, lq_y, lp_x, lp_y, alpha, extra=0.0: orig(lq_x, lq_y, lp_x, lp_y, 1.0, extra)
+    powermh.log_acceptance = lambda logq_current, logq_proposal, logp_current, logp_proposal, alpha, extra=0.0: orig(
+        logq_current, logq_proposal, logp_current, logp_proposal, 1.0, extra
+    )
 
 
 @mutant("accept-all", "every proposal accepted (log A = 0)")
@@ -103,7 +110,7 @@ def _entropycut_inverted() -> None:
     from presto_sgl.kernels import entropycut
 
     orig = entropycut.log_cut_ratio
-    entropycut.log_cut_ratio = lambda x, y, c, beta: -orig(x, y, c, beta)
+    entropycut.log_cut_ratio = lambda current, proposed, cut, beta: -orig(current, proposed, cut, beta)
 
 
 @mutant("multitry-weight", "MultiTryMH weighting draws by q at the first temperature, not the mixture")
@@ -123,7 +130,8 @@ def _resume_path_lost() -> None:
     orig = resume.read_checkpoint
     resume.read_checkpoint = lambda path: dataclasses.replace(orig(path), path="")
     for module in ("presto_sgl.cli.sample", "presto_sgl.cli.run"):  # they import it by name
-        importlib.import_module(module).read_checkpoint = resume.read_checkpoint
+        cli: Any = importlib.import_module(module)
+        cli.read_checkpoint = resume.read_checkpoint
 
 
 def cli_command() -> list[str]:

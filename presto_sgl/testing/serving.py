@@ -71,6 +71,7 @@ def serve_cli(*args: str, timeout_s: float = 120.0) -> Iterator[tuple[str, subpr
     port = free_port()
     cmd = [*cli_command(), "serve", *args, "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None  # stdout=PIPE
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s

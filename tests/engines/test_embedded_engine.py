@@ -176,6 +176,7 @@ def test_unseeded_engine_draws_fresh_tokens():
     assert eng.generate([r])[0].tokens != eng.generate([r])[0].tokens
 
 
+@pytest.mark.law
 def test_sampling_follows_q_tau():
     """Many seeded one-token draws follow softmax(logits / tau) (chi-square)."""
     from scipy import stats

@@ -5,23 +5,36 @@ engine. Path keys couple BFS and the predictive rule (with an online, cut-depend
 predictor) with the path-keyed sequential sampler; step keys couple the step rule, plain
 and cost-aware (test predictor, synthetic clock), with the step-keyed one.
 
-Parametrized over kernel (:data:`cases.KERNELS`) x rule x engine: the reference LM (the
-full grid of budgets, block schedules, alpha/sharpness and seeds) and the committed tiny
-model on the embedded engine, where tokens and decisions are identical and log-probs
-agree to float32 batch numerics (a row decoded in a batch vs alone is not bit-identical).
+The factors: kernel (:data:`cases.KERNELS`) x rule x engine (the reference LM; the committed
+tiny model on the embedded engine, where tokens and decisions are identical and log-probs
+agree to float32 batch numerics) x target (fixed, eos) x the shared scheduler (off; on, with
+merged or concurrent dispatch: several chains at once, each compared with its own sequential
+chain) x budget x block schedule x (alpha, sharpness). Tier 1 runs an all-pairs covering
+design of that space (:func:`covering.all_pairs`) after the combinations the guards below
+need (every kernel x rule at the whole-subtree budget on the longest schedule, under both
+targets: the BFS quirk, deferral, carry-over and race cuts act there). The full products
+(fixed target: every budget x schedule x setting, and the tiny model; eos: two budgets) are
+marked ``fullgrid`` (tier 2).
 """
 
 from __future__ import annotations
 
+import functools
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from presto_sgl import TraceWriter, read_trace
-from presto_sgl.engines.reference import ReferenceLM
+from presto_sgl.engines.base import Engine
+from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.runner import run_prompts
+from presto_sgl.scheduler import Scheduler
 from tests.support.cases import KERNELS, PRESTO_RULES, RULES, KernelCase, RuleCase, sequential_sampler
-from tests.support.coupling import assert_same_states, run_states
+from tests.support.coupling import COUPLING_SCHEDULES, COUPLING_STOP, assert_same_states, run_states
+from tests.support.covering import Case, all_pairs
 
 pytestmark = pytest.mark.exactness
 
@@ -32,82 +45,180 @@ BUDGETS = [1, 2, 20]
 20: the paper's N_pf, whole subtrees per call (the BFS quirk, the cost-aware cap). A budget in
 between (5 until issue 29) exercised no path these do not."""
 SETTINGS = [(4.0, 2.0), (2.0, 0.7)]  # (alpha, sharpness of the reference LM)
+TINY_SETTING = (4.0, 3.0)  # (alpha, tau) on the tiny model
 SEEDS = (0, 1)
-"""Two chains per grid point (the grid, not the seeds, spans the paths: 954 chain pairs)."""
+"""Two chains per case (the grid, not the seeds, spans the paths)."""
+SCHEDULED_PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
+"""With the scheduler on, these chains run at once per seed (their calls merged or concurrent)."""
+
+FACTORS: dict[str, list[Any]] = {
+    "kernel": KERNELS,
+    "rule": PRESTO_RULES,
+    "engine": ["reference", "tiny-adder"],
+    "target": ["fixed", "eos"],
+    "scheduler": ["off", "merged", "concurrent"],
+    "budget": BUDGETS,
+    "schedule": SCHEDULES,
+    "setting": [0, 1],
+}
+
+
+def valid(case: Case) -> bool:
+    """The tiny model runs one schedule and setting, fixed target, no scheduler, and no
+    EntropyCut (see :attr:`KernelCase.state_cut`); the reference LM runs everything."""
+    if case["engine"] == "reference":
+        return True
+    return (
+        not case["kernel"].state_cut
+        and (case["target"], case["scheduler"], case["schedule"], case["setting"]) == ("fixed", "off", (16, 8, 6), 0)
+        and case["budget"] in (2, 20)
+    )
+
+
+def case_of(kernel: KernelCase, rule: RuleCase, **factors: Any) -> Case:
+    defaults = {"engine": "reference", "target": "fixed", "scheduler": "off", "setting": 0}
+    return {"kernel": kernel, "rule": rule, **defaults, **factors}
+
+
+def required() -> Iterator[Case]:
+    """The guards' configuration (n30-B10-K25, budget 20) for every kernel x rule, both targets."""
+    for kernel in KERNELS:
+        for rule in PRESTO_RULES:
+            for target in ("fixed", "eos"):
+                yield case_of(kernel, rule, target=target, budget=20, schedule=SCHEDULES[-1])
+
+
+def full_products() -> Iterator[Case]:
+    """The tier-2 grids: fixed target (every budget x schedule x setting; the tiny model's
+    cases), eos (a small budget on a short schedule, the full one on the longest)."""
+    for kernel in KERNELS:
+        for rule in PRESTO_RULES:
+            for budget in BUDGETS:
+                for schedule in SCHEDULES:
+                    for setting in (0, 1):
+                        yield case_of(kernel, rule, budget=budget, schedule=schedule, setting=setting)
+            for budget in (2, 20):
+                tiny = case_of(kernel, rule, engine="tiny-adder", budget=budget, schedule=(16, 8, 6))
+                if valid(tiny):
+                    yield tiny
+            for budget, schedule in COUPLING_SCHEDULES.items():
+                yield case_of(kernel, rule, target="eos", budget=budget, schedule=schedule)
+
+
+def case_id(case: Case) -> str:
+    alpha, knob = TINY_SETTING if case["engine"] != "reference" else SETTINGS[case["setting"]]
+    n, B, K = case["schedule"]
+    sched = "" if case["scheduler"] == "off" else f"-sched-{case['scheduler']}"
+    return (
+        f"{case['kernel']}-{case['rule']}-N{case['budget']}-{case['engine']}-{case['target']}{sched}"
+        f"-n{n}-B{B}-K{K}-a{alpha}-{knob}"
+    )
+
+
+@functools.cache
+def tier1_ids() -> frozenset[str]:
+    return frozenset(case_id(c) for c in all_pairs(FACTORS, valid, required()))
+
+
+def coupling_cases() -> Iterator[Any]:
+    """Every case of the covering design (tier 1) and of the full products (``fullgrid``)."""
+    cases = {case_id(c): c for c in all_pairs(FACTORS, valid, required())}
+    for c in full_products():
+        cases.setdefault(case_id(c), c)
+    for name, c in cases.items():
+        marks = () if name in tier1_ids() else (pytest.mark.fullgrid,)
+        yield pytest.param(c, id=name, marks=marks)
 
 
 @dataclass(frozen=True)
-class EngineCase:
-    """An engine of the coupling grid and the configurations it runs."""
-
-    name: str
-    schedules: tuple[tuple[int, int, int], ...]
-    budgets: tuple[int, ...]
-    settings: tuple[tuple[float, float], ...]  # (alpha, sharpness) or (alpha, tau)
+class Setup:
+    engine: Engine
+    prompt: list[int]
+    power: dict[str, Any]
     logprob_tol: float  # 0: bit-exact ChainStates
 
-    def setup(self, request: pytest.FixtureRequest, setting: tuple[float, float]):
-        """(engine, prompt, PowerConfig fields) of one setting."""
-        alpha, knob = setting
-        if self.name == "reference":
-            engine = request.getfixturevalue("reference_engine")(ReferenceLM(12, sharpness=knob, seed=3))
-            return engine, [1, 2, 3], {"alpha": alpha}
-        # the tiny model is nearly deterministic: at tau = 1/alpha almost every proposal would be
-        # accepted (MultiTryMH's tries too, at its default temperatures)
-        _, tok = request.getfixturevalue("tiny_adder")
-        prompt = tok.encode("Q:47+385=", add_special_tokens=False)
-        power = {"alpha": alpha, "tau": knob, "try_temperatures": (knob / 2, knob)}
-        return request.getfixturevalue("tiny_engine"), prompt, power
+
+def setup(request: pytest.FixtureRequest, case: Case) -> Setup:
+    if case["engine"] == "reference":
+        alpha, sharpness = SETTINGS[case["setting"]]
+        lm = ReferenceLM(12, sharpness=sharpness, seed=3)
+        stops = (COUPLING_STOP,) if case["target"] == "eos" else ()
+        engine = ReferenceEngine(lm, stop_ids=stops) if stops else request.getfixturevalue("reference_engine")(lm)
+        return Setup(engine, [1, 2, 3], {"alpha": alpha, "target": case["target"]}, 0.0)
+    # the tiny model is nearly deterministic: at tau = 1/alpha almost every proposal would be
+    # accepted (MultiTryMH's tries too, at its default temperatures)
+    alpha, tau = TINY_SETTING
+    _, tok = request.getfixturevalue("tiny_adder")
+    prompt = tok.encode("Q:47+385=", add_special_tokens=False)
+    power = {"alpha": alpha, "tau": tau, "try_temperatures": (tau / 2, tau)}
+    return Setup(request.getfixturevalue("tiny_engine"), prompt, power, 1e-4)
 
 
-ENGINES = [
-    EngineCase("reference", tuple(SCHEDULES), tuple(BUDGETS), tuple(SETTINGS), 0.0),
-    EngineCase("tiny-adder", ((16, 8, 6),), (2, 20), ((4.0, 3.0),), 1e-4),
-]
+def scheduled_states(sampler, dispatch: str, seed: int) -> list[list[tuple]]:
+    """Per prompt of :data:`SCHEDULED_PROMPTS`, the transitions of its chain, all chains run at
+    once through a shared scheduler."""
+    seen: list[list[tuple]] = [[] for _ in SCHEDULED_PROMPTS]
+
+    def run_one(prompt, *, seed, prompt_id, **kwargs):
+        def record(stage, k, st, tr):
+            seen[prompt_id].append((stage, k, st, tr.accepted))
+
+        return sampler.run(prompt, seed=seed, prompt_id=prompt_id, on_transition=record, **kwargs)
+
+    scheduler = Scheduler.for_sampler(sampler, dispatch=dispatch)
+    run_prompts(run_one, SCHEDULED_PROMPTS, seed=seed, workers=len(SCHEDULED_PROMPTS), scheduler=scheduler)
+    assert scheduler.stats.calls > 0
+    return seen
 
 
-def coupling_cases():
-    for kernel in KERNELS:
-        for rule in PRESTO_RULES:
-            for engine in ENGINES:
-                if kernel.state_cut and engine.logprob_tol:
-                    continue  # see KernelCase.state_cut
-                for budget in engine.budgets:
-                    for schedule in engine.schedules:
-                        for setting in engine.settings:
-                            name = "{}-{}-N{}-{}-n{}-B{}-K{}-a{}-{}".format(
-                                kernel, rule, budget, engine.name, *schedule, *setting
-                            )
-                            yield pytest.param(kernel, rule, engine, budget, schedule, setting, id=name)
-
-
-@pytest.mark.parametrize("kernel_case,rule,engine_case,budget,schedule,setting", coupling_cases())
-def test_presto_visits_the_sequential_states(
-    request, kernel_case: KernelCase, rule: RuleCase, engine_case: EngineCase, budget, schedule, setting
-):
-    n, B, K = schedule
-    engine, prompt, power = engine_case.setup(request, setting)
-    cfg, presto = rule.configs(budget, **kernel_case.options(max_new_tokens=n, block_size=B, steps=K, **power))
+@pytest.mark.parametrize("case", coupling_cases())
+def test_presto_visits_the_sequential_states(request, case: Case):
+    n, B, K = case["schedule"]
+    kernel_case, rule, budget = case["kernel"], case["rule"], case["budget"]
+    env = setup(request, case)
+    cfg, presto = rule.configs(budget, **kernel_case.options(max_new_tokens=n, block_size=B, steps=K, **env.power))
     kernel = kernel_case.make(cfg)
+    seq_sampler = sequential_sampler(env.engine, cfg, kernel)
     outcomes = set()
     for seed in SEEDS:
-        seq, seq_result = run_states(sequential_sampler(engine, cfg, kernel), prompt, seed)
-        pre, pre_result = run_states(rule.sampler(engine, cfg, presto, kernel), prompt, seed)
+        if case["scheduler"] != "off":
+            chains = scheduled_states(rule.sampler(env.engine, cfg, presto, kernel), case["scheduler"], seed)
+            for i, (prompt, pre) in enumerate(zip(SCHEDULED_PROMPTS, chains)):
+                seq, _ = run_states(seq_sampler, prompt, seed, prompt_id=i)
+                assert len(seq) == len(pre) == K * (n // B), f"chain {i}"
+                assert_same_states(seq, pre, 0.0)
+                outcomes |= {acc for *_, acc in seq}
+            continue
+        seq, seq_result = run_states(seq_sampler, env.prompt, seed)
+        pre, pre_result = run_states(rule.sampler(env.engine, cfg, presto, kernel), env.prompt, seed)
         assert len(seq) == len(pre) == K * (n // B)
-        assert_same_states(seq, pre, engine_case.logprob_tol)
-        if engine_case.logprob_tol == 0.0:
+        assert_same_states(seq, pre, env.logprob_tol)
+        if env.logprob_tol == 0.0:
             assert pre_result.state == seq_result.state
         assert pre_result.state.tokens == seq_result.state.tokens
         m = pre_result.metrics
-        assert m.transitions == K * (n // B) == seq_result.metrics.model_calls
+        assert m.transitions == K * (n // B)
         assert m.model_calls <= seq_result.metrics.model_calls
-        if budget == 1:
-            assert m.model_calls == seq_result.metrics.model_calls
-        if engine_case.name != "reference":  # guard: the real model's runs prefetch and reuse KV
+        if case["target"] == "fixed":
+            assert m.transitions == seq_result.metrics.model_calls
+            if budget == 1:
+                assert m.model_calls == seq_result.metrics.model_calls
+        if case["engine"] != "reference":  # guard: the real model's runs prefetch and reuse KV
             assert m.model_calls < seq_result.metrics.model_calls and m.cached_tokens > 0
         outcomes |= {acc for *_, acc in seq}
-    if engine_case.name != "reference":  # guard: both outcomes (else equality is trivial)
+    if case["engine"] != "reference":  # guard: both outcomes (else equality is trivial)
         assert outcomes == {True, False}
+
+
+def test_the_covering_design_covers_every_pair():
+    """Tier 1's cases hold every pair of factor values a valid case has, the required ones
+    first, and are far fewer than the product."""
+    from tests.support.covering import uncovered_pairs
+
+    chosen = all_pairs(FACTORS, valid, required())
+    assert not uncovered_pairs(FACTORS, valid, chosen)
+    assert chosen[: len(list(required()))] == list(required())
+    assert len(chosen) < 100
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ from tests.support import exact
 from tests.support.cases import KERNELS, RULES
 from tests.support.enumerated import PROMPT, SIGNIFICANCE, chi_square_pvalue, exact_law, lm
 
-pytestmark = pytest.mark.exactness
+pytestmark = [pytest.mark.exactness, pytest.mark.law]
 
 SCHEDULE = dict(max_new_tokens=4, block_size=2, steps=6)
 BUDGET = 3
@@ -92,7 +92,8 @@ def events(records: Iterable[dict]) -> Counter:
     """Carry-overs, deferrals and unreachable (quirk) requests in one chain's trace records. A round
     deferred a decision when its walk stopped before the stage's K transitions (no valid draw)."""
     out: Counter = Counter()
-    calls, walked = {}, Counter()
+    calls: dict[int, dict] = {}  # the mh call records by index
+    walked: Counter[int] = Counter()  # transitions walked per call
     for r in records:
         if r["type"] == "call" and r["kind"] == "mh":
             calls[r["index"]] = r

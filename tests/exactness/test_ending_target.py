@@ -12,8 +12,8 @@ law ends before the horizon). Checked here:
   in the first block is not extended) follow the exact law by a chi-square at 0.001, every
   kernel x rule, on a seeded and an unseeded engine, and a kernel without the length term is
   rejected by the same test;
-* coupling: for the same keys every PreSTO rule visits the sequential chain's states bit
-  for bit, with states ending early, proposals of other lengths and race cuts deferred.
+* the coupling chains (test_coupling.py runs them under ``target="eos"``) end early and at the
+  horizon, move between lengths and defer race cuts; an interrupted chain resumes exactly.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from presto_sgl import PowerConfig, TraceWriter, read_trace
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from tests.conftest import UNSEEDED_RNG
 from tests.support import exact
-from tests.support.cases import KERNELS, PRESTO_RULES, RULES, KernelCase, sequential_sampler
-from tests.support.coupling import assert_same_states, run_states
+from tests.support.cases import KERNELS, RULES, KernelCase
+from tests.support.coupling import COUPLING_SCHEDULES, COUPLING_STOP
 from tests.support.enumerated import SAMPLERS, SIGNIFICANCE, chi_square_pvalue, sample_counts
 
 pytestmark = pytest.mark.exactness
@@ -103,6 +103,7 @@ def law_cases():
             yield pytest.param(kernel, name, False, id=f"{kernel}-{name}-unseeded{tag}")
 
 
+@pytest.mark.law
 @pytest.mark.parametrize("kernel_case,sampler_name,seeded", law_cases())
 def test_ending_chains_follow_exact_law(kernel_case, sampler_name, seeded):
     cfg, presto = config(kernel_case, sampler_name)
@@ -114,6 +115,7 @@ def test_ending_chains_follow_exact_law(kernel_case, sampler_name, seeded):
     assert p > level, f"chi-square p={p:.2e} (TV={tv:.3f}) rejects the exact K-step law of the EOS target"
 
 
+@pytest.mark.law
 @pytest.mark.parametrize("sampler_name", ["sequential-step", "step"])
 @pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
 def test_dropping_the_length_term_fails_the_chi_square(monkeypatch, kernel_case, sampler_name):
@@ -130,40 +132,11 @@ def test_dropping_the_length_term_fails_the_chi_square(monkeypatch, kernel_case,
 # -- coupling -----------------------------------------------------------------------------------
 
 COUPLING_LM = (12, 2.0, 3)  # vocab, sharpness, seed of the reference LM
-COUPLING_STOP = 0
-COUPLING_SCHEDULES = {2: (16, 8, 6), 20: (30, 10, 25)}
-"""budget -> (n, B, K): a small budget on a short schedule, the full one on the longest."""
 
 
 def coupling_engine():
     vocab, sharpness, seed = COUPLING_LM
     return ReferenceEngine(ReferenceLM(vocab, sharpness=sharpness, seed=seed), stop_ids=(COUPLING_STOP,))
-
-
-def coupling_cases():
-    for kernel in KERNELS:
-        for rule in PRESTO_RULES:
-            for budget, schedule in COUPLING_SCHEDULES.items():
-                yield pytest.param(
-                    kernel, rule, budget, schedule, id="{}-{}-N{}-n{}-B{}-K{}".format(kernel, rule, budget, *schedule)
-                )
-
-
-@pytest.mark.parametrize("kernel_case,rule,budget,schedule", coupling_cases())
-def test_ending_presto_visits_the_sequential_states(kernel_case, rule, budget, schedule):
-    n, B, K = schedule
-    eng = coupling_engine()
-    cfg, presto = rule.configs(
-        budget, **kernel_case.options(alpha=4.0, max_new_tokens=n, block_size=B, steps=K, target="eos")
-    )
-    kernel = kernel_case.make(cfg)
-    for seed in range(3):
-        seq, seq_result = run_states(sequential_sampler(eng, cfg, kernel), [1, 2, 3], seed)
-        pre, pre_result = run_states(rule.sampler(eng, cfg, presto, kernel), [1, 2, 3], seed)
-        assert len(seq) == len(pre) == K * (n // B)
-        assert_same_states(seq, pre, 0.0)
-        assert pre_result.state == seq_result.state
-        assert pre_result.metrics.model_calls <= seq_result.metrics.model_calls
 
 
 @pytest.mark.parametrize("kernel_case", KERNELS, ids=str)

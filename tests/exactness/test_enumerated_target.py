@@ -77,6 +77,7 @@ def law_cases():
             )
 
 
+@pytest.mark.law
 @pytest.mark.parametrize("kernel_case,sampler_name,schedule,alpha,seeded", law_cases())
 def test_final_states_follow_exact_law(reference_engine, kernel_case, sampler_name, schedule, alpha, seeded):
     model = lm()
@@ -101,6 +102,7 @@ def test_wrong_acceptance_breaks_invariance(monkeypatch, kernel_case):
     assert np.abs(pi @ P - pi).max() > 1e-3
 
 
+@pytest.mark.law
 @pytest.mark.parametrize("sampler_name", ["sequential-step", "step", "bfs"])
 @pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
 def test_wrong_acceptance_fails_the_chi_square(monkeypatch, reference_engine, kernel_case, sampler_name):

@@ -104,6 +104,7 @@ def test_a_run_interrupted_anywhere_resumes_to_the_same_chain(
     calls = full.metrics.model_calls + full.metrics.extend_calls
     rng = random.Random(f"{kernel_case}-{rule}")
     stages_seen = set()
+    stream: io.StringIO  # a CutStream or a plain one
     for i in range(points):
         if i % 2 == 0:
             stream, engine = CutStream(rng.randrange(len(full_text))), None
@@ -135,6 +136,7 @@ def test_a_finished_trace_resumes_to_its_result_without_calls(tmp_path, referenc
     assert counted.left == -1, "resuming a finished chain made model calls"
 
 
+@pytest.mark.law
 def test_unseeded_resume_follows_the_exact_law(tmp_path, reference_engine):
     """Each of CHAINS chains dies inside a random engine call and is resumed on a fresh
     unseeded engine (fresh draws); the final states must follow the exact K-step law."""

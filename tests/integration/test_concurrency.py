@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -24,8 +25,8 @@ from presto_sgl.samplers import Sampler
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [2, 2], [3, 1, 4, 1], [5, 9], [11, 0, 7]]
 SEED = 7
-POWER = dict(alpha=4.0, max_new_tokens=16, block_size=8, steps=10)
-RULES = {  # name: sampling_configs arguments
+POWER: dict[str, Any] = dict(alpha=4.0, max_new_tokens=16, block_size=8, steps=10)
+RULES: dict[str, dict[str, Any]] = {  # name: sampling_configs arguments
     "sequential": dict(rule="sequential"),
     "bfs": dict(rule="bfs", budget=5),
     "predictive-online": dict(rule="predictive", budget=5, online=True),

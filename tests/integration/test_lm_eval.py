@@ -200,7 +200,7 @@ def runs(lm_eval_bin, served, tasks, tmp_path_factory) -> dict[str, tuple[dict, 
     local-chat-completions (--apply_chat_template) on the chat one. Each with the chains the
     server completed during it."""
     url, model = served
-    configs = {
+    configs: dict[str, tuple[str, str, list[str], *tuple[str, ...]]] = {  # (lm, model args, tasks, *flags)
         "completions": (
             "local-completions",
             f"base_url={url}/v1/completions,model={model},tokenizer_backend=remote,"
@@ -236,6 +236,7 @@ def _assert_graded_as_ours(results: dict, samples: list[dict], task: str, tasks:
         response = s["resps"][0][0]
         assert isinstance(response, str)
         grade = grader.grade(ours[s["doc"]["id"]], response)
+        assert grade.correct is not None, "every doc has a reference answer"
         score = float(grade.correct)
         grades.append(score)
         if score != s["exact_match"]:

@@ -86,7 +86,7 @@ def test_choose_sends_rows_that_pay_and_skips_low_values_before_high_ones():
 
 
 def test_explore_fractions_before_the_model_is_fitted():
-    s = Scheduler(engine=None)  # type: ignore[arg-type]
+    s = Scheduler(engine=None)
     offers = [_offer([4] * 8, [float(i + 1) for i in range(8)]), _offer([4] * 2, [1.0, 2.0])]
     assert s.choose(offers) == [8, 2]  # first call: everything
     s.time_model.calls = 1

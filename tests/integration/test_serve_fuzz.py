@@ -203,6 +203,7 @@ class Fuzz:
             error = {}
         error = error if isinstance(error, dict) else {}
         problem = _problem(case, response)
+        key: tuple  # (label, problem kind, status, code, param) or (label, status, param, code)
         if problem:
             key = (label, problem.split(":")[0], status, error.get("code"), error.get("param"))
             self._fail(key, label, mode, problem, body, status, text)

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -34,7 +35,7 @@ REQUIRED = os.environ.get("PRESTO_SGL_REQUIRE_SGLANG") == "1"
 HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
 
 
-def missing(what: str) -> None:
+def missing(what: str) -> NoReturn:
     if REQUIRED:
         pytest.fail(f"PRESTO_SGL_REQUIRE_SGLANG=1 but {what}")
     pytest.skip(what)

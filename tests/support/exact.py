@@ -227,7 +227,7 @@ def continuations(vocab: int, n: int, stop: frozenset[int]) -> list[tuple[int, .
     out: list[tuple[int, ...]] = []
     frontier: list[tuple[int, ...]] = [()]
     for _ in range(n):
-        grown = []
+        grown: list[tuple[int, ...]] = []
         for s in frontier:
             for t in range(vocab):
                 (out if t in stop else grown).append(s + (t,))
@@ -360,7 +360,8 @@ def ending_chain_law(
     stage an unended state is extended by up to B tokens from q_tau (ending at a stop token),
     an ended one is kept; then ``steps`` transitions of ``matrix(H)`` at the stage horizon H."""
     V = lm.vocab_size
-    law, prev = np.array([1.0]), [()]
+    law = np.array([1.0])
+    prev: list[tuple[int, ...]] = [()]
     for H in range(block_size, max_new_tokens + 1, block_size):
         seqs = continuations(V, H, stop)
         index = {s: i for i, s in enumerate(seqs)}

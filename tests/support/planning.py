@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
 from presto_sgl import ChainState
 from presto_sgl.kernels import PowerMHKernel, Proposal
+from presto_sgl.keys import DecisionDraws, DecisionId
 from presto_sgl.planners import RoundContext
 from presto_sgl.proposals import ProposalStore, StoredProposal
 
@@ -31,6 +34,12 @@ class Forced:
         return self.c
 
 
+def forced_draws(cuts: Mapping[Any, int]) -> Callable[[DecisionId], DecisionDraws]:
+    """The draws of a round whose decision d has cut ``cuts[d]``: :class:`Forced` stands in for
+    :class:`DecisionDraws` (it has what a PowerMH round reads of them: cut, uniform, seed)."""
+    return lambda d: cast(DecisionDraws, Forced(cuts[d]))
+
+
 def root_state(T: int = 10) -> ChainState:
     return ChainState((99,), tuple(range(T)), (-1.0,) * T, (-1.0,) * T)
 
@@ -46,7 +55,7 @@ def ctx(cuts: dict, *, root_path="", k0=0, remaining=3, budget=6, store=None, T=
         k0,
         remaining,
         budget,
-        lambda d: Forced(cuts[d]),
+        forced_draws(cuts),
         store or ProposalStore(),
         KERNEL,
         keying,
@@ -103,7 +112,7 @@ def random_context(rng: random.Random) -> RoundContext:
             store.add(k, proposal(root.tokens[:c], T, 100 + k))
         elif rng.random() < 0.2 and c > 0:  # stale: its prefix is not the root's
             store.add(k, proposal((-1,) + root.tokens[1:c], T, 100 + k))
-    return RoundContext(root, "", k0, remaining, rng.randint(1, 8), lambda k: Forced(cuts[k]), store, KERNEL, "step")
+    return RoundContext(root, "", k0, remaining, rng.randint(1, 8), forced_draws(cuts), store, KERNEL, "step")
 
 
 def random_theta(rng: random.Random) -> np.ndarray:

@@ -76,7 +76,7 @@ def brute_force(cuts, c: RoundContext, predictor, budget: int):
     def closed_sets(path: str, b: int) -> list[frozenset[str]]:
         if path not in weight or b == 0:
             return [frozenset()]
-        out = [frozenset()]
+        out: list[frozenset[str]] = [frozenset()]
         plus, minus = path + "1", path + "0"
         for a in closed_sets(plus, b - 1):
             for m in closed_sets(minus, b - 1 - len(a)):

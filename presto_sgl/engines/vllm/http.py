@@ -152,11 +152,11 @@ class VLLMEngine(ServerEngine, ModelFolder):
                 decoded[i] = logp if logp is None or isinstance(logp, Lost) else dataclasses.replace(d, logp=logp)
         lost = next((d.cause for d in decoded if isinstance(d, Lost)), None)
         out: list[Completion | None] = []
-        for r, d in zip(requests, decoded, strict=True):
-            if not isinstance(d, Decoded):  # aborted, or lost
+        for r, got in zip(requests, decoded, strict=True):
+            if not isinstance(got, Decoded):  # aborted, or lost
                 out.append(None)
                 continue
-            out.append(d.completion(r, self._vocab))  # a finished response must be whole: else an error
+            out.append(got.completion(r, self._vocab))  # a finished response must be whole: else an error
         if lost is not None:  # part of the attempt never came back: keep the rest
             raise EngineUnreachable(str(lost), done=out)
         return out
@@ -215,7 +215,12 @@ class VLLMEngine(ServerEngine, ModelFolder):
                 f"{self.KIND} {self.url} returned no presto_onepass fields for a request (a restart without the "
                 "plugin?); start it with `bash scripts/vllm_server.sh start`"
             )
-        at = tuple(f.logq_at(r.score_temperatures) for f in fields) if r.score_temperatures else None
+        at = None
+        if r.score_temperatures:
+            rows = [f.logq_at(r.score_temperatures) for f in fields]
+            scored = [row for row in rows if row is not None]
+            # a temperature the server does not score: no values (the completion fails validation)
+            at = tuple(scored) if len(scored) == len(rows) else None
         return Decoded(
             tokens=tokens,
             logq=tuple(f.logq for f in fields),
