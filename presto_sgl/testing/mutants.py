@@ -120,6 +120,33 @@ def _multitry_weight() -> None:
     multitry.log_weight = lambda logp, logq_at, alpha: alpha * math.fsum(logp) - math.fsum(r[0] for r in logq_at)
 
 
+@mutant(
+    "eos-no-length-term",
+    "target=eos: the uniform cut's law read as constant (PowerMH loses L(x)/L(y), MultiTryMH its lambda = 1/L)",
+)
+def _eos_no_length_term() -> None:
+    from presto_sgl.kernels import multitry, powermh
+
+    for module in (powermh, multitry):  # multitry imports it from powermh by name
+        setattr(module, "log_uniform_cut", lambda length: 0.0)  # noqa: B010
+
+
+@mutant(
+    "eos-entropycut-same-length",
+    "target=eos: EntropyCut's reverse cut law over the current state's positions, as if the proposal had its length",
+)
+def _eos_entropycut_same_length() -> None:
+    from presto_sgl.kernels import entropycut
+
+    orig = entropycut.log_cut_ratio
+
+    def same_length(current, proposed, cut, beta):
+        proposed = (tuple(proposed) + tuple(current[len(proposed) :]))[: len(current)]
+        return orig(current, proposed, cut, beta)
+
+    entropycut.log_cut_ratio = same_length
+
+
 @mutant("resume-path-lost", "resume restarts the stage's walk path at the root (path keys of the rest change)")
 def _resume_path_lost() -> None:
     import dataclasses

@@ -166,6 +166,7 @@ def _greedy(model, tok, prompts: list[str], max_new_tokens: int = 48) -> list[st
     return [out[i] for i in range(len(prompts))]
 
 
+@pytest.mark.slow
 def test_greedy_solves_held_out_problems(tok, model):
     problems = make_problems(50, seed=TEST_SEED)
     texts = _greedy(model, tok, [p.prompt for p in problems])

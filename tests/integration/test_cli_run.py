@@ -94,6 +94,7 @@ def test_bad_lines_of_a_prompt_file_are_reported_and_the_rest_run(capsys, tmp_pa
     assert rc == 2 and ("unknown reasoning-gym task" in err or "pip install" in err)
 
 
+@pytest.mark.slow
 def test_baselines_and_the_report(capsys, tmp_path):
     runs = {
         "sequential": ["--rule", "sequential", "--keying", "path"],
@@ -205,6 +206,7 @@ def test_a_hugging_face_dataset_from_disk_and_parquet(capsys, tmp_path):
     assert "--prompt-field 'nope' is not a column" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_run_killed_midway_resumes_to_the_same_records(capsys, tmp_path):
     """kill -9 after two records, with the third chain under way; rerun: the third chain goes on
     from its trace, and the records equal an uninterrupted run's (seeded engine)."""

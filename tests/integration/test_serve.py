@@ -319,6 +319,7 @@ def test_the_cli_serves_with_its_flags_as_defaults():
         assert r.model_extra["presto"]["config"]["steps"] == 2
 
 
+@pytest.mark.slow
 def test_the_default_embedded_engine_serves_the_librarys_chain():
     """``--engine embedded`` (the default) on the project's tiny model: a text prompt through
     its tokenizer, the answer token for token the library's chain on the same engine."""
