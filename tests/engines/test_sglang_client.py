@@ -190,13 +190,14 @@ def test_a_server_that_does_not_come_back_fails_naming_the_url(stand_in):
     t0 = time.monotonic()
     with pytest.raises(EngineError, match=rf"{srv.url} went away during a call .*restart_timeout_s=0.5 s"):
         eng.generate([Request((1, 2), 4, 1.0)])
-    assert eng.stats.reconnects == 1 and time.monotonic() - t0 < 10
+    # it gave up after restart_timeout_s, not the default's 300 s (the margin: a loaded machine)
+    assert eng.stats.reconnects == 1 and time.monotonic() - t0 < 60
     with pytest.raises(ValueError, match="`restart_timeout_s`"):
         SGLangEngine(srv.url, restart_timeout_s=-1)
 
 
 def test_the_monitor_samples_kv_use_and_prefix_hits(stand_in):
-    srv = stand_in(delay_s=0.05)
+    srv = stand_in(polls_per_post=2)  # each call is answered once the monitor has seen it twice
     eng = SGLangEngine(srv.url)
     cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
     with eng.monitor(interval_s=0.01) as mon:

@@ -43,6 +43,7 @@ class StandIn:
         self.nan_next = 0  # answers whose first log-prob is null
         self.fail_status: int | None = None
         self.fail_message = "no"
+        self.revive_s: float | None = None  # after a failure answered: fail_status cleared this much later
         self.drop_next = False
         self.bodies: list[dict] = []
         self.lock = threading.Lock()
@@ -84,6 +85,10 @@ class StandIn:
                     return
                 if stand_in.fail_status:
                     self._send(stand_in.fail_status, {"error": {"message": stand_in.fail_message}})
+                    with stand_in.lock:
+                        revive, stand_in.revive_s = stand_in.revive_s, None
+                    if revive is not None:
+                        threading.Timer(revive, lambda: setattr(stand_in, "fail_status", None)).start()
                     return
                 self._send(200, stand_in.answer(body))
 
@@ -258,7 +263,7 @@ def test_http_errors_and_an_unreachable_server(stand_in):
 
 def test_a_lost_connection_is_redrawn_once_the_server_answers(stand_in):
     srv = stand_in()
-    eng = VLLMEngine(srv.url, restart_timeout_s=5)
+    eng = VLLMEngine(srv.url, restart_timeout_s=60)
     reqs = [Request((1, 2), 4, 1.0, 1)]
     want = eng.generate(reqs)
     srv.drop_next = True
@@ -270,7 +275,7 @@ def test_only_the_lost_requests_of_a_call_are_drawn_again(stand_in):
     """vLLM gets one POST per request, concurrently: when one's connection is lost, only it is
     sent again once the server answers; the others' answers are kept (nothing drawn twice)."""
     srv = stand_in()
-    eng = VLLMEngine(srv.url, restart_timeout_s=5)
+    eng = VLLMEngine(srv.url, restart_timeout_s=60)
     reqs = [Request((1, 2), n, 1.0, 1) for n in (2, 3, 4)]
     want = eng.generate(reqs)
     n = len(srv.bodies)
@@ -361,11 +366,11 @@ def test_a_dead_engine_core_counts_as_a_lost_server(stand_in):
     """vLLM's API process answers HTTP 500 "EngineCore encountered an issue" while its engine
     process is gone: the engine waits for /health and redraws, as for a lost connection."""
     srv = stand_in()
-    eng = VLLMEngine(srv.url, restart_timeout_s=5)
+    eng = VLLMEngine(srv.url, restart_timeout_s=60)
     reqs = [Request((1, 2), 4, 1.0, 1)]
     want = eng.generate(reqs)
     srv.fail_status, srv.fail_message = 500, "EngineCore encountered an issue. See stack trace (above)"
-    threading.Timer(0.3, lambda: setattr(srv, "fail_status", None)).start()
+    srv.revive_s = 0.3  # back 0.3 s after its first failed answer: the call sees it dead first
     assert eng.generate(reqs) == want and eng.stats.reconnects >= 1
     srv.fail_status, srv.fail_message = 500, "something else"
     with pytest.raises(EngineHTTPError, match="HTTP 500"):

@@ -76,17 +76,42 @@ def test_hostile_completions_fail_cleanly(tmp_path):
         assert out.status == "failed" and "before the end" in out.detail
 
 
+def _gone(pid: int, started: str | None) -> bool:
+    """Whether process ``pid`` (started at ``started``, field 22 of /proc/PID/stat) has ended: no
+    such process, another one (the pid reused), or a zombie no one reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return True
+    return fields[0] in ("Z", "X") or (started is not None and fields[19] != started)
+
+
 def test_sandbox_kills_forked_children(tmp_path):
-    flag = tmp_path / "child-alive"
-    program = (
-        f"import os, posix, time\nif posix.fork() == 0:  # past the guard on os.fork\n    time.sleep(3)\n"
-        f"    open({str(flag)!r}, 'w').write('x')\n    os._exit(0)\ntime.sleep(30)\n"
-    )
-    assert run_python(program, timeout_s=1).status == "timeout"
+    """The forked child would write its flag 60 s on; once it is gone, the flag says whether it
+    was killed with its parent at the sandbox's limit, or ran on until it wrote it."""
     import time
 
-    time.sleep(3.5)
-    assert not flag.exists()
+    flag, pid_file = tmp_path / "child-alive", tmp_path / "child-pid"
+    program = (
+        f"import os, posix, time\nif posix.fork() == 0:  # past the guard on os.fork\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n    time.sleep(60)\n"
+        f"    open({str(flag)!r}, 'w').write('x')\n    os._exit(0)\ntime.sleep(300)\n"
+    )
+    assert run_python(program, timeout_s=5).status == "timeout"
+    assert pid_file.exists(), "the program did not fork within its 5 s"
+    if not pid_file.read_text():  # killed while it wrote its pid
+        return
+    pid = int(pid_file.read_text())
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            started: str | None = f.read().rsplit(")", 1)[1].split()[19]
+    except FileNotFoundError:
+        started = None
+    deadline = time.monotonic() + 120
+    while not _gone(pid, started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(pid, started) and not flag.exists()
 
 
 def test_addition_task_grades_the_answer():

@@ -19,11 +19,16 @@ from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.engines.sglang.http import SGLangEngine
 from presto_sgl.samplers import Sampler
 from presto_sgl.testing.serving import client, health, make_service, serve_cli, serving, wait_for
+from tests.support.gated import GatedEngine
 from tests.support.sglang_standin import StandIn
 
 PROMPT = [1, 2, 3, 4]
 LONG = {"max_tokens": 64, "extra_body": {"block_size": 16, "steps": 50000, "rule": "sequential"}}
 """A request that runs for about a minute on the reference engine (200,000 model calls)."""
+LONG_CALLS = 200_000
+"""The model calls of a LONG chain run to its end (4 blocks of 50,000 steps, one call each)."""
+DEADLINE_S = 60.0
+"""How long a test waits for what must happen soon (a loaded machine may be many times slower)."""
 
 
 def reference() -> ReferenceEngine:
@@ -167,13 +172,13 @@ def test_other_client_errors_are_shaped_as_the_openai_api(ref_url):
     assert health(ref_url)["status"] == "ok"
 
 
-def _long_request_in_background(url, timeout_s):
-    """A LONG request whose client gives up after ``timeout_s`` (closing its connection)."""
+def _long_request_in_background(url, timeout_s, request=LONG):
+    """A ``request`` (LONG) whose client gives up after ``timeout_s`` (closing its connection)."""
     outcome = {}
 
     def go():
         try:
-            client(url, timeout_s=timeout_s).completions.create(model="reference", prompt=PROMPT, **LONG)
+            client(url, timeout_s=timeout_s).completions.create(model="reference", prompt=PROMPT, **request)
             outcome["status"] = 200
         except openai.APITimeoutError:
             outcome["status"] = "client timeout"
@@ -186,19 +191,24 @@ def _long_request_in_background(url, timeout_s):
 
 
 def test_a_client_that_disconnects_leaves_no_chain_running():
-    service = make_service(reference(), "reference", concurrency=1, queue_size=0)
-    with serving(service) as url:
-        # The client gives up after 4 s: time enough, even on a loaded machine, for the refusal
-        # below to meet the slot still taken (with 1 s, a slow health poll let the chain end first).
-        thread, outcome = _long_request_in_background(url, timeout_s=4.0)
-        assert wait_for(lambda: health(url)["chains"]["running"] == 1)
+    engine = GatedEngine()
+    service = make_service(engine, "reference", concurrency=1, queue_size=0)
+    with serving(service) as url, engine:
+        # The chain's first model call waits at the gate until its client has given up: the chain
+        # holds the one slot until then, and cannot end before the client leaves.
+        thread, outcome = _long_request_in_background(url, timeout_s=1.0)
+        assert engine.calling.wait(DEADLINE_S) and health(url)["chains"]["running"] == 1
         with pytest.raises(openai.RateLimitError) as err:  # the one slot is taken and no chain may wait
             client(url).completions.create(model="reference", prompt=PROMPT, max_tokens=16)
         assert err.value.body["type"] == "rate_limit_exceeded" and err.value.response.headers["retry-after"] == "1"
-        thread.join(30)
+        thread.join(DEADLINE_S)
         assert outcome["status"] == "client timeout"
-        assert wait_for(lambda: health(url)["chains"]["running"] == 0, timeout_s=5), "the chain outlived its client"
+        engine.open()  # the chain goes on, until its next model call sees the request gone
+        assert wait_for(lambda: health(url)["chains"]["running"] == 0, timeout_s=DEADLINE_S), (
+            "the chain outlived its client"
+        )
         calls = service.engine.calls
+        assert calls < LONG_CALLS, "the chain ran to its end"
         time.sleep(0.5)
         assert service.engine.calls == calls, "no model call after the chain was cancelled"
         snap = health(url)["chains"]
@@ -210,15 +220,22 @@ def test_a_client_that_disconnects_leaves_no_chain_running():
 
 
 def test_the_request_timeout_cancels_running_and_waiting_chains():
-    service = make_service(reference(), "reference", concurrency=1, queue_size=4)
-    with serving(service, request_timeout_s=1.0) as url:
+    engine = GatedEngine()  # the running chain waits at the gate: only the timeout can end the request
+    service = make_service(engine, "reference", concurrency=1, queue_size=4)
+    with serving(service, request_timeout_s=1.0) as url, engine:
         t0 = time.monotonic()
         with pytest.raises(openai.APIStatusError) as err:  # n = 2 on one slot: one chain runs, one waits
             client(url).completions.create(model="reference", prompt=PROMPT, n=2, **LONG)
         assert err.value.status_code == 504 and err.value.body["code"] == "timeout"
-        assert time.monotonic() - t0 < 5
-        assert wait_for(lambda: health(url)["chains"]["running"] == 0 and health(url)["chains"]["queued"] == 0)
-        assert health(url)["chains"]["cancelled"] == 2
+        assert time.monotonic() - t0 < DEADLINE_S / 2  # without the timeout: no answer for minutes
+        engine.open()
+
+        def idle():
+            chains = health(url)["chains"]
+            return chains["running"] == 0 and chains["queued"] == 0
+
+        assert wait_for(idle, timeout_s=DEADLINE_S)
+        assert health(url)["chains"]["cancelled"] == 2 and service.engine.calls < LONG_CALLS
 
 
 def test_a_bounded_load_completes_or_refuses_every_request_cleanly():
@@ -340,11 +357,14 @@ def test_the_default_embedded_engine_serves_the_librarys_chain():
 
 
 def test_shutdown_answers_requests_past_the_grace_period_with_503():
+    # Ten LONG chains' worth of steps (10+ minutes): without the grace period the server would
+    # wait for it, far past every deadline here.
+    longer = LONG | {"extra_body": LONG["extra_body"] | {"steps": 500000}}
     with serve_cli("--engine", "reference", "--shutdown-grace", "1") as (url, proc):
-        thread, outcome = _long_request_in_background(url, timeout_s=120)
-        assert wait_for(lambda: health(url)["chains"]["running"] == 1)
+        thread, outcome = _long_request_in_background(url, timeout_s=300, request=longer)
+        assert wait_for(lambda: health(url)["chains"]["running"] == 1, timeout_s=DEADLINE_S)
         t0 = time.monotonic()
         proc.terminate()  # SIGTERM, as a service manager stops it
-        proc.wait(30)
-        thread.join(30)
-        assert outcome["status"] == 503 and time.monotonic() - t0 < 10
+        proc.wait(DEADLINE_S)
+        thread.join(DEADLINE_S)
+        assert outcome["status"] == 503 and time.monotonic() - t0 < DEADLINE_S

@@ -18,15 +18,23 @@ import numpy as np
 
 from presto_sgl.engines.reference import ReferenceLM
 
+HOLD_S = 60.0
+"""The longest a scripted wait (for a monitor's polls, for the port) lasts: a failing test still ends."""
+
 
 class StandIn:
     """``router``: behave like sglang-router in front of ``worker`` (another StandIn): one shared
     sampling_params per body (a list is HTTP 422), no /model_info or /v1/loads, /workers."""
 
-    def __init__(self, tmp_path, *, one_pass=False, fail_status=None, delay_s=0.0, worker=None):
+    def __init__(self, tmp_path, *, one_pass=False, fail_status=None, delay_s=0.0, worker=None, polls_per_post=0):
         self.lm = ReferenceLM(16, seed=5)
         self.rng = np.random.default_rng(0)
         self.one_pass, self.fail_status, self.delay_s = one_pass, fail_status, delay_s
+        # each POST /generate is answered only once /v1/loads has been read this many times while
+        # it was in flight (samples of a monitor that saw it, however slow the machine; HOLD_S at most)
+        self.polls_per_post = polls_per_post
+        self.polls = 0  # /v1/loads reads so far
+        self.polled = threading.Condition()
         self.finish: list[str] = []  # scripted outcomes of the next decodes (see answer), then 'length'
         self.score_finish: list[str] = []  # of the next scoring answers: 'abort' or 'length'
 
@@ -62,7 +70,10 @@ class StandIn:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                 elif self.path == "/v1/loads" and not router:
-                    n = stand_in.in_flight
+                    with stand_in.polled:  # a poll that counts for a POST saw it in flight
+                        n = stand_in.in_flight
+                        stand_in.polls += 1
+                        stand_in.polled.notify_all()
                     load = {
                         "num_used_tokens": 10 * n,
                         "max_total_num_tokens": 1000,
@@ -101,12 +112,16 @@ class StandIn:
                 if stand_in.worker is not None and isinstance(body["sampling_params"], list):
                     self._send(422, "sampling_params: invalid type: sequence, expected a map")
                     return
-                stand_in.in_flight += 1
+                with stand_in.polled:
+                    stand_in.in_flight += 1
+                    polls = stand_in.polls + stand_in.polls_per_post
+                    stand_in.polled.wait_for(lambda: stand_in.polls >= polls, HOLD_S)
                 time.sleep(stand_in.delay_s)
                 try:
                     self._send(200, stand_in.answer(body))
                 finally:
-                    stand_in.in_flight -= 1
+                    with stand_in.polled:
+                        stand_in.in_flight -= 1
 
         self.handler = Handler
         self._serve(0)
@@ -117,19 +132,28 @@ class StandIn:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def go_away(self, down_s):
-        """Stop listening now; serve again on the same port after ``down_s`` seconds."""
+        """Stop listening (before this returns: nothing sent after it is answered); serve again on
+        the same port ``down_s`` seconds later (inf: never)."""
         port = self.server.server_port
         self.down = True
+        self.server.shutdown()  # from a handler's thread too: each request has its own
+        self.server.server_close()
 
         def restart():
-            self.server.shutdown()
-            self.server.server_close()
-            if math.isfinite(down_s):
-                time.sleep(down_s)
-                self._serve(port)
-                self.down = False
+            time.sleep(down_s)
+            self.down = False  # a router answers again once its worker's /health does
+            deadline = time.monotonic() + HOLD_S
+            while True:
+                try:
+                    self._serve(port)
+                    return
+                except OSError:  # the port still held by a closing connection: try again
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
-        threading.Thread(target=restart, daemon=True).start()
+        if math.isfinite(down_s):
+            threading.Thread(target=restart, daemon=True).start()
 
     def answer(self, body):
         ids = body["input_ids"]

@@ -1,0 +1,41 @@
+"""``presto-sgl`` in a subprocess that stops before a chosen trace record until it is killed:
+a test that kills it once its trace has reached some point can never find it already done,
+however slowly the test's own polling runs."""
+
+from __future__ import annotations
+
+import sys
+
+HOLD_S = 300.0
+"""How long the held CLI waits before it writes the record after all (a test that never kills it still ends)."""
+
+
+def held_cli(before: int | str, file: str = "") -> list[str]:
+    """The argv that starts ``presto-sgl`` (under the session's mutant when there is one, as
+    :func:`presto_sgl.testing.mutants.cli_command` does) whose trace writers wait ``HOLD_S``
+    before they write record number ``before`` (1 for the first) or the first record of type
+    ``before``, in a trace file whose path ends with ``file``."""
+    code = f"""\
+import os, sys, time
+from presto_sgl.trace import TraceWriter
+
+if os.environ.get("PRESTO_SGL_MUTANT"):
+    from presto_sgl.testing.mutants import apply
+
+    apply(os.environ["PRESTO_SGL_MUTANT"])
+write = TraceWriter.write
+
+
+def held(self, record_type, payload):
+    self.held_n = getattr(self, "held_n", 0) + 1
+    if {before!r} in (self.held_n, record_type) and (not {file!r} or self._stream.name.endswith({file!r})):
+        time.sleep({HOLD_S!r})  # until the test kills the process
+    write(self, record_type, payload)
+
+
+TraceWriter.write = held
+from presto_sgl.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+    return [sys.executable, "-c", code]
