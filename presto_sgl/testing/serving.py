@@ -106,7 +106,7 @@ def health(url: str) -> dict:
         return json.loads(exc.read())
 
 
-def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
+def wait_for(predicate, timeout_s: float = 60.0, interval_s: float = 0.05) -> bool:
     """Poll ``predicate()`` until true (True) or ``timeout_s`` passes (False)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

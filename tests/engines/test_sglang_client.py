@@ -197,9 +197,10 @@ def test_a_server_that_does_not_come_back_fails_naming_the_url(stand_in):
 
 
 def test_the_monitor_samples_kv_use_and_prefix_hits(stand_in):
-    srv = stand_in(polls_per_post=2)  # each call is answered once the monitor has seen it twice
+    srv = stand_in()
     eng = SGLangEngine(srv.url)
     cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
+    srv.polls_per_post = 2  # from now on each call is answered once the monitor has seen it twice
     with eng.monitor(interval_s=0.01) as mon:
         result = Sampler(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0)
     s = mon.summary()

@@ -4,8 +4,9 @@ On a reference LM with vocab 3 and responses of 3-4 tokens every law is enumerab
 ``exact.chain_law`` pushes the block extensions through P^K, P the kernel's exact
 transition matrix (:attr:`cases.KernelCase.matrix`). Many independent chains
 (independent run seeds) are compared with that law by a chi-square test at significance
-0.001 (cells with expected count < 5 pooled), for every kernel x rule, on a seeded and
-an unseeded engine. Seeds are fixed, so each test is deterministic, except that the
+0.001 (cells with expected count < 5 pooled), for every kernel x rule on an unseeded engine
+and every kernel x sequential keying on a seeded one (a seeded PreSTO chain is the sequential
+chain: test_coupling.py). Seeds are fixed, so each test is deterministic, except that the
 unseeded predictive and cost-aware step chains run 8 at a time through the shared
 scheduler, whose merged calls draw from the engine's generator in the order the threads
 arrive (those test at 1e-4). A deliberately wrong acceptance fails it (last tests).
@@ -23,7 +24,6 @@ from tests.support.cases import KERNELS
 from tests.support.enumerated import (
     CHAINS,
     PROMPT,
-    SAMPLERS,
     SCHEDULES,
     SIGNIFICANCE,
     chi_square_pvalue,
@@ -65,11 +65,12 @@ unseeded one, which also fails under a content-dependent redraw (``python -m ben
 
 
 def law_cases():
-    """Seeded: the sequential samplers at both alphas and on both schedules, the PreSTO rules at
-    alpha 4 on the two-block one (on a seeded engine a PreSTO chain *is* the sequential chain of
-    the same keys: test_coupling.py proves it bit for bit for every kernel x rule at both of its
-    alphas and on one- and two-block schedules, so another alpha or schedule would test the
-    sequential law again). Unseeded, where PreSTO's draws differ from sequential's: every rule."""
+    """Seeded: the sequential samplers (both keyings) at both alphas and on both schedules. On a
+    seeded engine a PreSTO chain *is* the sequential chain of the same keys: test_coupling.py
+    proves it bit for bit for every kernel x rule (tier 1's covering design, tier 2's full
+    products), so its law is the sequential law tested here (seeded PreSTO law cases were
+    dropped in issue 38 as redundant). Unseeded, where PreSTO's draws differ from sequential's:
+    every rule."""
 
     def param(kernel, name, schedule, alpha, seeded, tag=""):
         case = f"{name}-{schedule}-a{alpha}-{'seeded' if seeded else 'unseeded'}"
@@ -77,10 +78,9 @@ def law_cases():
         return pytest.param(kernel, name, schedule, alpha, seeded, id=f"{kernel}-{case}{tag}", marks=marks)
 
     for kernel in KERNELS:
-        for name in sorted(SAMPLERS):
-            sequential = name.startswith("sequential")
-            for schedule in sorted(SCHEDULES) if sequential else ["two-blocks"]:
-                for alpha in (2.0, 4.0) if sequential else (4.0,):
+        for name in ("sequential-path", "sequential-step"):
+            for schedule in sorted(SCHEDULES):
+                for alpha in (2.0, 4.0):
                     yield param(kernel, name, schedule, alpha, True)
         for name in UNSEEDED:  # without per-request seeds (SGLang on CPU) every request is a fresh draw
             yield param(kernel, name, "two-blocks", 4.0, False, "-scheduled" if name in SCHEDULED else "")

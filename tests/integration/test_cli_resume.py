@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from presto_sgl import cli
-from presto_sgl.testing.mutants import cli_command
+from tests.support.held_cli import held_cli
 
 pytestmark = pytest.mark.exactness
 
@@ -39,9 +39,10 @@ def sample(capsys, *argv: str) -> dict:
 
 def kill_at(path: Path, lines: int, sig: int, rule: str) -> int:
     """Start the CLI writing its trace to ``path``, send ``sig`` once the trace has ``lines``
-    lines (the process is then anywhere after them: mid-call or mid-write); its exit code."""
+    lines (the process is then anywhere after them: mid-call or mid-write, or waiting before
+    its last record, the summary, which it writes only when left alone for minutes); its exit code."""
     argv = [
-        *cli_command(),
+        *held_cli("summary"),
         "sample",
         *OPTIONS,
         "--rule",

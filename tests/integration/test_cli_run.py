@@ -213,13 +213,14 @@ def test_a_run_killed_midway_resumes_to_the_same_records(capsys, tmp_path):
     import os
     import signal
     import subprocess
-    import sys
     import time
+
+    from tests.support.held_cli import held_cli
 
     argv = [*TINY, "--dataset", "addition", "--limit", "6", "--no-rescore", "--traces"]
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "presto_sgl", *argv, "--out", str(killed)],
+    proc = subprocess.Popen(  # the third chain stops before its trace's fifth record, until killed
+        [*held_cli(5, os.sep + "2.jsonl"), *argv, "--out", str(killed)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

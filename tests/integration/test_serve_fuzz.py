@@ -12,14 +12,19 @@ requests that break it in one place (negative). Every answer must come within
 Every distinct failure is collected (the first request and answer of each), so one run
 lists them all; ``PRESTO_SGL_FUZZ_REPORT=FILE`` also writes the run's counts and failures
 there as JSON. The generation is derandomized: the same requests on every run, unless
-``PRESTO_SGL_FUZZ_SEED=N`` draws other ones (to explore; CI leaves it unset).
+``PRESTO_SGL_FUZZ_SEED=N`` draws other ones (to explore; CI leaves it unset). For that,
+Hypothesis' constants of local modules are off here (:func:`_repeatable_generation`).
 """
 
 from __future__ import annotations
 
+import ast
 import collections
+import gc
 import json
 import os
+import sys
+import threading
 import time
 import urllib.request
 from typing import Any
@@ -28,6 +33,7 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis.internal.conjecture import providers
 from schemathesis import GenerationMode
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import response_schema_conformance
@@ -38,8 +44,11 @@ from presto_sgl.serve.openapi import openapi_schema
 from presto_sgl.serve.params import fields
 from presto_sgl.testing.serving import make_service, serving
 
-TIMEOUT_S = 30.0
-"""A request not answered within this is a hung request (the app's own timeout is 10 s)."""
+REQUEST_TIMEOUT_S = 60.0
+"""The app's own timeout (a 504, a server error): a request takes well under a second, but the
+machine may be loaded many times over."""
+TIMEOUT_S = 120.0
+"""A request not answered within this is a hung request (past the app's own timeout)."""
 MIN_REQUESTS = 500
 LIMITS = {
     # text the reference vocabulary spells (presto_sgl.engines.reference.ALPHABET; the negative
@@ -251,6 +260,52 @@ class Fuzz:
         }
 
 
+AST_RACE = (3, 11) <= sys.version_info[:3] < (3, 11, 8) or (3, 12) <= sys.version_info[:3] < (3, 12, 2)
+"""CPython 3.11.0-3.11.7 and 3.12.0-3.12.1 keep ``ast.parse``'s recursion count in state shared by
+the whole interpreter (python/cpython#106905, fixed by #113035 in 3.11.8 and 3.12.2): a garbage
+collection during one parse may run Python code (a finalizer) that switches threads or formats a
+traceback (which parses the source line in 3.11), and a second parse in between makes the first
+raise ``SystemError: AST constructor recursion depth mismatch``. Here the main thread parses
+hundreds of times (Hypothesis reads each filter predicate's source) while the server's threads
+run, and may format tracebacks."""
+_AST_LOCK = threading.RLock()
+
+
+def _one_parse_at_a_time(parse: Any) -> Any:
+    """``ast.parse`` without the race of :data:`AST_RACE`: one parse at a time, and no garbage
+    collection (the only way Python code runs inside a parse) while it runs."""
+
+    def parse_alone(*args: Any, **kwargs: Any) -> Any:
+        with _AST_LOCK:
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                return parse(*args, **kwargs)
+            finally:
+                if collecting:
+                    gc.enable()
+
+    return parse_alone
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _repeatable_generation():
+    """Hypothesis also draws constants it found in the source of every local module imported so far
+    (presto_sgl's): which those are depends on the tests this process ran before (pytest-xdist
+    deals them out differently on every run), so derandomized runs drew different requests. Off
+    here, and its cache (the choices allowed, with those constants) cleared before and after; and
+    ``ast.parse`` kept from the race of :data:`AST_RACE` where the interpreter has it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(providers, "_get_local_constants", providers.Constants)
+        if AST_RACE:
+            patch.setattr(ast, "parse", _one_parse_at_a_time(ast.parse))
+        providers.CONSTANTS_CACHE.cache.clear()
+        try:
+            yield
+        finally:
+            providers.CONSTANTS_CACHE.cache.clear()
+
+
 def _run(fuzz: Fuzz, operation: Any, mode: GenerationMode, examples: int) -> None:
     explore = os.environ.get("PRESTO_SGL_FUZZ_SEED")
 
@@ -275,7 +330,7 @@ def _run(fuzz: Fuzz, operation: Any, mode: GenerationMode, examples: int) -> Non
 @pytest.fixture(scope="module")
 def served():
     service = _service()
-    with serving(service, request_timeout_s=10.0) as url:
+    with serving(service, request_timeout_s=REQUEST_TIMEOUT_S) as url:
         yield service, url
 
 
@@ -302,6 +357,7 @@ def test_the_document_lists_every_request_field_and_is_served(served):
     assert all(result.ok() for result in schema.get_all_operations())
 
 
+@pytest.mark.slow
 def test_fuzzing_the_document_finds_no_server_error_hang_or_unshaped_error(served):
     service, url = served
     schema = schemathesis.openapi.from_dict(openapi_schema(service, limits=LIMITS))

@@ -16,6 +16,7 @@ import pytest
 from presto_sgl.cli.main import main
 from presto_sgl.testing.serving import client, make_service, serving
 from tests.integration.test_serve import LONG, PROMPT, library_chain, reference
+from tests.support.gated import GatedEngine
 
 
 @pytest.fixture(scope="module")
@@ -109,22 +110,25 @@ def test_echo_without_logprobs_prepends_the_prompt_to_a_sampled_answer(url):
 
 
 def test_stream_sends_keepalive_comments_while_chains_run():
-    service = make_service(reference(), "reference", concurrency=1, queue_size=0)
-    with serving(service, keepalive_s=0.2) as u:
+    engine = GatedEngine()  # the chain waits at its first call until the stream has sent three comments
+    service = make_service(engine, "reference", concurrency=1, queue_size=0)
+    with serving(service, keepalive_s=0.2) as u, engine:
         body = {
             "model": "reference",
             "prompt": PROMPT,
             "stream": True,
             "max_tokens": 16,
             "block_size": 16,
-            "steps": 6000,
+            "steps": 6,
             "rule": "sequential",
-        }  # about 2 s
+        }
         lines = []
-        with httpx.stream("POST", u + "/v1/completions", json=body, timeout=120) as resp:
+        with httpx.stream("POST", u + "/v1/completions", json=body, timeout=300) as resp:
             assert resp.status_code == 200
             for line in resp.iter_lines():
                 lines.append(line)
+                if sum(x.startswith(":") for x in lines) == 3:
+                    engine.open()
         comments = [x for x in lines if x.startswith(":")]
         data = [x for x in lines if x.startswith("data: ")]
         assert len(comments) >= 3, lines[:5]  # the first at once, then every 0.2 s while the chain ran
