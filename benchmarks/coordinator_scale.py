@@ -82,11 +82,11 @@ class StorePeak:
             numbers = sum(len(e.prefix) + sum(3 * len(p.tokens) for p in e.proposals) for e in held)
             peak.entries, peak.numbers = max(peak.entries, len(held)), max(peak.numbers, numbers)
 
-        ProposalStore.add = add  # type: ignore[method-assign]
+        ProposalStore.add = add  # type: ignore[method-assign]  # the timer wraps the method
         return self
 
     def __exit__(self, *exc) -> None:
-        ProposalStore.add = self._add  # type: ignore[method-assign]
+        ProposalStore.add = self._add  # type: ignore[method-assign]  # the timer restores the method
 
 
 def prompts_of(n: int) -> list[list[int]]:

@@ -111,10 +111,10 @@ class Scheduler:
         """A scheduler for the chains of ``sampler`` (any method): its backend (a
         GuardedEngine's inner one), its planner's call-time model when it has one (so a
         chain's own choice, used when it runs alone, sees the merged calls too)."""
-        engine = sampler.engine  # type: ignore[attr-defined]
+        engine = sampler.engine  # type: ignore[attr-defined]  # every method has an engine (issue 39 declares it)
         planner = getattr(sampler, "planner", None)
         inner = getattr(engine, "inner", engine)
-        return cls(inner, getattr(planner, "time_model", None), **options)  # type: ignore[arg-type]
+        return cls(inner, getattr(planner, "time_model", None), **options)  # type: ignore[arg-type]  # a planner's time_model (issue 39 declares it)
 
     def adopt(self, sampler: object) -> None:
         """Make ``sampler``'s planner plan on this scheduler's call-time model (a sampler made

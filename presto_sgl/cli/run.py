@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
         ticket.cancel("a chain failed")  # after a failure: chains not started never start, the others stop
         failed = [f.exception() for f in finished if f.exception() is not None]
         if failed:
-            raise failed[0]  # type: ignore[misc]
+            raise failed[0]  # type: ignore[misc]  # exceptions only: None was filtered out above
     except KeyboardInterrupt:  # records are on disk as they finish: stop now, resume later
         ticket.cancel("interrupted")  # each running chain stops at its next model call; main says how to go on
         raise

@@ -199,7 +199,7 @@ class EmbeddedEngine(TokenizerText):
             stats.decode_tokens += len(comp.tokens)
         stats.seconds = time.perf_counter() - t_start
         self._account(stats)
-        return completions  # type: ignore[return-value]
+        return completions  # type: ignore[return-value]  # the loop above fills every slot
 
     # -- pieces ------------------------------------------------------------------------------
     def _generator(self, req: Request) -> torch.Generator:

@@ -188,7 +188,7 @@ class ServerEngine:
                 out[i] = comp
             pending = [i for i in pending if out[i] is None]
             if not pending:
-                return out  # type: ignore[return-value]
+                return out  # type: ignore[return-value]  # no slot is pending: every one holds a Completion
         cause = f"; last connection failure: {lost}" if lost is not None else ""
         raise EngineError(
             f"{self.KIND} {self.url} returned incomplete results for {len(pending)} request(s) "

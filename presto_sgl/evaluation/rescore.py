@@ -65,4 +65,4 @@ class EngineRescorer:
     def score(self, prompt: Sequence[int], response: Sequence[int]) -> Scores:
         scored = self._scorer.score_tokens([list(prompt) + list(response)], 0)[0]
         entropy = scored.entropy[len(prompt) :] if scored.entropy is not None else None
-        return Scores(tuple(scored.logp[len(prompt) :]), entropy)  # type: ignore[arg-type]
+        return Scores(tuple(scored.logp[len(prompt) :]), entropy)  # type: ignore[arg-type]  # entropy is a slice of the scorer's tuple; mypy sees Sequence

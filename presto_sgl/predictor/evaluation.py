@@ -58,7 +58,7 @@ class Evaluation:
     def shares(self) -> tuple[float, float, float]:
         """Shares of eps-certain reject, uncertain, eps-certain accept decisions."""
         n = sum(self.class_counts)
-        return tuple(c / n for c in self.class_counts)  # type: ignore[return-value]
+        return tuple(c / n for c in self.class_counts)  # type: ignore[return-value]  # three classes, three shares
 
 
 def _prior(y: np.ndarray) -> np.ndarray:

@@ -92,7 +92,7 @@ def _options(task: str, text: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in call.keywords:
         try:
-            out[k.arg] = ast.literal_eval(k.value)  # type: ignore[index]
+            out[k.arg] = ast.literal_eval(k.value)  # type: ignore[index]  # k.arg is None only for **kwargs, refused by the fields check above
         except ValueError:
-            out[k.arg] = ast.get_source_segment(f"f({text})", k.value)  # type: ignore[index]
+            out[k.arg] = ast.get_source_segment(f"f({text})", k.value)  # type: ignore[index]  # k.arg is None only for **kwargs, refused above
     return out

@@ -66,7 +66,7 @@ def _accept_all() -> None:
 def _cut_never_0() -> None:
     from presto_sgl.keys import DecisionDraws, randbelow
 
-    DecisionDraws.cut = lambda self, length: 1 + randbelow(self.cut_key, length - 1) if length > 1 else 0  # type: ignore[method-assign]
+    DecisionDraws.cut = lambda self, length: 1 + randbelow(self.cut_key, length - 1) if length > 1 else 0  # type: ignore[method-assign]  # the mutant replaces the method
 
 
 @mutant("uniform-per-stage", "one acceptance uniform for every decision of a stage (keys not per decision)")
@@ -79,7 +79,7 @@ def _uniform_per_stage() -> None:
         d = orig(self, stage, decision)
         return keys.DecisionDraws(d.cut_key, d.seed, keys.uniform01(keys.hash64("acc", self.run_seed, stage)))
 
-    keys.ChainKeys.decision = decision  # type: ignore[method-assign]
+    keys.ChainKeys.decision = decision  # type: ignore[method-assign]  # the mutant replaces the method
 
 
 @mutant("stale-prefix", "the walker takes draws made after another prefix (the store's prefix check dropped)")
@@ -89,7 +89,7 @@ def _stale_prefix() -> None:
     def find(self, decision, tokens, cut):
         return next((e for e in self._by_decision.get(decision, ()) if e.cut == cut), None)
 
-    ProposalStore.find = find  # type: ignore[method-assign]
+    ProposalStore.find = find  # type: ignore[method-assign]  # the mutant replaces the method
 
 
 @mutant("content-redraw", "an engine that redraws a response whose first token is 0, once (a content-triggered retry)")
@@ -102,7 +102,7 @@ def _content_redraw() -> None:
         c = orig(self, request)
         return orig(self, request) if c.tokens and c.tokens[0] == 0 else c
 
-    ReferenceEngine._complete = complete  # type: ignore[method-assign]
+    ReferenceEngine._complete = complete  # type: ignore[method-assign]  # the mutant replaces the method
 
 
 @mutant("entropycut-inverted", "EntropyCut's cut-law ratio turned over (forward over reverse)")

@@ -64,7 +64,7 @@ def _offer(lengths: list[int], values: list[float] | None, preferred: int | None
 
 
 def _fitted(theta: tuple[float, float, float, float, float]) -> Scheduler:
-    s = Scheduler(engine=None, explore=())  # type: ignore[arg-type]
+    s = Scheduler(engine=None, explore=())  # type: ignore[arg-type]  # no engine: only the time model is used
     s.time_model.theta[:] = theta
     return s
 

@@ -123,9 +123,9 @@ KERNELS = [
     KernelCase(
         "powermh",
         lambda cfg: PowerMHKernel(cfg.alpha, cfg.temperature, ends=cfg.ends),
-        exact.powermh_matrix,  # type: ignore[arg-type]
+        exact.powermh_matrix,  # type: ignore[arg-type]  # takes the PowerMHKernel that make() builds
         _flip_powermh_q_term,
-        lambda lm, prompt, T, kernel: exact.powermh_matrix(lm, prompt, T, kernel, flipped=True),  # type: ignore[arg-type]
+        lambda lm, prompt, T, kernel: exact.powermh_matrix(lm, prompt, T, kernel, flipped=True),  # type: ignore[arg-type]  # takes the PowerMHKernel that make() builds
         _powermh_ending,
         _drop_uniform_length_term,
     ),

@@ -29,7 +29,7 @@ class CutPredictor:
         with self._lock:
             n, counts = len(self.observations), tuple(self.counts)
         w = n / (n + 10.0)
-        return tuple((1.0 - w) * b + w * (c / n if n else 0.0) for b, c in zip(base, counts))  # type: ignore[return-value]
+        return tuple((1.0 - w) * b + w * (c / n if n else 0.0) for b, c in zip(base, counts))  # type: ignore[return-value]  # three classes, three probabilities
 
     def observe(self, observations: Sequence[Observation]) -> None:
         with self._lock:
