@@ -161,17 +161,16 @@ def _resume_path_lost() -> None:
         cli.read_checkpoint = resume.read_checkpoint
 
 
-def cli_command() -> list[str]:
+def cli_command(prelude: str = "") -> list[str]:
     """The argv that starts ``presto-sgl`` in a subprocess, under the session's mutant
     (``PRESTO_SGL_MUTANT``) when there is one: a test that compares a subprocess with an
-    in-process run must not compare the unmutated library with the mutated one."""
+    in-process run must not compare the unmutated library with the mutated one. ``prelude``:
+    Python run before the CLI (after the mutant), e.g. a test's hook into the library."""
     name = os.environ.get("PRESTO_SGL_MUTANT")
-    if not name:
+    if not name and not prelude:
         return [sys.executable, "-m", "presto_sgl.cli"]
-    code = (
-        f"import sys; from presto_sgl.testing.mutants import apply; apply({name!r}); "
-        "from presto_sgl.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
+    mutant = f"from presto_sgl.testing.mutants import apply\napply({name!r})\n" if name else ""
+    code = f"import sys\n{mutant}{prelude}\nfrom presto_sgl.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     return [sys.executable, "-c", code]
 
 

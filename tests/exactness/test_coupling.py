@@ -19,7 +19,6 @@ marked ``fullgrid`` (tier 2).
 
 from __future__ import annotations
 
-import functools
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -115,19 +114,14 @@ def case_id(case: Case) -> str:
     )
 
 
-@functools.cache
-def tier1_ids() -> frozenset[str]:
-    return frozenset(case_id(c) for c in all_pairs(FACTORS, valid, required()))
-
-
 def coupling_cases() -> Iterator[Any]:
     """Every case of the covering design (tier 1) and of the full products (``fullgrid``)."""
     cases = {case_id(c): c for c in all_pairs(FACTORS, valid, required())}
+    tier1 = set(cases)
     for c in full_products():
         cases.setdefault(case_id(c), c)
     for name, c in cases.items():
-        marks = () if name in tier1_ids() else (pytest.mark.fullgrid,)
-        yield pytest.param(c, id=name, marks=marks)
+        yield pytest.param(c, id=name, marks=() if name in tier1 else (pytest.mark.fullgrid,))
 
 
 @dataclass(frozen=True)
@@ -143,8 +137,7 @@ def setup(request: pytest.FixtureRequest, case: Case) -> Setup:
         alpha, sharpness = SETTINGS[case["setting"]]
         lm = ReferenceLM(12, sharpness=sharpness, seed=3)
         stops = (COUPLING_STOP,) if case["target"] == "eos" else ()
-        engine = ReferenceEngine(lm, stop_ids=stops) if stops else request.getfixturevalue("reference_engine")(lm)
-        return Setup(engine, [1, 2, 3], {"alpha": alpha, "target": case["target"]}, 0.0)
+        return Setup(ReferenceEngine(lm, stop_ids=stops), [1, 2, 3], {"alpha": alpha, "target": case["target"]}, 0.0)
     # the tiny model is nearly deterministic: at tau = 1/alpha almost every proposal would be
     # accepted (MultiTryMH's tries too, at its default temperatures)
     alpha, tau = TINY_SETTING

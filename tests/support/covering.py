@@ -30,12 +30,10 @@ def all_pairs(
     some valid case has is covered. Each case maps every factor name to one of its values."""
     names = list(factors)
     levels = [list(factors[name]) for name in names]
-    product = [dict(zip(names, values)) for values in itertools.product(*levels)]
+    cases = [case for values in itertools.product(*levels) if valid(case := dict(zip(names, values)))]
     index = np.array(
-        [[levels[f].index(case[name]) for f, name in enumerate(names)] for case in product if valid(case)],
-        dtype=np.int64,
+        [[levels[f].index(case[name]) for f, name in enumerate(names)] for case in cases], dtype=np.int64
     ).reshape(-1, len(names))
-    cases = [case for case in product if valid(case)]
     # pair id of factors (f, g), f < g, with values (i, j): one column per factor pair
     columns = []
     offset = 0

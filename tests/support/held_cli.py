@@ -4,25 +4,22 @@ however slowly the test's own polling runs."""
 
 from __future__ import annotations
 
-import sys
+from presto_sgl.testing.mutants import cli_command
 
 HOLD_S = 300.0
 """How long the held CLI waits before it writes the record after all (a test that never kills it still ends)."""
 
 
 def held_cli(before: int | str, file: str = "") -> list[str]:
-    """The argv that starts ``presto-sgl`` (under the session's mutant when there is one, as
-    :func:`presto_sgl.testing.mutants.cli_command` does) whose trace writers wait ``HOLD_S``
-    before they write record number ``before`` (1 for the first) or the first record of type
+    """The argv that starts ``presto-sgl`` (under the session's mutant when there is one:
+    :func:`presto_sgl.testing.mutants.cli_command`) whose trace writers wait ``HOLD_S`` before
+    they write record number ``before`` (1 for the first) or the first record of type
     ``before``, in a trace file whose path ends with ``file``."""
-    code = f"""\
-import os, sys, time
+    return cli_command(
+        f"""\
+import time
 from presto_sgl.trace import TraceWriter
 
-if os.environ.get("PRESTO_SGL_MUTANT"):
-    from presto_sgl.testing.mutants import apply
-
-    apply(os.environ["PRESTO_SGL_MUTANT"])
 write = TraceWriter.write
 
 
@@ -34,8 +31,5 @@ def held(self, record_type, payload):
 
 
 TraceWriter.write = held
-from presto_sgl.cli import main
-
-sys.exit(main(sys.argv[1:]))
 """
-    return [sys.executable, "-c", code]
+    )
