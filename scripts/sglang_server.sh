@@ -5,6 +5,7 @@
 #   bash scripts/sglang_server.sh start  [--port 30000] [--dtype bfloat16] [--model DIR] [--timeout 300]
 #                                        [--batched-attention] [--cdf-sampling] [--profile DIR]
 #   bash scripts/sglang_server.sh stop   [--port 30000]
+#   bash scripts/sglang_server.sh restart [--port 30000]   (stop, then start with the last start's options)
 #   bash scripts/sglang_server.sh status [--port 30000]
 #
 # start materializes the model folder through the main venv (.venv; honours
@@ -30,6 +31,7 @@ die() { echo "sglang_server: ERROR: $*" >&2; exit 1; }
 
 [ $# -ge 1 ] || usage
 CMD="$1"; shift
+START_ARGS=("$@")
 PORT=30000
 DTYPE=bfloat16
 MODEL=""
@@ -65,12 +67,14 @@ ready() { healthy; }
 case "$CMD" in
   status) service_status ;;
   stop) stop_service; exit 0 ;;
+  restart) restart_service "$0" ;;
   start) ;;
   *) usage ;;
 esac
 
 # ---- start ----
 start_checks
+remember_start "${START_ARGS[@]}"
 [ -x .venv-sglang/bin/python ] || die ".venv-sglang is missing: run bash scripts/install_sglang.sh"
 
 if [ -z "$MODEL" ]; then

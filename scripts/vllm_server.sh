@@ -5,6 +5,7 @@
 #   bash scripts/vllm_server.sh start  [--port 8000] [--dtype bfloat16] [--model DIR] [--timeout 300]
 #                                      [--kv-cache-gib 1] [--block-size 32] [--compile] [--stock]
 #   bash scripts/vllm_server.sh stop   [--port 8000]
+#   bash scripts/vllm_server.sh restart [--port 8000]   (stop, then start with the last start's options)
 #   bash scripts/vllm_server.sh status [--port 8000]
 #
 # start materializes the model folder through the main venv (.venv; honours $PRESTO_SGL_CACHE)
@@ -23,12 +24,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 say() { echo "vllm_server: $*"; }
 die() { echo "vllm_server: ERROR: $*" >&2; exit 1; }
 
 [ $# -ge 1 ] || usage
 CMD="$1"; shift
+START_ARGS=("$@")
 PORT=8000
 DTYPE=bfloat16
 MODEL=""
@@ -74,12 +76,14 @@ ready() { healthy && curl -sf -o /dev/null -m 10 "$URL/v1/models"; }
 case "$CMD" in
   status) service_status ;;
   stop) stop_service; exit 0 ;;
+  restart) restart_service "$0" ;;
   start) ;;
   *) usage ;;
 esac
 
 # ---- start ----
 start_checks
+remember_start "${START_ARGS[@]}"
 [ -x .venv-vllm/bin/python ] || die ".venv-vllm is missing: run bash scripts/install_vllm.sh"
 if [ -z "$MODEL" ]; then
   [ -x .venv/bin/python ] || die ".venv is missing: run bash scripts/setup.sh (or pass --model DIR)"

@@ -52,13 +52,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def run_through_a_restart(script: str, make_engine: Callable[[str], Any], run: Callable[[Any], Any]):
-    """Own server (``script``, fp32) on a spare port; ``run(engine)`` in a thread, with the
-    server stopped while the third call is in flight (the fourth waits until it is down) and
-    started again. Returns run's result; the server is stopped at the end."""
-    port = str(free_port())
-    start = ("start", "--port", port, "--dtype", "float32", "--timeout", "600")
-    server_script(script, *start)
+def restartable(script: str, url: str) -> str | None:
+    """The port of ``url`` when ``script`` started the server there (``restart`` has its options)."""
+    port = url.rstrip("/").rsplit(":", 1)[-1]
+    folder = "vllm" if script.startswith("vllm") else "sglang"
+    return port if (ROOT / ".cache" / folder / f"server-{port}.args").is_file() else None
+
+
+def run_through_a_restart(
+    script: str, make_engine: Callable[[str], Any], run: Callable[[Any], Any], shared_url: str | None = None
+):
+    """``run(engine)`` in a thread, with the server stopped while the third call is in flight (the
+    fourth waits until it is down) and started again. The server: the one at ``shared_url`` when
+    ``script`` started it (``script restart`` brings it back with the same options; it stays up),
+    else one of its own (fp32) on a spare port, stopped at the end. Returns run's result."""
+    shared = restartable(script, shared_url) if shared_url else None
+    own = shared is None
+    port = shared or str(free_port())
+    if own:
+        server_script(script, "start", "--port", port, "--dtype", "float32", "--timeout", "600")
     try:
         eng = make_engine(f"http://127.0.0.1:{port}")
         in_call, stopped = threading.Event(), threading.Event()
@@ -82,11 +94,12 @@ def run_through_a_restart(script: str, make_engine: Callable[[str], Any], run: C
         t0 = time.monotonic()
         server_script(script, "stop", "--port", port)
         stopped.set()
-        server_script(script, *start)
+        server_script(script, "restart", "--port", port)
         chain.join(600)
         print(f"restart: down and back in {time.monotonic() - t0:.0f} s, reconnects {eng.stats.reconnects}")
         assert not chain.is_alive() and "result" in out
         assert eng.stats.reconnects >= 1
         return out["result"]
     finally:
-        server_script(script, "stop", "--port", port)
+        if own:
+            server_script(script, "stop", "--port", port)

@@ -2,6 +2,8 @@
 # a background service on 127.0.0.1:$PORT led by its own process group, with a PID file.
 # The caller sets NAME (server|router), PORT, URL, LOG, PIDFILE, TIMEOUT and defines
 # `say`, `die`, `healthy` (GET /health answers) and `ready` (healthy enough to serve).
+# `remember_start ARGS...` records a start's options beside the PID file, and `restart_service
+# SCRIPT` starts the service again with them (the caller's `restart` command).
 
 running_pid() {  # the service's PID when its PID file names a live process, else nothing
   [ -f "$PIDFILE" ] || return 1
@@ -58,6 +60,18 @@ start_checks() {  # exit 0 if already running and ready; die if starting, unread
     die "port $PORT is already in use by another process"
   fi
   mkdir -p "$(dirname "$PIDFILE")"
+}
+
+remember_start() {  # ARGS...: the options of this start, for `restart`
+  printf '%s\n' "$@" >"${PIDFILE%.pid}.args"
+}
+
+restart_service() {  # SCRIPT: stop (if running), then start with the options of the last start
+  local args="${PIDFILE%.pid}.args" saved
+  [ -f "$args" ] || die "no recorded start of a $NAME on port $PORT ($args); start it with \`$1 start\` first"
+  mapfile -t saved <"$args"
+  stop_service
+  exec bash "$1" start "${saved[@]}"
 }
 
 launch() {  # launch COMMAND... in its own process group (setsid: pgid == pid), then wait until ready

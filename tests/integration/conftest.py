@@ -2,11 +2,14 @@
 server: ``server_url`` (PRESTO_SGL_SGLANG_URL / PRESTO_SGL_VLLM_URL; skipped when unset,
 a failure under PRESTO_SGL_REQUIRE_SGLANG=1 / PRESTO_SGL_REQUIRE_VLLM=1, as in CI),
 ``engine`` (vLLM: the client engine on it) and ``hf_model`` (the server's model as a
-transformers fp32 forward). A module may define its own fixture of the same name."""
+transformers fp32 forward). A module may define its own fixture of the same name.
+``spare_sglang_url``: the session's own fp32 SGLang server with --batched-attention, for the
+tests that compare it with the shared one or kill it (one start instead of one per test)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,9 +29,8 @@ def _server(request: pytest.FixtureRequest) -> str:
     return marks.pop()
 
 
-@pytest.fixture(scope="module")
-def server_url(request: pytest.FixtureRequest) -> str:
-    server = _server(request)
+def _configured_url(server: str) -> str:
+    """The URL of the shared ``server``; skips the test without one (fails it where required)."""
     var, require, hint = SERVERS[server]
     url = os.environ.get(var)
     if not url:
@@ -36,6 +38,25 @@ def server_url(request: pytest.FixtureRequest) -> str:
             pytest.fail(f"{require}=1 but {var} is not set")
         pytest.skip(f"no {'SGLang' if server == 'sglang' else 'vLLM'} server (set {var}{hint})")
     return url
+
+
+@pytest.fixture(scope="module")
+def server_url(request: pytest.FixtureRequest) -> str:
+    return _configured_url(_server(request))
+
+
+@pytest.fixture(scope="session")
+def spare_sglang_url() -> Iterator[str]:
+    from presto_sgl.testing.servers import free_port, server_script
+
+    _configured_url("sglang")  # no shared server, no spare one (skip or fail alike)
+    port = str(free_port())
+    start = ("--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600")
+    server_script("sglang_server.sh", "start", *start)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server_script("sglang_server.sh", "stop", "--port", port)
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,9 @@ chain, what the server answered must equal what the chain's trace says it asked 
 request lost, none duplicated -- across a SIGKILL of the server's process group and its
 restart; every chain completes, and every state each chain was in (its trace's ``state``
 records) is what a float32 forward of the model scores: no chain advanced on partial data.
-Own server on a spare port (~3 min); skipped without PRESTO_SGL_SGLANG_URL like the
-other server tests.
+The server killed and restarted (``sglang_server.sh restart``: the options of its start) is the
+session's spare one (``spare_sglang_url``: fp32, batched attention); skipped without
+PRESTO_SGL_SGLANG_URL like the other server tests.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 import pytest
 
 from presto_sgl.testing.forward import assert_scores_match
-from presto_sgl.testing.servers import free_port, kill_server, server_script
+from presto_sgl.testing.servers import kill_server, server_script
 from presto_sgl.testing.wiretap import Wiretap, asked
 
 pytestmark = pytest.mark.sglang
@@ -35,7 +36,7 @@ QUESTIONS = [
 ]
 
 
-def test_chains_in_flight_survive_a_killed_server(server_url, hf_model, tmp_path):
+def test_chains_in_flight_survive_a_killed_server(server_url, spare_sglang_url, hf_model, tmp_path):
     from presto_sgl import sampling_configs
     from presto_sgl.engines.sglang.http import SGLangEngine
     from presto_sgl.runner import run_prompts
@@ -44,32 +45,27 @@ def test_chains_in_flight_survive_a_killed_server(server_url, hf_model, tmp_path
 
     prompts = [SGLangEngine(server_url).chat_prompt(q) for q in QUESTIONS]
     assert len({tuple(p) for p in prompts}) == len(prompts)
-    port = str(free_port())
-    start = ("start", "--port", port, "--dtype", "float32", "--timeout", "600")
-    server_script("sglang_server.sh", *start)
-    try:
-        with Wiretap(f"http://127.0.0.1:{port}", prompts) as tap:
-            engine = SGLangEngine(tap.url, restart_timeout_s=600, max_retries=4)
-            cfg, presto = sampling_configs(rule="step", budget=6, alpha=4.0, max_new_tokens=16, block_size=8, steps=3)
-            sampler = Sampler(engine, cfg, presto)
-            killed = threading.Event()
+    port = spare_sglang_url.rsplit(":", 1)[1]
+    with Wiretap(spare_sglang_url, prompts) as tap:
+        engine = SGLangEngine(tap.url, restart_timeout_s=600, max_retries=4)
+        cfg, presto = sampling_configs(rule="step", budget=6, alpha=4.0, max_new_tokens=16, block_size=8, steps=3)
+        sampler = Sampler(engine, cfg, presto)
+        killed = threading.Event()
 
-            def killer() -> None:  # once a third of the chains' first items are answered
-                while sum(tap.answered.values()) < 12:
-                    time.sleep(0.05)
-                kill_server("sglang_server.sh", port)
-                killed.set()
-                server_script("sglang_server.sh", *start)
+        def killer() -> None:  # once a third of the chains' first items are answered
+            while sum(tap.answered.values()) < 12:
+                time.sleep(0.05)
+            kill_server("sglang_server.sh", port)
+            killed.set()
+            server_script("sglang_server.sh", "restart", "--port", port)
 
-            side = threading.Thread(target=killer, daemon=True)
-            side.start()
-            results = run_prompts(sampler.run, prompts, seed=5, workers=4, trace_dir=tmp_path)
-            side.join(900)
-            assert killed.is_set() and not side.is_alive()
-            lost = tap.lost
-            wire = tap.per_chain()
-    finally:
-        server_script("sglang_server.sh", "stop", "--port", port)
+        side = threading.Thread(target=killer, daemon=True)
+        side.start()
+        results = run_prompts(sampler.run, prompts, seed=5, workers=4, trace_dir=tmp_path)
+        side.join(900)
+        assert killed.is_set() and not side.is_alive()
+        lost = tap.lost
+        wire = tap.per_chain()
     assert engine.stats.reconnects >= 1 and lost >= 1  # the kill cut calls in flight
     assert [(r.metrics.transitions, r.state.length) for r in results] == [(6, 16)] * len(prompts)
     states = 0

@@ -23,7 +23,6 @@ from presto_sgl.testing.forward import (
     assert_scored_exactly,
     assert_scores_match,
 )
-from presto_sgl.testing.servers import free_port, server_script
 
 pytestmark = pytest.mark.sglang
 
@@ -147,8 +146,8 @@ def test_sampling_through_the_router(router_url, hf_model):
     assert summary.samples > 0 and summary.kv_tokens_peak > 0 and summary.prefix_hit_rate > 0
 
 
-def test_batched_attention_matches_torch_native(server_url):
-    """An fp32 server of its own with --batched-attention (one masked SDPA per layer for the
+def test_batched_attention_matches_torch_native(server_url, spare_sglang_url):
+    """The session's spare fp32 server with --batched-attention (one masked SDPA per layer for the
     whole batch) against the shared torch_native server: the same greedy tokens, per-token
     log p0 within 1e-5, for a ragged batch that runs both extend and decode."""
     from presto_sgl.engines.server import http_json
@@ -169,14 +168,7 @@ def test_batched_attention_matches_torch_native(server_url):
         "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
         "return_logprob": True,
     }
-    port = str(free_port())
-    server_script(
-        "sglang_server.sh", "start", "--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600"
-    )
-    try:
-        batched = http_json("POST", f"http://127.0.0.1:{port}/generate", body, 600)
-    finally:
-        server_script("sglang_server.sh", "stop", "--port", port)
+    batched = http_json("POST", spare_sglang_url + "/generate", body, 600)
     native = http_json("POST", server_url + "/generate", body, 600)
     for a, b in zip(batched, native, strict=True):
         assert a["output_ids"] == b["output_ids"]

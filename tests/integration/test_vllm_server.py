@@ -4,7 +4,8 @@ presto-sgl's ``presto_onepass`` plugin).
 Set PRESTO_SGL_VLLM_URL to a running server (``.ci/run`` starts one with
 ``scripts/vllm_server.sh start --dtype float32``); without it these tests are skipped,
 unless PRESTO_SGL_REQUIRE_VLLM=1 (CI), where a missing server is a failure. The restart
-test starts, stops and restarts a server of its own on a spare port (~3 min).
+test stops and restarts the shared server when scripts/vllm_server.sh started it (else one of
+its own on a spare port, ~3 min).
 """
 
 from __future__ import annotations
@@ -85,10 +86,11 @@ def test_presto_visits_the_sequential_states_on_the_server(engine, kernel_case, 
     assert {acc for *_, acc in seq} == {True, False}
 
 
-def test_a_chain_survives_a_server_restart(engine, hf_model):
-    """Own server on a spare port; stopped while the chain's third call is in flight (the
-    fourth waits until it is down) and started again: the chain waits, re-draws what was
-    pending with the same seeds, and ends in exactly the state of an uninterrupted run."""
+def test_a_chain_survives_a_server_restart(engine, server_url, hf_model):
+    """The shared server when scripts/vllm_server.sh started it (else one of its own), stopped
+    while the chain's third call is in flight (the fourth waits until it is down) and started
+    again: the chain waits, re-draws what was pending with the same seeds, and ends in exactly
+    the state of an uninterrupted run."""
     from presto_sgl import PowerConfig
     from presto_sgl.engines.vllm.http import VLLMEngine
 
@@ -98,6 +100,7 @@ def test_a_chain_survives_a_server_restart(engine, hf_model):
         "vllm_server.sh",
         lambda url: VLLMEngine(url, restart_timeout_s=600),
         lambda eng: Sampler(eng, cfg, PrestoConfig("sequential")).run(prompt, seed=2),
+        shared_url=server_url,
     )
     assert result.metrics.transitions == 6 and result.state.length == 16
     assert_scored_exactly(hf_model, result.state, cfg.temperature)
