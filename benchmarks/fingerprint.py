@@ -11,6 +11,8 @@ after (``--compare before.json``): any difference is listed and the exit code is
 Engines: ``reference`` (V=32, 8 prompts, T=32, K=30, budgets 4/8/20), ``tiny`` (the
 embedded engine on the committed tiny-adder model, 4 problems, T=16, K=6, budgets 4/10),
 ``smollm2`` (embedded SmolLM2, 3 chat prompts, T=16, K=8, budget 8; ~2 min on 2 cores).
+Targets (``--targets``): ``fixed`` (keys without a target, so older fingerprints compare) and
+``eos`` (keys ``ENGINE/eos/...``; the reference LM ends at token 0, the models at their EOS).
 """
 
 from __future__ import annotations
@@ -76,21 +78,41 @@ def kernel_runs(engine, prompts, label: str, budgets, **power) -> dict[str, list
     return out
 
 
-def fingerprint(engines: list[str]) -> dict[str, list]:
+def fingerprint(engines: list[str], targets: list[str]) -> dict[str, list]:
     result: dict[str, list] = {}
+    for target in targets:
+        result |= target_runs(engines, target)
+    return result
+
+
+def target_runs(engines: list[str], target: str) -> dict[str, list]:
+    result: dict[str, list] = {}
+    tag = "" if target == "fixed" else f"/{target}"
     if "reference" in engines:
         from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 
-        engine = ReferenceEngine(ReferenceLM(32, sharpness=2.0, seed=0), seeded=True)
+        engine = ReferenceEngine(ReferenceLM(32, sharpness=2.0, seed=0), seeded=True, stop_ids=(0,))
         prompts = [[(3 * i + j) % 32 for j in range(8)] for i in range(8)]
-        result |= runs(engine, prompts, "reference", (4, 8, 20), alpha=4.0, max_new_tokens=32, block_size=16, steps=30)
+        result |= runs(
+            engine,
+            prompts,
+            f"reference{tag}",
+            (4, 8, 20),
+            alpha=4.0,
+            max_new_tokens=32,
+            block_size=16,
+            steps=30,
+            target=target,
+        )
     if "tiny" in engines:
         from presto_sgl.models import embedded_engine
         from presto_sgl.tasks.addition import make_problems
 
         engine = embedded_engine("tiny-adder", device="cpu")
         prompts = [engine.encode(p.prompt) for p in make_problems(4, seed=3)]
-        result |= runs(engine, prompts, "tiny", (4, 10), alpha=4.0, max_new_tokens=16, block_size=8, steps=6)
+        result |= runs(
+            engine, prompts, f"tiny{tag}", (4, 10), alpha=4.0, max_new_tokens=16, block_size=8, steps=6, target=target
+        )
     if "smollm2" in engines:
         from presto_sgl.models import embedded_engine
 
@@ -98,7 +120,16 @@ def fingerprint(engines: list[str]) -> dict[str, list]:
         questions = ("What is the capital of France?", "Name three primary colors.", "Write a haiku about the sea.")
         prompts = [engine.chat_prompt(q) for q in questions]
         result |= runs(
-            engine, prompts, "smollm2", (8,), ("powermh",), alpha=4.0, max_new_tokens=16, block_size=16, steps=8
+            engine,
+            prompts,
+            f"smollm2{tag}",
+            (8,),
+            ("powermh",),
+            alpha=4.0,
+            max_new_tokens=16,
+            block_size=16,
+            steps=8,
+            target=target,
         )
     return result
 
@@ -107,9 +138,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-o", "--output", required=True, help="write the fingerprint (JSON) here")
     parser.add_argument("--engines", nargs="+", choices=("reference", "tiny", "smollm2"), default=["reference", "tiny"])
+    parser.add_argument("--targets", nargs="+", choices=("fixed", "eos"), default=["fixed", "eos"])
     parser.add_argument("--compare", metavar="JSON", help="a fingerprint from before the change")
     args = parser.parse_args()
-    result = fingerprint(args.engines)
+    result = fingerprint(args.engines, args.targets)
     Path(args.output).write_text(json.dumps(result, indent=0, sort_keys=True))
     print(f"{len(result)} runs fingerprinted -> {args.output}")
     if args.compare is None:
