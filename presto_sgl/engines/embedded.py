@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -54,11 +54,14 @@ class CallStats:
 
 @dataclass
 class EngineTotals:
+    """Sums over every ``generate`` call, and the last call's :class:`CallStats` (an engine under
+    ``serve`` runs for months: nothing here grows with the number of calls)."""
+
     calls: int = 0
     cached_tokens: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
-    history: list[CallStats] = field(default_factory=list)
+    last: CallStats | None = None
 
 
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch.Tensor:
@@ -299,8 +302,8 @@ class EmbeddedEngine(TokenizerText):
         t.cached_tokens += stats.cached_tokens
         t.prefill_tokens += stats.prefill_tokens
         t.decode_tokens += stats.decode_tokens
-        t.history.append(stats)
+        t.last = stats
 
     @property
     def last_call(self) -> CallStats | None:
-        return self.totals.history[-1] if self.totals.history else None
+        return self.totals.last
