@@ -88,7 +88,7 @@ def run_one(kind: str, url: str, prompts, mode: str, inflight: int, kernel: str 
     engine = engine_of(kind, url)
     cfg, presto = sampling_configs(kernel=kernel, **options, **POWER)
     sampler = Sampler(engine, cfg, presto)
-    scheduler = Scheduler.for_sampler(sampler) if shared else None
+    scheduler = Scheduler.for_method(sampler) if shared else None
     latency: dict[int, float] = {}
 
     def timed(prompt, *, seed, prompt_id, **kw):

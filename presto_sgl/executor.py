@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .config import PowerConfig
 from .engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
@@ -18,23 +19,27 @@ from .kernels.base import Kernel, Proposal, Transition
 from .keys import ChainKeys, DecisionDraws, DecisionId
 from .metrics import CallRecord, NodeRecord, RequestRecord
 from .offers import Offer
-from .planners import PlannedRequest, Planner, RoundContext, RoundFeedback, offer_of
+from .planners import PlannedRequest, Planner, RoundContext, RoundFeedback
 from .proposals import ProposalStore, StoredProposal
-from .scheduler import current
 from .state import ChainState
 from .trace import TraceWriter
 from .walker import walk
+
+if TYPE_CHECKING:
+    from .scheduler import Lane
 
 OnTransition = Callable[[int, int, ChainState, Transition], None]
 """Called after every transition with (stage, k, new state, transition)."""
 
 
 class Recorder:
-    """Runs model calls (timed, validated) and keeps the call and node records of one run."""
+    """Runs model calls (timed, validated) and keeps the call and node records of one run; with
+    a ``lane``, the calls go to a shared scheduler's rounds (:mod:`presto_sgl.scheduler`)."""
 
-    def __init__(self, engine: Engine, trace: TraceWriter | None) -> None:
+    def __init__(self, engine: Engine, trace: TraceWriter | None, lane: Lane | None = None) -> None:
         self.engine = engine
         self.trace = trace
+        self.lane = lane
         self.calls: list[CallRecord] = []
         self.nodes: list[NodeRecord] = []
 
@@ -50,18 +55,14 @@ class Recorder:
         scheduler, which picks the groups; otherwise every group is sent. The completions are
         checked whole; with ``lengths_only`` only their lengths (the caller checks the values of
         those it uses: :meth:`check`)."""
-        scheduler = current()
         t0 = time.perf_counter()
-        if scheduler is None:
+        if self.lane is None:
             taken = len(offer.groups)
             requests = [r for g in offer.groups for r in g]
             completions = self.engine.generate(requests)
             elapsed = time.perf_counter() - t0
         else:
-            check = getattr(self.engine, "check", None)  # a GuardedEngine's ticket (the scheduler calls the backend)
-            if check is not None:
-                check()
-            taken, completions, elapsed = scheduler.submit(offer)
+            taken, completions, elapsed = self.lane.submit(offer)
             requests = [r for g in offer.groups[:taken] for r in g]
         if len(completions) != len(requests):
             raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
@@ -133,8 +134,8 @@ class StageExecutor:
         T, H = state.length, self.horizon
         t0 = time.perf_counter()
         ctx = RoundContext(state, path, k, cfg.steps - k, self.budget, self.draws, self.store, kernel, cfg.keying, H)
-        scheduled = current() is not None
-        offer = offer_of(self.planner, ctx) if scheduled else None
+        scheduled = self.rec.lane is not None
+        offer = self.planner.offer(ctx) if scheduled else None
         planned = offer.batch if offer is not None else self.planner.plan(ctx)
         groups = [kernel.suffix_draws(p.cut, H, self.draws(p.decision)) for p in planned]
         rows = [

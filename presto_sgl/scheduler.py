@@ -30,9 +30,10 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .engines.base import Completion, Engine, Request
 from .errors import ConfigError, EngineError
@@ -41,7 +42,8 @@ from .planners.costaware import EXPLORE
 from .planners.loadmodel import LoadModel
 from .planners.timemodel import CallTimeModel
 
-_local = threading.local()
+if TYPE_CHECKING:
+    from .methods import Method
 
 DISPATCH = ("merged", "concurrent")
 """``auto`` (the default) picks by the engine (:func:`dispatch_for`). merged: one engine call
@@ -49,11 +51,6 @@ per round (engines that run one call at a time: embedded, reference); concurrent
 chain's chosen rows in a call of its own, at once (servers that batch concurrent calls
 continuously: a merged call would hold every chain until the longest row of any chain is
 done)."""
-
-
-def current() -> Scheduler | None:
-    """The scheduler of the calling chain's thread (None outside a scheduled chain)."""
-    return getattr(_local, "scheduler", None)
 
 
 @dataclass
@@ -65,6 +62,23 @@ class _Entry:
     elapsed: float = 0.0
     error: BaseException | None = None
     done: bool = False
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A chain's place in a :class:`Scheduler` (:meth:`Scheduler.chain`), handed to the chain's
+    method (``run(..., lane=...)``): its calls go to the scheduler's rounds through it. ``check``
+    runs before each (a pool's cancellation of the chain's request: the scheduler calls the
+    backend itself, not the chain's guarded engine)."""
+
+    scheduler: Scheduler
+    check: Callable[[], None] | None = None
+
+    def submit(self, offer: Offer) -> tuple[int, list[Completion], float]:
+        """:meth:`Scheduler.submit`, after ``check``."""
+        if self.check is not None:
+            self.check()
+        return self.scheduler.submit(offer)
 
 
 @dataclass
@@ -107,34 +121,31 @@ class Scheduler:
         self._busy = False
 
     @classmethod
-    def for_sampler(cls, sampler: object, **options: object) -> Scheduler:
-        """A scheduler for the chains of ``sampler`` (any method): its backend (a
-        GuardedEngine's inner one), its planner's call-time model when it has one (so a
-        chain's own choice, used when it runs alone, sees the merged calls too)."""
-        engine = sampler.engine  # type: ignore[attr-defined]  # every method has an engine (issue 39 declares it)
-        planner = getattr(sampler, "planner", None)
-        inner = getattr(engine, "inner", engine)
-        return cls(inner, getattr(planner, "time_model", None), **options)  # type: ignore[arg-type]  # a planner's time_model (issue 39 declares it)
+    def for_method(cls, method: Method, backend: Engine | None = None, **options: Any) -> Scheduler:
+        """A scheduler for the chains of ``method``, calling ``backend`` (default: the method's
+        engine; of a GuardedEngine, pass its ``inner`` one: the leader's ticket must not stop the
+        others), on its planner's call-time model when it has one (so a chain's own choice, used
+        when it runs alone, sees the merged calls too)."""
+        planner = method.planner
+        engine = backend if backend is not None else method.engine
+        return cls(engine, planner.time_model if planner is not None else None, **options)
 
-    def adopt(self, sampler: object) -> None:
-        """Make ``sampler``'s planner plan on this scheduler's call-time model (a sampler made
-        after the scheduler: serve's per-config samplers)."""
-        planner = getattr(sampler, "planner", None)
-        if planner is not None and hasattr(planner, "time_model"):
+    def adopt(self, method: Method) -> None:
+        """Make ``method``'s planner plan on this scheduler's call-time model (a method made
+        after the scheduler: serve's per-config samplers), if it plans on one."""
+        planner = method.planner
+        if planner is not None and planner.time_model is not None:
             planner.time_model = self.time_model
 
     @contextmanager
-    def chain(self) -> Iterator[None]:
-        """Run the body (one chain) on this thread under the scheduler."""
-        if current() is not None:
-            raise RuntimeError("this thread already runs a scheduled chain")
+    def chain(self, check: Callable[[], None] | None = None) -> Iterator[Lane]:
+        """One chain in flight for the body: its :class:`Lane` (``check``: run before each of its
+        calls). A round waits for every chain in flight (or ``max_wait_s``)."""
         with self._cv:
             self._active += 1
-        _local.scheduler = self
         try:
-            yield
+            yield Lane(self, check)
         finally:
-            _local.scheduler = None
             with self._cv:
                 self._active -= 1
                 self._cv.notify_all()
