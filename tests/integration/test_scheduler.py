@@ -18,10 +18,9 @@ import pytest
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.offers import Offer
-from presto_sgl.planners.loadmodel import LoadModel
 from presto_sgl.pool import Cancelled
 from presto_sgl.runner import run_prompts
-from presto_sgl.scheduler import Scheduler
+from presto_sgl.scheduler import LoadModel, Scheduler
 from tests.support.cases import KERNELS, PRESTO_RULES, sequential_sampler
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [2, 2], [3, 1, 4, 1], [5, 9], [11, 0, 7]]
