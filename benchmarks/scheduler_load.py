@@ -34,7 +34,7 @@ from presto_sgl.runner import run_prompts
 from presto_sgl.samplers import Sampler
 from presto_sgl.scheduler import Scheduler
 from presto_sgl.tasks.registry import load_task
-from presto_sgl.testing.servers import server_script
+from tests.support.servers import server_script
 
 POWER: dict[str, Any] = dict(alpha=4.0, max_new_tokens=64, block_size=32, steps=10)
 BUDGET = 20

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from .config import PowerConfig
 from .engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
@@ -19,15 +18,12 @@ from .errors import EngineError
 from .kernels.base import Kernel, Proposal, SuffixDraw, Transition
 from .keys import ChainKeys, DecisionDraws, DecisionId
 from .metrics import CallRecord, NodeRecord, RequestRecord
-from .offers import Offer
+from .offers import Lane, Offer
 from .planners import PlannedRequest, Planner, RoundContext, RoundFeedback
 from .proposals import ProposalStore, StoredProposal
 from .state import ChainState
 from .trace import TraceWriter
 from .walker import Step, walk
-
-if TYPE_CHECKING:
-    from .scheduler import Lane
 
 OnTransition = Callable[[int, int, ChainState, Transition], None]
 """Called after every transition with (stage, k, new state, transition)."""

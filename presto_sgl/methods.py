@@ -25,8 +25,8 @@ from .state import ChainState
 from .trace import TraceWriter
 
 if TYPE_CHECKING:
+    from .offers import Lane
     from .planners.base import Planner
-    from .scheduler import Lane
 
 
 @dataclass(frozen=True)

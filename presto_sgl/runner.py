@@ -18,8 +18,9 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .methods import SampleResult
+from .offers import Lane
 from .pool import ChainPool, Ticket
-from .scheduler import Lane, Scheduler
+from .scheduler import Scheduler
 from .trace import TraceWriter
 
 

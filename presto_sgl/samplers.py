@@ -31,7 +31,7 @@ from .state import ChainState
 from .trace import TraceWriter
 
 if TYPE_CHECKING:
-    from .scheduler import Lane
+    from .offers import Lane
 
 __all__ = ["SampleResult", "Sampler"]
 

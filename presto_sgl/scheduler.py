@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from .engines.base import Completion, Engine, Request
 from .errors import ConfigError, EngineError
-from .offers import Offer
+from .offers import Lane, Offer, Served
 from .planners.timemodel import EXPLORE, CallTimeModel
 
 if TYPE_CHECKING:
@@ -124,23 +124,6 @@ class _Entry:
     done: bool = False
 
 
-@dataclass(frozen=True)
-class Lane:
-    """A chain's place in a :class:`Scheduler` (:meth:`Scheduler.chain`), handed to the chain's
-    method (``run(..., lane=...)``): its calls go to the scheduler's rounds through it. ``check``
-    runs before each (a pool's cancellation of the chain's request: the scheduler calls the
-    backend itself, not the chain's guarded engine)."""
-
-    scheduler: Scheduler
-    check: Callable[[], None] | None = None
-
-    def submit(self, offer: Offer) -> tuple[int, list[Completion], float]:
-        """:meth:`Scheduler.submit`, after ``check``."""
-        if self.check is not None:
-            self.check()
-        return self.scheduler.submit(offer)
-
-
 @dataclass
 class SchedulerStats:
     calls: int = 0  # merged engine calls
@@ -204,7 +187,7 @@ class Scheduler:
         with self._cv:
             self._active += 1
         try:
-            yield Lane(self, check)
+            yield Lane(self.submit, check)
         finally:
             with self._cv:
                 self._active -= 1
@@ -217,7 +200,7 @@ class Scheduler:
         _, completions, _ = self.submit(Offer((tuple(requests),)))
         return completions
 
-    def submit(self, offer: Offer) -> tuple[int, list[Completion], float]:
+    def submit(self, offer: Offer) -> Served:
         """Serve ``offer``: (groups taken, their completions in order, the call's seconds)."""
         if self.dispatch == "concurrent":
             return self._concurrent(offer)

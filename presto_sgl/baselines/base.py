@@ -25,7 +25,7 @@ from ..state import ChainState
 from ..trace import TraceWriter
 
 if TYPE_CHECKING:
-    from ..scheduler import Lane
+    from ..offers import Lane
 
 
 class Baseline(MethodBase):

@@ -26,9 +26,10 @@ from ..evaluation.records import make_record
 from ..evaluation.results import aggregate, write_results
 from ..evaluation.rundir import RunDir
 from ..methods import Method
+from ..offers import Lane
 from ..pool import ChainPool, Ticket
 from ..resume import Checkpoint, read_checkpoint, truncate
-from ..scheduler import Lane, Scheduler
+from ..scheduler import Scheduler
 from ..tasks.base import Problem
 from ..tasks.registry import NAMES, load_task
 from ..trace import TraceWriter

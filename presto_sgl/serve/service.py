@@ -24,9 +24,9 @@ from ..engines.server import ServerEngine
 from ..engines.text import cut_at_stop, ids_of_prefix
 from ..errors import CapabilityError, ConfigError
 from ..methods import SampleResult
+from ..offers import Lane
 from ..pool import ChainPool, GuardedEngine, Ticket
 from ..samplers import Sampler
-from ..scheduler import Lane
 from .params import LENGTH, ChainJob, Defaults, ParamError, request_error
 
 ROLES = ("system", "developer", "user", "assistant")

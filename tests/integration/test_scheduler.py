@@ -167,8 +167,8 @@ def test_a_lane_runs_its_chains_check_before_each_call():
 def test_serve_with_the_scheduler_answers_as_without():
     """presto-sgl serve's chains through the scheduler (4 chains of a request at once, merged
     calls) give the answers the chains give alone: same seed, same texts."""
-    from presto_sgl.testing.serving import client, make_service, serving
     from tests.integration.test_serve import PROMPT, reference
+    from tests.support.serving import client, make_service, serving
 
     answers = {}
     for scheduled in (False, True):

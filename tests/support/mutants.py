@@ -12,7 +12,10 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: a CLI subprocess imports this module from it
 
 MUTANTS: dict[str, tuple[str, Callable[[], None]]] = {}
 
@@ -169,7 +172,9 @@ def cli_command(prelude: str = "") -> list[str]:
     name = os.environ.get("PRESTO_SGL_MUTANT")
     if not name and not prelude:
         return [sys.executable, "-m", "presto_sgl.cli"]
-    mutant = f"from presto_sgl.testing.mutants import apply\napply({name!r})\n" if name else ""
+    mutant = (
+        f"sys.path.insert(0, {str(ROOT)!r})\nfrom tests.support.mutants import apply\napply({name!r})\n" if name else ""
+    )
     code = f"import sys\n{mutant}{prelude}\nfrom presto_sgl.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     return [sys.executable, "-c", code]
 
