@@ -119,7 +119,7 @@ def one(rule: str, T: int, shape: str, prompt, i: int, trace: bool) -> dict:
 def scheduled(rule: str, T: int, shape: str, prompts) -> dict:
     """4 chains through the merged scheduler: coordinator time of the whole run per call."""
     sampler, engine = sampler_of(rule, T, shape)
-    sched = Scheduler(engine, getattr(sampler.planner, "time_model", None), dispatch="merged")
+    sched = Scheduler.for_method(sampler, dispatch="merged")
     t0 = time.perf_counter()
     results = run_prompts(sampler.run, prompts, seed=3, workers=4, scheduler=sched)
     coord = time.perf_counter() - t0 - engine.seconds

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from benchmarks.compare import machine
 from presto_sgl import cli
-from presto_sgl.kernels import powermh
+from presto_sgl.kernels import mh
 
 FLIPPED = "PreSTO step, proposal term flipped (biased on purpose)"
 ACCEPT_ALL = "PreSTO step, every proposal accepted (biased on purpose)"
@@ -175,12 +175,12 @@ SUITES = {
 @contextlib.contextmanager
 def sabotaged(sabotage: Callable[[Callable[..., float]], Callable[..., float]]) -> Iterator[None]:
     """PowerMH's acceptance replaced by ``sabotage(the real one)`` for the block."""
-    orig = powermh.log_acceptance
-    powermh.log_acceptance = sabotage(orig)
+    orig = mh.log_acceptance
+    mh.log_acceptance = sabotage(orig)
     try:
         yield
     finally:
-        powermh.log_acceptance = orig
+        mh.log_acceptance = orig
 
 
 def write_digest(run: Path) -> None:

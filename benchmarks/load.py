@@ -1,7 +1,7 @@
 """Many chains, faults and two workers against real CPU SGLang servers (issue 13, item 4).
 
 Every server runs on 127.0.0.1 with a counting proxy in front of it
-(:mod:`presto_sgl.testing.wiretap`): the wire's own count of the ``/generate`` items each
+(:mod:`tests.support.wiretap`): the wire's own count of the ``/generate`` items each
 chain had answered, held against the requests its trace records. The parts:
 
 - ``throughput``: sequential PowerMH and PreSTO step, 1, 4 and 8 chains in flight through
@@ -57,9 +57,9 @@ from presto_sgl.engines.sglang.http import SGLangEngine
 from presto_sgl.runner import run_prompts
 from presto_sgl.samplers import Sampler
 from presto_sgl.tasks.registry import load_task
-from presto_sgl.testing.servers import free_port, kill_server, server_script
-from presto_sgl.testing.wiretap import Wiretap, asked
 from presto_sgl.trace import StateReplay, read_trace
+from tests.support.servers import free_port, kill_server, server_script
+from tests.support.wiretap import Wiretap, asked
 
 POWER = dict(alpha=4.0, max_new_tokens=32, block_size=16, steps=4)
 BUDGET = 20
@@ -195,7 +195,7 @@ def rescore_states(traces: Path, prompts) -> dict:
     from transformers import AutoModelForCausalLM
 
     from presto_sgl.models import materialize_smollm2
-    from presto_sgl.testing.forward import TOL, reference
+    from tests.support.forward import TOL, reference
 
     model = AutoModelForCausalLM.from_pretrained(materialize_smollm2(), dtype=torch.float32).eval()
     worst, n = 0.0, 0

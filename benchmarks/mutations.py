@@ -3,7 +3,7 @@ table, by tier since issue 38).
 
     python -m benchmarks.mutations [--only NAME,...] [--tiers 1,2] [--jobs N] [--json FILE]
 
-For every mutant of ``presto_sgl/testing/mutants.py`` this runs the pytest selection of tier 1 of
+For every mutant of ``tests/support/mutants.py`` this runs the pytest selection of tier 1 of
 ``scripts/test.sh`` (no servers, static checks aside) with ``PRESTO_SGL_MUTANT=NAME`` and ``-x``, and
 when tier 1 does not catch it, tier 2's; it records the tier and the first test that failed, and the
 seconds to it. A mutant no tier catches is a hole in the proof. Prints a Markdown table; ``--json``
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from presto_sgl.testing.mutants import MUTANTS
+from tests.support.mutants import MUTANTS
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -34,7 +34,7 @@ from presto_sgl.runner import run_prompts
 from presto_sgl.samplers import Sampler
 from presto_sgl.scheduler import Scheduler
 from presto_sgl.tasks.registry import load_task
-from presto_sgl.testing.servers import server_script
+from tests.support.servers import server_script
 
 POWER: dict[str, Any] = dict(alpha=4.0, max_new_tokens=64, block_size=32, steps=10)
 BUDGET = 20
@@ -88,7 +88,7 @@ def run_one(kind: str, url: str, prompts, mode: str, inflight: int, kernel: str 
     engine = engine_of(kind, url)
     cfg, presto = sampling_configs(kernel=kernel, **options, **POWER)
     sampler = Sampler(engine, cfg, presto)
-    scheduler = Scheduler.for_sampler(sampler) if shared else None
+    scheduler = Scheduler.for_method(sampler) if shared else None
     latency: dict[int, float] = {}
 
     def timed(prompt, *, seed, prompt_id, **kw):

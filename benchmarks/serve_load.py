@@ -40,8 +40,8 @@ import openai
 from benchmarks.compare import machine
 from benchmarks.load import DATASET, SEED, sglang_server
 from presto_sgl.tasks.registry import load_task
-from presto_sgl.testing.servers import free_port
-from presto_sgl.testing.serving import client, health, serve_cli, wait_for
+from tests.support.servers import free_port
+from tests.support.serving import client, health, serve_cli, wait_for
 
 SERVE = (
     "--engine",

@@ -1,7 +1,7 @@
 """Where a call of N forks spends its time on the CPU SGLang server (issue: profile, then fix
 what dominates).
 
-The server runs with presto-sgl's timers (``--profile DIR``; presto_sgl/server_side/sglang/profile.py).
+The server runs with presto-sgl's timers (``--profile DIR``; presto_sgl/server_side/sglang/cpu/profile.py).
 Per prompt, a root state of T tokens, then one call of N requests (N = 1, 4, 10, 20) at
 keyed uniform cuts; around each call the client reads the server's cumulative timers and
 splits the call's wall time into: attention (torch_native's per-request loops, decode and
@@ -25,7 +25,7 @@ from benchmarks.compare import PROMPTS, Column, machine, markdown_table
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import SGLangEngine
 from presto_sgl.keys import ChainKeys
-from presto_sgl.server_side.sglang.profile import read
+from presto_sgl.server_side.sglang.cpu.profile import read
 
 FORKS = (1, 4, 10, 20)
 PARTS = ("attention", "forward_other", "sampling", "step_other", "outside")

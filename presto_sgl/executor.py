@@ -10,31 +10,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from .config import PowerConfig
 from .engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
 from .errors import EngineError
-from .kernels.base import Kernel, Proposal, Transition
+from .kernels.base import Kernel, Proposal, SuffixDraw, Transition
 from .keys import ChainKeys, DecisionDraws, DecisionId
 from .metrics import CallRecord, NodeRecord, RequestRecord
-from .offers import Offer
-from .planners import PlannedRequest, Planner, RoundContext, RoundFeedback, offer_of
+from .offers import Lane, Offer
+from .planners import PlannedRequest, Planner, RoundContext, RoundFeedback
 from .proposals import ProposalStore, StoredProposal
-from .scheduler import current
 from .state import ChainState
 from .trace import TraceWriter
-from .walker import walk
+from .walker import Step, walk
 
 OnTransition = Callable[[int, int, ChainState, Transition], None]
 """Called after every transition with (stage, k, new state, transition)."""
 
 
 class Recorder:
-    """Runs model calls (timed, validated) and keeps the call and node records of one run."""
+    """Runs model calls (timed, validated) and keeps the call and node records of one run; with
+    a ``lane``, the calls go to a shared scheduler's rounds (:mod:`presto_sgl.scheduler`)."""
 
-    def __init__(self, engine: Engine, trace: TraceWriter | None) -> None:
+    def __init__(self, engine: Engine, trace: TraceWriter | None, lane: Lane | None = None) -> None:
         self.engine = engine
         self.trace = trace
+        self.lane = lane
         self.calls: list[CallRecord] = []
         self.nodes: list[NodeRecord] = []
 
@@ -50,18 +52,14 @@ class Recorder:
         scheduler, which picks the groups; otherwise every group is sent. The completions are
         checked whole; with ``lengths_only`` only their lengths (the caller checks the values of
         those it uses: :meth:`check`)."""
-        scheduler = current()
         t0 = time.perf_counter()
-        if scheduler is None:
+        if self.lane is None:
             taken = len(offer.groups)
             requests = [r for g in offer.groups for r in g]
             completions = self.engine.generate(requests)
             elapsed = time.perf_counter() - t0
         else:
-            check = getattr(self.engine, "check", None)  # a GuardedEngine's ticket (the scheduler calls the backend)
-            if check is not None:
-                check()
-            taken, completions, elapsed = scheduler.submit(offer)
+            taken, completions, elapsed = self.lane.submit(offer)
             requests = [r for g in offer.groups[:taken] for r in g]
         if len(completions) != len(requests):
             raise EngineError(f"engine returned {len(completions)} results for {len(requests)} requests")
@@ -128,19 +126,60 @@ class StageExecutor:
         return state
 
     def round(self, state: ChainState, path: str, k: int) -> tuple[ChainState, str, int]:
-        """One round from root ``state``: the planned draws in one call, then the walk."""
-        kernel, cfg, rec = self.kernel, self.config, self.rec
-        T, H = state.length, self.horizon
+        """One round from root ``state``: plan, send the planned draws in one call, store them,
+        walk the MH path through them, record; returns the walk's (state, path, k)."""
         t0 = time.perf_counter()
-        ctx = RoundContext(state, path, k, cfg.steps - k, self.budget, self.draws, self.store, kernel, cfg.keying, H)
-        scheduled = current() is not None
-        offer = offer_of(self.planner, ctx) if scheduled else None
+        remaining = self.config.steps - k
+        ctx = RoundContext(
+            root=state,
+            root_path=path,
+            k0=k,
+            remaining=remaining,
+            budget=self.budget,
+            draws=self.draws,
+            store=self.store,
+            kernel=self.kernel,
+            keying=self.config.keying,
+            horizon=self.horizon,
+        )
+        batch = self.plan(ctx)
+        plan_s = time.perf_counter() - t0
+        batch, completions, elapsed = self.send(batch)
+        t1 = time.perf_counter()
+        index = len(self.rec.calls)
+        self.fill(state, batch, completions, index)
+        result = walk(
+            state,
+            path,
+            k,
+            remaining,
+            kernel=self.kernel,
+            decision_of=ctx.decision,
+            draws=self.draws,
+            store=self.store,
+        )
+        walk_s = time.perf_counter() - t1
+        if not result.steps:
+            raise RuntimeError(f"planner {type(self.planner).__name__} made no progress at stage {self.stage}, k={k}")
+        self.record(state.length, k, index, batch, completions, result.steps, (elapsed, plan_s, walk_s))
+        k += len(result.steps)
+        if self.planner.carries_over:
+            self.store.discard_before(k)
+        else:
+            self.store.clear()
+        return result.state, result.path, k
+
+    def plan(self, ctx: RoundContext) -> Batch:
+        """The planner's requests (in a scheduled chain: its offer) as engine requests, one
+        group of draws per planned decision."""
+        offer = self.planner.offer(ctx) if self.rec.lane is not None else None
         planned = offer.batch if offer is not None else self.planner.plan(ctx)
-        groups = [kernel.suffix_draws(p.cut, H, self.draws(p.decision)) for p in planned]
+        H, root = self.horizon, ctx.root
+        groups = [self.kernel.suffix_draws(p.cut, H, self.draws(p.decision)) for p in planned]
         rows = [
             tuple(
                 Request(
-                    state.context(p.cut),
+                    root.context(p.cut),
                     H - p.cut,
                     d.temperature,
                     d.seed,
@@ -153,42 +192,55 @@ class StageExecutor:
             )
             for p, group in zip(planned, groups)
         ]
-        plan_s = time.perf_counter() - t0
-        completions: list[Completion]
-        if not rows:
-            completions, elapsed = [], 0.0
-        else:
-            values, preferred = (offer.values, offer.preferred) if offer is not None else (None, None)
-            taken, completions, elapsed = rec.submit(Offer(tuple(rows), values, preferred), lengths_only=True)
-            planned, groups, rows = planned[:taken], groups[:taken], rows[:taken]
-        requests = [r for g in rows for r in g]
-        t1 = time.perf_counter()
-        index = len(rec.calls)
+        if offer is None:
+            return Batch(planned, groups, rows)
+        return Batch(planned, groups, rows, offer.values, offer.preferred)
+
+    def send(self, batch: Batch) -> tuple[Batch, list[Completion], float]:
+        """One engine call (a scheduler may take a prefix of the groups): the batch sent, its
+        completions (lengths checked; values when used) and the call's seconds."""
+        if not batch.rows:
+            return batch, [], 0.0
+        offer = Offer(tuple(batch.rows), batch.values, batch.preferred)
+        taken, completions, elapsed = self.rec.submit(offer, lengths_only=True)
+        return batch.prefix(taken), completions, elapsed
+
+    def fill(self, root: ChainState, batch: Batch, completions: Sequence[Completion], index: int) -> None:
+        """Store each decision's scored draws under the prefix it kept (call ``index``)."""
         j = 0
-        for p, group in zip(planned, groups):
+        for p, group in zip(batch.planned, batch.groups):
             n = len(group)
             proposals = tuple(
                 Proposal(p.cut, c.tokens, c.logq, c.logp, c.entropy, c.logq_at) for c in completions[j : j + n]
             )
             self.store.add(
-                p.decision, StoredProposal(state.tokens[: p.cut], proposals, tuple((index, j + i) for i in range(n)))
+                p.decision, StoredProposal(root.tokens[: p.cut], proposals, tuple((index, j + i) for i in range(n)))
             )
             j += n
-        result = walk(
-            state, path, k, cfg.steps - k, kernel=kernel, decision_of=ctx.decision, draws=self.draws, store=self.store
-        )
-        walk_s = time.perf_counter() - t1
-        if not result.steps:
-            raise RuntimeError(f"planner {type(self.planner).__name__} made no progress at stage {self.stage}, k={k}")
+
+    def record(
+        self,
+        T: int,
+        k: int,
+        index: int,
+        batch: Batch,
+        completions: Sequence[Completion],
+        steps: Sequence[Step],
+        seconds: tuple[float, float, float],
+    ) -> None:
+        """The call record, a node record per transition walked (and ``on_transition``), and the
+        planner's feedback. ``T``: the root's length; ``seconds``: (call, plan, walk)."""
+        rec, requests = self.rec, batch.requests
+        elapsed, plan_s, walk_s = seconds
         records = [
             RequestRecord(
                 p.decision, p.cut, len(r.prefix), len(c.tokens), c.cached_tokens, p.reachable, r.temperature, r.seed
             )
-            for p, r, c in zip(_per_request(planned, groups), requests, completions)
+            for p, r, c in zip(_per_request(batch.planned, batch.groups), requests, completions)
         ]
         rec.record_call(CallRecord(index, self.stage, "mh", k, tuple(records), elapsed, plan_s, walk_s))
         length = T  # the length of the state each decision was taken at (it varies under target="eos")
-        for i, step in enumerate(result.steps):
+        for i, step in enumerate(steps):
             tr = step.transition
             rec.record_node(
                 NodeRecord(
@@ -212,18 +264,32 @@ class StageExecutor:
         self.planner.observe(
             RoundFeedback(
                 T,
-                tuple((s.transition.cut, s.transition.log_accept) for s in result.steps),
+                tuple((s.transition.cut, s.transition.log_accept) for s in steps),
                 tuple((len(r.prefix), len(c.tokens)) for r, c in zip(requests, completions)),
                 elapsed,
-                timed=not scheduled,
+                timed=rec.lane is None,
             )
         )
-        k += len(result.steps)
-        if self.planner.carries_over:
-            self.store.discard_before(k)
-        else:
-            self.store.clear()
-        return result.state, result.path, k
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A round's planned draws: per planned decision its draws (``groups``) and their engine
+    requests (``rows``), with a scheduled offer's predicted values and preferred size."""
+
+    planned: list[PlannedRequest]
+    groups: list[tuple[SuffixDraw, ...]]
+    rows: list[tuple[Request, ...]]
+    values: tuple[float, ...] | None = None
+    preferred: int | None = None
+
+    @property
+    def requests(self) -> list[Request]:
+        return [r for g in self.rows for r in g]
+
+    def prefix(self, n: int) -> Batch:
+        """The first ``n`` decisions' groups (what a scheduler took)."""
+        return replace(self, planned=self.planned[:n], groups=self.groups[:n], rows=self.rows[:n])
 
 
 def _per_request(planned: Sequence[PlannedRequest], groups: Sequence[Sequence[object]]) -> list[PlannedRequest]:

@@ -45,7 +45,6 @@ group or a list of states), still runs, with a DeprecationWarning.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import secrets
@@ -65,7 +64,7 @@ from .methods import Method
 from .options import MethodConfig, make_method
 from .options import method_config as _method_config
 from .program_state import GenSpec, prompt_ids, record
-from .scheduler import Scheduler, current
+from .scheduler import Scheduler
 
 REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: what to do instead
     "regex": "constrained decoding would change the target",
@@ -284,8 +283,8 @@ def _run(executor: Any, spec: GenSpec) -> None:
     chain_id = spec.chain_id if spec.chain_id is not None else hash64("power_gen", place.path, place.calls) & SEED_MASK
     scheduler = _scheduler_for(eng)
     scheduler.adopt(chain)
-    with scheduler.chain() if current() is None else contextlib.nullcontext():
-        result = chain.run(ids, seed=seed, prompt_id=chain_id)
+    with scheduler.chain() as lane:
+        result = chain.run(ids, seed=seed, prompt_id=chain_id, lane=lane)
     record(executor, spec, eng, chain, text, ids, source, result, seed, chain_id)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .engines.base import Completion, Engine, Request
 from .errors import ConfigError
@@ -23,6 +23,10 @@ from .metrics import CallRecord, PromptMetrics, RequestRecord, summarize
 from .resume import Checkpoint, check_same_run
 from .state import ChainState
 from .trace import TraceWriter
+
+if TYPE_CHECKING:
+    from .offers import Lane
+    from .planners.base import Planner
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,11 @@ class Method(Protocol):
 
     engine: Engine
     transitions_per_run: int  # MH transitions one run makes (0 for a baseline): progress bars
+
+    @property
+    def planner(self) -> Planner | None:
+        """The rule's planner (None: a baseline, which plans no rounds)."""
+        ...
 
     def describe(self) -> dict[str, object]:
         """The method's config: the trace's run record and the run directory's manifest."""
@@ -65,8 +74,11 @@ class Method(Protocol):
         on_transition: OnTransition | None = None,
         resume: Checkpoint | None = None,
         info: Mapping[str, object] | None = None,
+        lane: Lane | None = None,
     ) -> SampleResult:
-        """Draw one response of ``max_new_tokens`` tokens for ``prompt``."""
+        """Draw one response of ``max_new_tokens`` tokens for ``prompt``; with a ``lane``
+        (:meth:`presto_sgl.scheduler.Scheduler.chain`) its model calls go to the shared
+        scheduler's rounds."""
         ...
 
 
@@ -115,6 +127,7 @@ class MethodBase:
     engine: Engine
     max_new_tokens: int
     transitions_per_run = 0
+    planner: Planner | None = None
 
     @property
     def name(self) -> str:

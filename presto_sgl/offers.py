@@ -1,10 +1,15 @@
-"""What a chain asks of the shared scheduler: its candidate requests, grouped by decision."""
+"""A chain and the shared scheduler (:mod:`presto_sgl.scheduler`): what the chain asks of it (an
+:class:`Offer`: its candidate requests, grouped by decision) and the chain's :class:`Lane` to it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .engines.base import Request
+from .engines.base import Completion, Request
+
+Served = tuple[int, list[Completion], float]
+"""What the scheduler answers an offer: (groups taken, their completions in order, the call's seconds)."""
 
 
 @dataclass(frozen=True)
@@ -23,3 +28,20 @@ class Offer:
             raise ValueError(f"{len(self.values)} values for {len(self.groups)} groups")
         if self.preferred is not None and not 1 <= self.preferred <= len(self.groups):
             raise ValueError(f"preferred {self.preferred} outside 1..{len(self.groups)}")
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A chain's place in a shared scheduler (:meth:`Scheduler.chain`), handed to the chain's
+    method (``run(..., lane=...)``): its calls go to the scheduler's rounds (``send``, the
+    scheduler's ``submit``) through it. ``check`` runs before each (a pool's cancellation of the
+    chain's request: the scheduler calls the backend itself, not the chain's guarded engine)."""
+
+    send: Callable[[Offer], Served]
+    check: Callable[[], None] | None = None
+
+    def submit(self, offer: Offer) -> Served:
+        """``send(offer)``, after ``check``."""
+        if self.check is not None:
+            self.check()
+        return self.send(offer)

@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,8 +101,11 @@ class PoolStats:
 
 
 class ChainPool:
-    """``concurrency`` chains run at once; up to ``queue_size`` more wait their turn. With a
-    ``scheduler`` every chain's model calls go through it (one engine call per round)."""
+    """``concurrency`` chains run at once; up to ``queue_size`` more wait their turn. A chain is
+    called as ``chain(lane=...)``: with a ``scheduler``, its :class:`~presto_sgl.scheduler.Lane`
+    (hand it to the method's ``run``: its model calls go through the scheduler, one engine call
+    per round; before each, the lane runs the check of the chains' GuardedEngine (``submit``'s
+    ``guard``: the ticket, the call count) or else the ticket's), else None."""
 
     def __init__(self, concurrency: int, queue_size: int, scheduler: Scheduler | None = None) -> None:
         for name, value, low in (("concurrency", concurrency, 1), ("queue_size", queue_size, 0)):
@@ -121,17 +123,22 @@ class ChainPool:
     def capacity(self) -> int:
         return self.concurrency + self.queue_size
 
-    def submit(self, ticket: Ticket, chains: Sequence[Callable[[], Any]]) -> list[Future] | None:
-        """Start every chain under ``ticket``, or None (nothing started) when they do not fit."""
+    def submit(
+        self, ticket: Ticket, chains: Sequence[Callable[..., Any]], guard: GuardedEngine | None = None
+    ) -> list[Future] | None:
+        """Start every chain under ``ticket``, or None (nothing started) when they do not fit;
+        ``guard``: the GuardedEngine the chains' methods call (its check runs before each call
+        that goes through the scheduler instead)."""
         with self._lock:
             if self.stats.running + self.stats.queued + len(chains) > self.capacity:
                 self.stats.refused += len(chains)
                 return None
             self.stats.queued += len(chains)
             self._tickets[ticket] = self._tickets.get(ticket, 0) + len(chains)
-        return [self._executor.submit(self._run, ticket, chain) for chain in chains]
+        check = guard.check if guard is not None else ticket.check
+        return [self._executor.submit(self._run, ticket, chain, check) for chain in chains]
 
-    def _run(self, ticket: Ticket, chain: Callable[[], Any]) -> Any:
+    def _run(self, ticket: Ticket, chain: Callable[..., Any], check: Callable[[], None]) -> Any:
         with self._lock:
             self.stats.queued -= 1
             self.stats.running += 1
@@ -139,8 +146,11 @@ class ChainPool:
         _current.ticket = ticket
         try:
             ticket.check()  # a chain whose request is gone never starts
-            with self.scheduler.chain() if self.scheduler is not None else nullcontext():
-                result = chain()
+            if self.scheduler is None:
+                result = chain(lane=None)
+            else:
+                with self.scheduler.chain(check) as lane:
+                    result = chain(lane=lane)
             outcome = "completed"
             return result
         except Cancelled:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .methods import SampleResult
+from .offers import Lane
 from .pool import ChainPool, Ticket
 from .scheduler import Scheduler
 from .trace import TraceWriter
@@ -35,12 +36,12 @@ def run_prompts(
 ) -> list[SampleResult]:
     """``run_one(prompt, seed=..., prompt_id=i, trace=...)`` for every prompt, ``workers`` at a time.
 
-    ``run_one`` is usually a sampler's ``run``. Results come back in prompt order; with
+    ``run_one`` is usually a method's ``run``. Results come back in prompt order; with
     ``trace_dir`` each prompt gets its own JSONL trace ``prompt-<i>.jsonl``. The first
     failure is raised after the other in-flight chains finish (chains not yet started then
     never start). The chains run in a :class:`~presto_sgl.pool.ChainPool`; with a
-    ``scheduler`` (:meth:`Scheduler.for_sampler`) their model calls are merged, one engine
-    call per round (:mod:`presto_sgl.scheduler`).
+    ``scheduler`` (:meth:`Scheduler.for_method`) ``run_one`` also gets each chain's ``lane`` and
+    their model calls are merged, one engine call per round (:mod:`presto_sgl.scheduler`).
     """
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, f"{{workers}} (={workers!r}) must be an integer >= 1")
@@ -49,12 +50,13 @@ def run_prompts(
         folder.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
 
-    def one(i: int) -> SampleResult:
+    def one(i: int, lane: Lane | None) -> SampleResult:
+        scheduled = {"lane": lane} if lane is not None else {}
         if folder is None:
-            result = run_one(prompts[i], seed=seed, prompt_id=i)
+            result = run_one(prompts[i], seed=seed, prompt_id=i, **scheduled)
         else:
             with open(folder / f"prompt-{i}.jsonl", "w", encoding="utf-8") as f:
-                result = run_one(prompts[i], seed=seed, prompt_id=i, trace=TraceWriter(f))
+                result = run_one(prompts[i], seed=seed, prompt_id=i, trace=TraceWriter(f), **scheduled)
         if on_done is not None:
             with lock:
                 on_done(i, result)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from .config import PowerConfig, PrestoConfig, check_keying, config_options
 from .engines.base import Engine, Request
@@ -28,6 +29,9 @@ from .registry import make_kernel, make_planner
 from .resume import Checkpoint
 from .state import ChainState
 from .trace import TraceWriter
+
+if TYPE_CHECKING:
+    from .offers import Lane
 
 __all__ = ["SampleResult", "Sampler"]
 
@@ -64,7 +68,7 @@ class Sampler(MethodBase):
         self.transitions_per_run = config.steps * config.num_stages
         self.stop: tuple[int, ...] = ()  # the EOS-terminated target's stop tokens
         if config.ends:
-            if not getattr(self.kernel, "ends", False):
+            if not self.kernel.ends:
                 raise ConfigError(
                     "target",
                     config.target,
@@ -82,7 +86,7 @@ class Sampler(MethodBase):
                     "target='eos' needs the model's stop tokens, and this engine's model has none "
                     "(no EOS id in its tokenizer or generation config); use target='fixed'"
                 )
-        elif getattr(self.kernel, "ends", False):
+        elif self.kernel.ends:
             raise ConfigError(
                 "target", config.target, f"the injected {self.kernel.name} kernel has ends=True; use {{target='eos'}}"
             )
@@ -132,16 +136,18 @@ class Sampler(MethodBase):
         on_transition: OnTransition | None = None,
         resume: Checkpoint | None = None,
         info: Mapping[str, object] | None = None,
+        lane: Lane | None = None,
     ) -> SampleResult:
         """Sample one response of ``max_new_tokens`` tokens (approximately) from pi_alpha.
 
         ``resume``: go on from a trace's checkpoint (:mod:`presto_sgl.resume`); ``trace`` then
         continues that trace (no new run record). ``info``: further fields of the run record
-        (the CLI's engine and model)."""
+        (the CLI's engine and model). ``lane``: the chain's place in a shared scheduler (its
+        calls go to the scheduler's rounds; :mod:`presto_sgl.scheduler`)."""
         check_seed(seed)
         prompt_ids = self.check_prompt(prompt)
         keys = ChainKeys(seed, prompt_id)
-        rec = Recorder(self.engine, trace)
+        rec = Recorder(self.engine, trace, lane)
         cfg = self.config
         planner = self.planner.for_run()
         entropy, temps = self.kernel.needs_entropy, self.kernel.score_temperatures

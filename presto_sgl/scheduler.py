@@ -30,18 +30,18 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .engines.base import Completion, Engine, Request
 from .errors import ConfigError, EngineError
-from .offers import Offer
-from .planners.costaware import EXPLORE
-from .planners.loadmodel import LoadModel
-from .planners.timemodel import CallTimeModel
+from .offers import Lane, Offer, Served
+from .planners.timemodel import EXPLORE, CallTimeModel
 
-_local = threading.local()
+if TYPE_CHECKING:
+    from .methods import Method
 
 DISPATCH = ("merged", "concurrent")
 """``auto`` (the default) picks by the engine (:func:`dispatch_for`). merged: one engine call
@@ -51,9 +51,66 @@ continuously: a merged call would hold every chain until the longest row of any 
 done)."""
 
 
-def current() -> Scheduler | None:
-    """The scheduler of the calling chain's thread (None outside a scheduled chain)."""
-    return getattr(_local, "scheduler", None)
+class LoadModel:
+    """What a continuously batching server costs, for the concurrent dispatch.
+
+    A decode step with R rows in the server takes tau(R) = a + b R (fitted by least squares
+    with a, b >= 0 on each call's seconds per decode step, elapsed / max new tokens, against
+    the rows in the server while it ran: its own plus the others' at send time). A row of L
+    new tokens then costs the server b L seconds of everyone's steps, and the server turns a
+    step into used proposals at the rate of the rows it holds. Under load (b R >> a) a
+    prefetched row pays only if its use probability u is at least the average one's share:
+
+        u_j >= u_bar * b R / (a + b R) * L_j / L_bar,
+
+    with u_bar and L_bar the running means of the rows sent (use probability: the offer's
+    value increment per row; 1 for an offer without values). With no other rows in the
+    server the chain's own (rollout) choice stands: one chain in flight is the per-chain
+    rule. A chain always sends its first group.
+    """
+
+    def __init__(self) -> None:
+        self.rows_in_flight = 0
+        self._n = 0
+        self._sx = self._sy = self._sxx = self._sxy = 0.0
+        self.a, self.b = 0.0, 0.0
+        self._u_sum, self._l_sum, self._rows = 0.0, 0.0, 0
+
+    def observe(self, offer: Offer, n: int, requests: Sequence[Request], others: int, elapsed: float) -> None:
+        steps = max(r.max_new_tokens for r in requests)
+        x, y = float(others + len(requests)), elapsed / max(1, steps)
+        self._n += 1
+        self._sx += x
+        self._sy += y
+        self._sxx += x * x
+        self._sxy += x * y
+        var = self._sxx - self._sx * self._sx / self._n
+        b = (self._sxy - self._sx * self._sy / self._n) / var if var > 1e-9 else 0.0
+        b = max(b, 0.0)
+        a = max((self._sy - b * self._sx) / self._n, 0.0)
+        self.a, self.b = a, b
+        for j in range(n):
+            u = 1.0 if offer.values is None else offer.values[j] - (offer.values[j - 1] if j else 0.0)
+            for r in offer.groups[j]:
+                self._u_sum += u / len(offer.groups[j])
+                self._l_sum += r.max_new_tokens
+                self._rows += 1
+
+    def cap(self, offer: Offer, others: int) -> int:
+        """Groups of ``offer`` to send with ``others`` rows in the server."""
+        own = len(offer.groups) if offer.values is None else (offer.preferred or len(offer.groups))
+        if offer.values is None or own <= 1 or others == 0 or self._n < 2 or self._rows == 0:
+            return own  # nothing to share: no other chain's rows in the server, or no fit yet
+        u_bar, l_bar = self._u_sum / self._rows, self._l_sum / self._rows
+        n = 1
+        for j in range(1, own):
+            rows = others + sum(len(g) for g in offer.groups[:j])
+            load = self.b * rows / (self.a + self.b * rows) if self.a + self.b * rows > 0 else 0.0
+            u = (offer.values[j] - offer.values[j - 1]) / len(offer.groups[j])
+            if any(u < u_bar * load * r.max_new_tokens / l_bar for r in offer.groups[j]):
+                break
+            n = j + 1
+        return n
 
 
 @dataclass
@@ -107,34 +164,31 @@ class Scheduler:
         self._busy = False
 
     @classmethod
-    def for_sampler(cls, sampler: object, **options: object) -> Scheduler:
-        """A scheduler for the chains of ``sampler`` (any method): its backend (a
-        GuardedEngine's inner one), its planner's call-time model when it has one (so a
-        chain's own choice, used when it runs alone, sees the merged calls too)."""
-        engine = sampler.engine  # type: ignore[attr-defined]  # every method has an engine (issue 39 declares it)
-        planner = getattr(sampler, "planner", None)
-        inner = getattr(engine, "inner", engine)
-        return cls(inner, getattr(planner, "time_model", None), **options)  # type: ignore[arg-type]  # a planner's time_model (issue 39 declares it)
+    def for_method(cls, method: Method, backend: Engine | None = None, **options: Any) -> Scheduler:
+        """A scheduler for the chains of ``method``, calling ``backend`` (default: the method's
+        engine; of a GuardedEngine, pass its ``inner`` one: the leader's ticket must not stop the
+        others), on its planner's call-time model when it has one (so a chain's own choice, used
+        when it runs alone, sees the merged calls too)."""
+        planner = method.planner
+        engine = backend if backend is not None else method.engine
+        return cls(engine, planner.time_model if planner is not None else None, **options)
 
-    def adopt(self, sampler: object) -> None:
-        """Make ``sampler``'s planner plan on this scheduler's call-time model (a sampler made
-        after the scheduler: serve's per-config samplers)."""
-        planner = getattr(sampler, "planner", None)
-        if planner is not None and hasattr(planner, "time_model"):
+    def adopt(self, method: Method) -> None:
+        """Make ``method``'s planner plan on this scheduler's call-time model (a method made
+        after the scheduler: serve's per-config samplers), if it plans on one."""
+        planner = method.planner
+        if planner is not None and planner.time_model is not None:
             planner.time_model = self.time_model
 
     @contextmanager
-    def chain(self) -> Iterator[None]:
-        """Run the body (one chain) on this thread under the scheduler."""
-        if current() is not None:
-            raise RuntimeError("this thread already runs a scheduled chain")
+    def chain(self, check: Callable[[], None] | None = None) -> Iterator[Lane]:
+        """One chain in flight for the body: its :class:`Lane` (``check``: run before each of its
+        calls). A round waits for every chain in flight (or ``max_wait_s``)."""
         with self._cv:
             self._active += 1
-        _local.scheduler = self
         try:
-            yield
+            yield Lane(self.submit, check)
         finally:
-            _local.scheduler = None
             with self._cv:
                 self._active -= 1
                 self._cv.notify_all()
@@ -146,7 +200,7 @@ class Scheduler:
         _, completions, _ = self.submit(Offer((tuple(requests),)))
         return completions
 
-    def submit(self, offer: Offer) -> tuple[int, list[Completion], float]:
+    def submit(self, offer: Offer) -> Served:
         """Serve ``offer``: (groups taken, their completions in order, the call's seconds)."""
         if self.dispatch == "concurrent":
             return self._concurrent(offer)

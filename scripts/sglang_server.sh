@@ -16,11 +16,11 @@
 # exactness tests, bfloat16 (default) for speed. Without nvidia-smi the CPU engine is
 # used (SGLANG_USE_CPU_ENGINE=1, torch_native attention, no CUDA graphs). --batched-attention
 # replaces torch_native's per-request attention loop with presto-sgl's batched version
-# (PRESTO_SGL_BATCHED_ATTENTION=1, installed by the plugin; presto_sgl/server_side/sglang/attention.py).
+# (PRESTO_SGL_BATCHED_ATTENTION=1, installed by the plugin; presto_sgl/server_side/sglang/cpu/attention.py).
 # --cdf-sampling draws each token by one uniform and the row's cumulative distribution instead
 # of SGLang's one exponential per vocabulary entry (PRESTO_SGL_CDF_SAMPLING=1; sampling.py).
 # --profile DIR times the scheduler's batch steps, model forward, sampling and attention into
-# DIR (PRESTO_SGL_PROFILE; presto_sgl/server_side/sglang/profile.py, benchmarks/sglang_profile.py).
+# DIR (PRESTO_SGL_PROFILE; presto_sgl/server_side/sglang/cpu/profile.py, benchmarks/sglang_profile.py).
 # Extra arguments after `--` go to sglang.launch_server unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."

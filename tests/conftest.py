@@ -17,10 +17,10 @@ from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 
 def pytest_configure(config: pytest.Config) -> None:
     """``PRESTO_SGL_MUTANT=NAME``: run the session against a deliberately wrong sampler
-    (presto_sgl/testing/mutants.py; ``python -m benchmarks.mutations`` shows which tests catch each)."""
+    (tests/support/mutants.py; ``python -m benchmarks.mutations`` shows which tests catch each)."""
     name = os.environ.get("PRESTO_SGL_MUTANT")
     if name:
-        from presto_sgl.testing.mutants import apply
+        from tests.support.mutants import apply
 
         print(f"mutant {name}: {apply(name)}")
 

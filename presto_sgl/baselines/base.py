@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import PowerConfig
 from ..engines.base import Engine
@@ -23,6 +23,9 @@ from ..methods import MethodBase, SampleResult, check_seed
 from ..resume import Checkpoint
 from ..state import ChainState
 from ..trace import TraceWriter
+
+if TYPE_CHECKING:
+    from ..offers import Lane
 
 
 class Baseline(MethodBase):
@@ -58,10 +61,11 @@ class Baseline(MethodBase):
         on_transition: OnTransition | None = None,
         resume: Checkpoint | None = None,
         info: Mapping[str, object] | None = None,
+        lane: Lane | None = None,
     ) -> SampleResult:
         check_seed(seed)
         ids = self.check_prompt(prompt)
-        rec = Recorder(self.engine, trace)
+        rec = Recorder(self.engine, trace, lane)
         self.open_trace(rec, ids, seed, prompt_id, info, resume)  # resumed: drawn again from the start (keyed calls)
         return self.close_trace(rec, self.draw(rec, ids, seed, prompt_id))
 

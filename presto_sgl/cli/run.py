@@ -26,6 +26,7 @@ from ..evaluation.records import make_record
 from ..evaluation.results import aggregate, write_results
 from ..evaluation.rundir import RunDir
 from ..methods import Method
+from ..offers import Lane
 from ..pool import ChainPool, Ticket
 from ..resume import Checkpoint, read_checkpoint, truncate
 from ..scheduler import Scheduler
@@ -213,7 +214,7 @@ def _samples(problems: list[Problem], k: int) -> list[tuple[str, Problem, int]]:
 
 def run(args: argparse.Namespace) -> int:
     task, problems, engine, sampler, rundir, prompts, model = _setup(args)
-    for w in rundir.warnings + getattr(task, "errors", []):
+    for w in [*rundir.warnings, *task.errors]:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     done = rundir.done_ids()
     chains = _samples(problems, args.samples)
@@ -232,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     if args.traces:
         traces.mkdir(exist_ok=True)
 
-    def one(chain_id: str, problem: Problem, sample: int) -> None:
+    def one(chain_id: str, problem: Problem, sample: int, lane: Lane | None) -> None:
         t0 = time.perf_counter()
         if args.traces:
             name = "".join(c if c.isalnum() or c in "-_." else "_" for c in chain_id)
@@ -241,10 +242,10 @@ def run(args: argparse.Namespace) -> int:
             with open(path, "a" if checkpoint is not None else "w", encoding="utf-8") as f:
                 extra = {"resume": checkpoint} if checkpoint is not None else {}
                 result = sampler.run(
-                    prompts[problem.id], seed=args.seed, prompt_id=chain_id, trace=TraceWriter(f), **extra
+                    prompts[problem.id], seed=args.seed, prompt_id=chain_id, trace=TraceWriter(f), lane=lane, **extra
                 )
         else:
-            result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id)
+            result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, lane=lane)
         record = make_record(
             problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer, seconds=time.perf_counter() - t0
         )
@@ -256,10 +257,10 @@ def run(args: argparse.Namespace) -> int:
             bar.set_postfix_str(f"accuracy {right / n:.1%}" if n else "", refresh=False)
             bar.update(1)
 
-    scheduler = Scheduler.for_sampler(sampler) if args.scheduler == "shared" and workers > 1 else None
+    scheduler = Scheduler.for_method(sampler, engine.inner) if args.scheduler == "shared" and workers > 1 else None
     pool, ticket = ChainPool(workers, len(todo), scheduler), Ticket(math.inf)
     try:
-        futures = pool.submit(ticket, [functools.partial(one, *c) for c in todo]) or []
+        futures = pool.submit(ticket, [functools.partial(one, *c) for c in todo], engine) or []
         finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
         ticket.cancel("a chain failed")  # after a failure: chains not started never start, the others stop
         failed = [f.exception() for f in finished if f.exception() is not None]

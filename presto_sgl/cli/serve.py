@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..serve.app import create_app
+        from ..serve.app import AppOptions, create_app
     except ImportError as exc:
         raise UsageError(
             f"serve needs the `serve` extra ({exc.name} is missing): pip install 'presto-sgl[serve]'"
@@ -150,9 +150,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"`--max-body-bytes` (={args.max_body_bytes!r}) must be > 0")
     if args.api_key is not None and not args.api_key:
         raise UsageError("`--api-key` must not be empty (leave it out for no key)")
-    app = create_app(
-        service, request_timeout_s=args.request_timeout, api_key=args.api_key, max_body_bytes=args.max_body_bytes
+    options = AppOptions(
+        request_timeout_s=args.request_timeout, api_key=args.api_key, max_body_bytes=args.max_body_bytes
     )
+    app = create_app(service, options)
     print(
         f"{PROG} serve: {service.model} on http://{args.host}:{args.port}/v1 (engine {args.engine}, "
         f"{service.pool.concurrency} chains at once, {args.queue_size} waiting)",

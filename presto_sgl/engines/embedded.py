@@ -54,11 +54,54 @@ class CallStats:
 
 @dataclass
 class EngineTotals:
+    """Sums over every ``generate`` call, and the last call's :class:`CallStats` (an engine under
+    ``serve`` runs for months: nothing here grows with the number of calls)."""
+
     calls: int = 0
     cached_tokens: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
-    history: list[CallStats] = field(default_factory=list)
+    last: CallStats | None = None
+
+
+@dataclass
+class RowDraw:
+    """One request's draw in progress: its sequence (prefix, then the drawn tokens) with their
+    per-token log q, log p0, entropy and log q at the score temperatures."""
+
+    req: Request
+    gen: torch.Generator
+    cached: int  # prefix tokens whose KV came from the radix cache
+    seq: list[int] = field(init=False)
+    logq: list[float] = field(default_factory=list)
+    logp: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    logq_at: list[tuple[float, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.seq = list(self.req.prefix)
+
+    def append(
+        self, token: int, logq: float, logp: float, entropy: float | None, logq_at: tuple[float, ...] | None
+    ) -> None:
+        self.seq.append(token)
+        self.logq.append(logq)
+        self.logp.append(logp)
+        if entropy is not None:
+            self.entropy.append(entropy)
+        if logq_at is not None:
+            self.logq_at.append(logq_at)
+
+    def completion(self) -> Completion:
+        req = self.req
+        return Completion(
+            tokens=tuple(self.seq[len(req.prefix) :]),
+            logq=tuple(self.logq),
+            logp=tuple(self.logp),
+            entropy=tuple(self.entropy) if req.return_entropy else None,
+            cached_tokens=self.cached,
+            logq_at=tuple(self.logq_at) if req.score_temperatures else None,
+        )
 
 
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch.Tensor:
@@ -156,13 +199,10 @@ class EmbeddedEngine(TokenizerText):
         width = max(ends) - 1  # the last new token is never fed
         bufs = lm.new_buffers(len(reqs), max(width, 1))
         stats = CallStats(requests=len(reqs))
-        cached = [self._load_history(row, r.prefix, bufs, stats) for row, r in enumerate(reqs)]
-        seqs = [list(r.prefix) for r in reqs]
-        out_logq: list[list[float]] = [[] for _ in reqs]
-        out_logp: list[list[float]] = [[] for _ in reqs]
-        out_ent: list[list[float]] = [[] for _ in reqs]
-        out_at: list[list[tuple[float, ...]]] = [[] for _ in reqs]
-        gens = [self._generator(r) for r in reqs]
+        draws = [
+            RowDraw(r, self._generator(r), self._load_history(row, r.prefix, bufs, stats)) for row, r in enumerate(reqs)
+        ]
+        seqs = [d.seq for d in draws]
         temps = torch.tensor([r.temperature for r in reqs], dtype=torch.float32, device=lm.device)
         starts = [len(r.prefix) - 1 for r in reqs]
         rows = WorkingRows(bufs, len(reqs))
@@ -176,7 +216,7 @@ class EmbeddedEngine(TokenizerText):
             stats.row_steps += active
             stats.peak_rows = max(stats.peak_rows, active)
             live = [(j, r) for j, r in enumerate(rows.slots[:active]) if t + 1 < ends[r] and t + 1 == len(seqs[r])]
-            self._sample(logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent, out_at)
+            self._sample(logits, live, temps, draws)
             for _, r in live:
                 if seqs[r][-1] in reqs[r].stop:
                     ends[r] = len(seqs[r])  # ended at a stop token: no more tokens for this row
@@ -185,16 +225,8 @@ class EmbeddedEngine(TokenizerText):
                 break
         self._store(reqs, seqs, ends, bufs)
         completions: list[Completion | None] = [None] * len(reqs)
-        for r, req in enumerate(reqs):
-            n = len(req.prefix)
-            comp = Completion(
-                tokens=tuple(seqs[r][n:]),
-                logq=tuple(out_logq[r]),
-                logp=tuple(out_logp[r]),
-                entropy=tuple(out_ent[r]) if req.return_entropy else None,
-                cached_tokens=cached[r],
-                logq_at=tuple(out_at[r]) if req.score_temperatures else None,
-            )
+        for r, draw in enumerate(draws):
+            comp = draw.completion()
             completions[order[r]] = comp
             stats.decode_tokens += len(comp.tokens)
         stats.seconds = time.perf_counter() - t_start
@@ -209,9 +241,11 @@ class EmbeddedEngine(TokenizerText):
             return g
         return self._rng
 
-    def _sample(self, logits, live, temps, gens, reqs, seqs, out_logq, out_logp, out_ent, out_at) -> None:
+    def _sample(
+        self, logits: torch.Tensor, live: list[tuple[int, int]], temps: torch.Tensor, draws: list[RowDraw]
+    ) -> None:
         """Draw the next token of each live row from q_tau = softmax(z / tau) by inverse CDF
-        (``live``: (row of ``logits``, request index) pairs)."""
+        (``live``: (row of ``logits``, request index) pairs) into its :class:`RowDraw`."""
         if not live:
             return
         idx = torch.tensor([j for j, _ in live], device=logits.device)
@@ -220,24 +254,18 @@ class EmbeddedEngine(TokenizerText):
         zq = z / temps[torch.tensor(live, device=temps.device), None]
         lse_p = torch.logsumexp(z, dim=-1)
         lse_q = torch.logsumexp(zq, dim=-1)
-        u = 1.0 - torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in live])  # (0, 1]
+        u = 1.0 - torch.stack([torch.rand((), generator=draws[r].gen, dtype=torch.float64) for r in live])  # (0, 1]
         tok = inverse_cdf(torch.exp(zq - lse_q[:, None]), u.to(z.device))[:, None]
         lq = (zq.gather(1, tok)[:, 0] - lse_q).tolist()
         lp = (z.gather(1, tok)[:, 0] - lse_p).tolist()
-        want_entropy = [reqs[r].return_entropy for r in live]
+        want_entropy = [draws[r].req.return_entropy for r in live]
         en = None
         if any(want_entropy):
             logp = z - lse_p[:, None]
             en = (-(logp.exp() * logp).sum(-1)).tolist()
-        at = self._logq_at(z, tok, [reqs[r].score_temperatures for r in live])
+        at = self._logq_at(z, tok, [draws[r].req.score_temperatures for r in live])
         for j, (r, t) in enumerate(zip(live, tok[:, 0].tolist())):
-            seqs[r].append(t)
-            out_logq[r].append(lq[j])
-            out_logp[r].append(lp[j])
-            if en is not None and want_entropy[j]:
-                out_ent[r].append(en[j])
-            if at[j] is not None:
-                out_at[r].append(at[j])
+            draws[r].append(t, lq[j], lp[j], en[j] if en is not None and want_entropy[j] else None, at[j])
 
     @staticmethod
     def _logq_at(z: torch.Tensor, tok: torch.Tensor, wanted: list[tuple[float, ...]]) -> list[tuple[float, ...] | None]:
@@ -299,8 +327,8 @@ class EmbeddedEngine(TokenizerText):
         t.cached_tokens += stats.cached_tokens
         t.prefill_tokens += stats.prefill_tokens
         t.decode_tokens += stats.decode_tokens
-        t.history.append(stats)
+        t.last = stats
 
     @property
     def last_call(self) -> CallStats | None:
-        return self.totals.history[-1] if self.totals.history else None
+        return self.totals.last

@@ -42,14 +42,13 @@ class Scorer(Protocol):
 
 
 def scorer(engine: Any) -> Scorer:
-    """``engine`` (or the engine a guard wraps) as a :class:`Scorer`; CapabilityError if it cannot score."""
-    inner = getattr(engine, "inner", engine)
-    if not isinstance(inner, Scorer):
+    """``engine`` as a :class:`Scorer`; CapabilityError if it cannot score."""
+    if not isinstance(engine, Scorer):
         raise CapabilityError(
-            f"the {type(inner).__name__} backend cannot score prompts (echo with logprobs); "
+            f"the {type(engine).__name__} backend cannot score prompts (echo with logprobs); "
             "the reference, embedded, SGLang and vLLM engines can"
         )
-    return inner
+    return engine
 
 
 def check_top(top: int) -> int:

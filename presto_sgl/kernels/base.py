@@ -77,6 +77,14 @@ class Kernel(Protocol):
         """States carry per-token log q at these temperatures (empty: none)."""
         ...
 
+    @property
+    def ends(self) -> bool:
+        """The EOS-terminated target (docs/design.md §2.1): a draw runs to its own stop token,
+        so a proposal has any length >= 1, and the cut law is over the current length. A kernel
+        with an EOS-terminated form has a dataclass field ``ends`` (``make_kernel`` sets it);
+        one without answers False."""
+        ...
+
     def cut(self, state: ChainState, draws: DecisionDraws) -> int:
         """The decision's cut c in {0..T-1} at ``state``."""
         ...

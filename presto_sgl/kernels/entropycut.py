@@ -14,8 +14,8 @@ forward term (docs/design.md §3):
 
     log A = min(0, PowerMH's log ratio + log lambda(c; y) - log lambda(c; x)),
 
-computed by :func:`~presto_sgl.kernels.powermh.log_acceptance` (its ``extra`` term,
-through :func:`~presto_sgl.kernels.powermh.mh_step`).
+computed by :func:`~presto_sgl.kernels.mh.log_acceptance` (its ``extra`` term,
+through :func:`~presto_sgl.kernels.mh.mh_step`).
 
 Prefetching (exponential race). The cut is c = argmin_j E_j / w_j(x) with per-decision
 keyed E_j ~ Exp(1), which has law lambda(.; x). w_j depends on h_j and h_{j-1} only, so a
@@ -37,7 +37,7 @@ from ..fields import Validated, number, option
 from ..keys import DecisionDraws
 from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
-from .powermh import mh_step
+from .mh import mh_step
 
 FLOOR = 1e-6
 """Weight added to every position's Delta^beta (nats^beta): keeps lambda > 0."""

@@ -16,7 +16,7 @@ The paper's "EGPS with random position" (App. D.1). Per transition of a state x:
    x_{0:c}, so they need not wait for the selection: candidates and references go in one
    call), and x*_m = x;
 5. accept y with log A = min(0, log sum_j w(y_j) - log sum_j w(x*_j))
-   (:func:`log_acceptance`, log-sum-exp in log space).
+   (:func:`log_multitry_acceptance`, log-sum-exp in log space).
 
 Key step of the derivation (detailed balance for a fixed c). With W = w(y) + S_1 and
 W* = w(x) + S_2, S_1, S_2 the weight sums of the other m - 1 candidates and of the
@@ -50,9 +50,7 @@ from ..fields import Validated, integer, option, temperatures
 from ..keys import SEED_MASK, DecisionDraws, randbelow, uniform01
 from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
-from .powermh import UniformCut, accepts, log_uniform_cut
-
-NEG_INF = float("-inf")
+from .mh import NEG_INF, UniformCut, accepts, log_uniform_cut
 
 
 def logsumexp(values: Sequence[float]) -> float:
@@ -74,7 +72,7 @@ def log_weight(logp: Sequence[float], logq_at: Sequence[Sequence[float]], alpha:
     return alpha * lp - (logsumexp(per_temp) - math.log(k))
 
 
-def log_acceptance(candidates: Sequence[float], back: Sequence[float]) -> float:
+def log_multitry_acceptance(candidates: Sequence[float], back: Sequence[float]) -> float:
     """The multiple-try log A = min(0, logsumexp(candidates) - logsumexp(back)) in [-inf, 0].
 
     ``candidates`` are log w(y_1..y_m), ``back`` log w(x*_1..x*_{m-1}, x). Candidates all
@@ -181,7 +179,7 @@ class MultiTryKernel(UniformCut):
             lw_x += log_uniform_cut(state.length)
         candidates, references = lw[:m], lw[m:]
         u = draws.uniform
-        log_a = log_acceptance(candidates, [*references, lw_x])
+        log_a = log_multitry_acceptance(candidates, [*references, lw_x])
         j = select(candidates, uniform01(draws.subkey("select")))
         accepted = accepts(log_a, u)
         y = proposals[j]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..config import PrestoConfig
 from ..registry import RuleSpec, register_rule
-from .base import PlannedRequest, Planner, PlanOffer, RoundContext, RoundFeedback, SequentialPlanner, offer_of
+from .base import PlannedRequest, Planner, PlanOffer, RoundContext, RoundFeedback, SequentialPlanner
 from .bfs import BFSPlanner
 from .costaware import CostAwareStepPlanner
 from .pathcost import CostAwarePathPlanner
@@ -38,7 +38,6 @@ __all__ = [
     "RoundFeedback",
     "SequentialPlanner",
     "StepPlanner",
-    "offer_of",
 ]
 
 

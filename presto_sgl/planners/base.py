@@ -23,6 +23,7 @@ from ..keys import DecisionDraws, DecisionId
 from ..predictor.certainty import Observation, certainty_class
 from ..proposals import ProposalStore
 from ..state import ChainState
+from .timemodel import CallTimeModel
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,6 @@ class PlanOffer:
     batch: list[PlannedRequest]
     values: tuple[float, ...] | None = None
     preferred: int | None = None
-
-
-def offer_of(planner: Planner, ctx: RoundContext) -> PlanOffer:
-    """The planner's offer (its ``offer`` method), or its plan sent whole."""
-    offer = getattr(planner, "offer", None)
-    return offer(ctx) if offer is not None else PlanOffer(planner.plan(ctx))
 
 
 @dataclass(frozen=True)
@@ -85,7 +80,7 @@ class RoundContext:
     @property
     def ends(self) -> bool:
         """target="eos": a draw runs to its own stop token (at most ``horizon`` - cut tokens)."""
-        return getattr(self.kernel, "ends", False)
+        return self.kernel.ends
 
     def decision(self, path: str, k: int) -> DecisionId:
         """The identity of the decision at the node with ``path`` and depth ``k`` in the stage."""
@@ -108,6 +103,9 @@ class RoundContext:
 class Planner(Protocol):
     keying: Keying | None  # the keys the rule couples with (None: either)
     carries_over: bool  # proposals stay valid across rounds (step keys)
+    time_model: CallTimeModel | None
+    """The call-time model a cost-aware planner plans on (None: the rule ignores call times); a
+    shared scheduler hands the planners of its chains its own (:meth:`Scheduler.adopt`)."""
 
     def for_run(self) -> Planner:
         """The planner of one chain's run (shares what is learned across runs)."""
@@ -115,15 +113,29 @@ class Planner(Protocol):
 
     def plan(self, ctx: RoundContext) -> list[PlannedRequest]: ...
 
+    def offer(self, ctx: RoundContext) -> PlanOffer:
+        """What the round could send, for a shared scheduler; a planner that predicts nothing
+        offers its plan whole (:class:`Stateless`)."""
+        ...
+
     def observe(self, feedback: RoundFeedback) -> None: ...
 
 
 class Stateless:
     """Mixin of planners without round state: one object serves every run (``observe`` is a
-    no-op unless the planner learns, thread-safely, from realized decisions)."""
+    no-op unless the planner learns, thread-safely, from realized decisions); no call-time
+    model, and the plan offered whole."""
+
+    time_model: CallTimeModel | None = None
 
     def for_run(self) -> Self:
         return self
+
+    def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
+        raise NotImplementedError
+
+    def offer(self, ctx: RoundContext) -> PlanOffer:
+        return PlanOffer(self.plan(ctx))
 
     def observe(self, feedback: RoundFeedback) -> None:
         return None

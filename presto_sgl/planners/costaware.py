@@ -57,10 +57,7 @@ from ..predictor.certainty import Predictor, h_plus
 from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback
 from .rollout import Outcome, RoundModel
 from .step import StepPlanner
-from .timemodel import CallTimeModel
-
-EXPLORE = (1.0, 0.0, 0.5, 0.25)
-"""Fractions of N sent by the first calls, n = max(1, ceil(f N)): full, 1, half, quarter."""
+from .timemodel import EXPLORE, CallTimeModel
 
 BASES = (1, 2, 4, 8, 16)
 """Fixed budgets the rollout compares as continuation policies (plus N itself)."""

@@ -32,9 +32,8 @@ from ..keys import DecisionId
 from ..predictor.certainty import Predictor, h_plus
 from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback, Stateless
 from .bfs import BFSPlanner
-from .costaware import EXPLORE
 from .predictive import allocate, candidate_tree
-from .timemodel import CallTimeModel
+from .timemodel import EXPLORE, CallTimeModel
 
 RULES = ("bfs", "predictive")
 

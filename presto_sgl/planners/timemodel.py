@@ -39,6 +39,11 @@ def second_most(new_tokens: Sequence[int]) -> int:
     return sorted(new_tokens)[-2] if len(new_tokens) > 1 else 0
 
 
+EXPLORE = (1.0, 0.0, 0.5, 0.25)
+"""Fractions of N sent by a cost-aware budget's first calls, n = max(1, ceil(f N)): full, 1, half,
+quarter, so that the time model sees different row counts before it is trusted."""
+
+
 class CallTimeModel:
     """t = theta . (1, rows, steps, tokens, batched) with theta >= 0, fitted by exact NNLS.
 

@@ -19,7 +19,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,36 +112,100 @@ async def _await_chains(
             f.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
-def create_app(
-    service: Service,
-    *,
-    request_timeout_s: float = 600.0,
-    poll_s: float = 0.1,
-    keepalive_s: float = 15.0,
-    api_key: str | None = None,
-    max_body_bytes: int = 8 << 20,
-) -> Starlette:
-    """The app serving ``service``; requests time out after ``request_timeout_s`` (queue time
-    included); a stream sends an SSE comment every ``keepalive_s`` while its chains run;
-    ``api_key`` (when set) must come as ``Authorization: Bearer KEY`` on every route but
-    ``/health``, ``/metrics``, ``/version`` and ``/openapi.json``; bodies over ``max_body_bytes`` get 413."""
-    if not request_timeout_s > 0:
-        raise ConfigError(
-            "request_timeout_s", request_timeout_s, f"{{request_timeout_s}} (={request_timeout_s!r}) must be > 0"
-        )
-    if not keepalive_s > 0:
-        raise ConfigError("keepalive_s", keepalive_s, f"{{keepalive_s}} (={keepalive_s!r}) must be > 0")
-    if api_key is not None and not api_key:
-        raise ConfigError("api_key", api_key, "{api_key} must be a non-empty string or None (no key)")
-    metrics = Metrics()
-    open_paths = {"/health", "/metrics", "/version", "/openapi.json"}
+OPEN_PATHS = frozenset({"/health", "/metrics", "/version", "/openapi.json"})
+"""The routes answered without the API key."""
 
-    async def body_of(request: Request) -> Any:
+
+@dataclass(frozen=True)
+class AppOptions:
+    """How the app answers: requests time out after ``request_timeout_s`` (queue time
+    included); the handler polls its chains every ``poll_s``; a stream sends an SSE comment
+    every ``keepalive_s`` while its chains run; ``api_key`` (when set) must come as
+    ``Authorization: Bearer KEY`` on every route but :data:`OPEN_PATHS`; bodies over
+    ``max_body_bytes`` get 413."""
+
+    request_timeout_s: float = 600.0
+    poll_s: float = 0.1
+    keepalive_s: float = 15.0
+    api_key: str | None = None
+    max_body_bytes: int = 8 << 20
+
+    def __post_init__(self) -> None:
+        if not self.request_timeout_s > 0:
+            t = self.request_timeout_s
+            raise ConfigError("request_timeout_s", t, f"{{request_timeout_s}} (={t!r}) must be > 0")
+        if not self.keepalive_s > 0:
+            raise ConfigError("keepalive_s", self.keepalive_s, f"{{keepalive_s}} (={self.keepalive_s!r}) must be > 0")
+        if self.api_key is not None and not self.api_key:
+            raise ConfigError("api_key", self.api_key, "{api_key} must be a non-empty string or None (no key)")
+
+
+def create_app(service: Service, options: AppOptions | None = None) -> Starlette:
+    """The app serving ``service``, answering as ``options`` say (default :class:`AppOptions`)."""
+    handlers = Handlers(service, options if options is not None else AppOptions())
+    routes = [
+        Route("/v1/completions", handlers.completions, methods=["POST"]),
+        Route("/v1/chat/completions", handlers.chat, methods=["POST"]),
+        Route("/v1/models", handlers.models, methods=["GET"]),
+        Route("/health", handlers.health, methods=["GET"]),
+        Route("/tokenize", handlers.tool(tokens.tokenize), methods=["POST"]),
+        Route("/detokenize", handlers.tool(tokens.detokenize), methods=["POST"]),
+        Route("/tokenizer_info", handlers.tool(tokens.tokenizer_info), methods=["GET"]),
+        Route("/metrics", handlers.prometheus, methods=["GET"]),
+        Route("/version", handlers.version, methods=["GET"]),
+        Route("/openapi.json", handlers.openapi, methods=["GET"]),
+    ]
+    guard = Middleware(KeyGuard, api_key=handlers.options.api_key, metrics=handlers.metrics)
+    return Starlette(routes=routes, lifespan=handlers.lifespan, middleware=[guard])
+
+
+class Handlers:
+    """The routes' handlers on one service: a chain request is started (:meth:`start`: parsed,
+    tokenized, admitted whole), then answered whole (:meth:`finish`) or streamed
+    (:meth:`events`); the rest are small reads of the service."""
+
+    def __init__(self, service: Service, options: AppOptions) -> None:
+        self.service = service
+        self.options = options
+        self.metrics = Metrics()
+
+    async def completions(self, request: Request) -> Response:
+        return await self.serve(request, "completions")
+
+    async def chat(self, request: Request) -> Response:
+        return await self.serve(request, "chat")
+
+    async def serve(self, request: Request, kind: str) -> Response:
+        try:
+            job = await self.start(request, kind)
+            if job.job.stream:
+                return StreamingResponse(self.events(request, job), media_type="text/event-stream")
+            try:
+                body = await self.finish(request, job)
+            except Exception as exc:  # Cancelled, an EngineError, or a bug (a 500, logged with its traceback)
+                raise self.failure(exc) from None
+        except Failure as failure:
+            self.metrics.request(request.url.path, failure.status)
+            return failure.answer()
+        try:
+            answer = JSONResponse(body)
+        except ValueError as exc:  # a value JSON cannot carry (a bug: the validators keep them finite)
+            bug = self.failure(exc)
+            self.metrics.request(request.url.path, bug.status)
+            return bug.answer()
+        self.metrics.request(request.url.path, 200)
+        return answer
+
+    def failure(self, exc: BaseException) -> Failure:
+        return _failure(exc, self.options.request_timeout_s)
+
+    async def body_of(self, request: Request) -> Any:
         raw = await request.body()
-        if len(raw) > max_body_bytes:
+        limit = self.options.max_body_bytes
+        if len(raw) > limit:
             raise Failure(
                 413,
-                f"the request body has {len(raw)} bytes; this server takes at most {max_body_bytes}",
+                f"the request body has {len(raw)} bytes; this server takes at most {limit}",
                 code="request_too_large",
             )
         try:
@@ -149,18 +213,11 @@ def create_app(
         except ValueError:
             raise Failure(400, "the request body is not valid JSON") from None
 
-    async def finish(request: Request, job: ParsedJob) -> dict[str, Any]:
-        """The response body of a started job (raises Cancelled, an EngineError, or a bug)."""
-        results = await _await_chains(request, [asyncio.wrap_future(f) for f in job.futures], job.ticket, poll_s)
-        choices = [service.choice(job.job, i, r, job.prompts[i // job.job.n]) for i, r in enumerate(results)]
-        for c in choices:
-            if c.result is not None:
-                metrics.chain(c.result.metrics)
-        config = {} if job.job.scoring else {**service.sampler(job.job).describe(), "rule": job.job.presto.rule}
-        return response(job.job, service.text, service.model, job.seed, job.prompts, choices, config)
-
-    async def start(request: Request, kind: str) -> ParsedJob:
-        body = await body_of(request)
+    async def start(self, request: Request, kind: str) -> ParsedJob:
+        """The request parsed, its prompts tokenized and its chains admitted to the pool (a
+        Failure: 400 naming the field, 404 for another model, 429 at capacity)."""
+        service = self.service
+        body = await self.body_of(request)
         model = body.get("model") if isinstance(body, dict) else None
         if model is not None and model != service.model:
             raise Failure(
@@ -169,14 +226,14 @@ def create_app(
                 "model",
                 "model_not_found",
             )
-        ticket = Ticket(time.monotonic() + request_timeout_s)
+        ticket = Ticket(time.monotonic() + self.options.request_timeout_s)
         try:
             job = parse(body, kind, service.defaults)
             seed, prompts, futures = await run_in_threadpool(service.start, job, ticket)
         except ParamError as exc:
             raise Failure(400, str(exc), exc.param) from None
         except Exception as exc:  # a bug: a 500 naming it, logged with its traceback
-            raise _failure(exc, request_timeout_s) from None
+            raise self.failure(exc) from None
         if futures is None:
             snap = service.pool.snapshot()
             raise Failure(
@@ -188,66 +245,44 @@ def create_app(
             )
         return ParsedJob(job, ticket, seed, prompts, futures)
 
-    async def events(request: Request, job: ParsedJob) -> AsyncIterator[str]:
+    async def finish(self, request: Request, job: ParsedJob) -> dict[str, Any]:
+        """The response body of a started job (raises Cancelled, an EngineError, or a bug)."""
+        service = self.service
+        futures = [asyncio.wrap_future(f) for f in job.futures]
+        results = await _await_chains(request, futures, job.ticket, self.options.poll_s)
+        choices = [service.choice(job.job, i, r, job.prompts[i // job.job.n]) for i, r in enumerate(results)]
+        for c in choices:
+            if c.result is not None:
+                self.metrics.chain(c.result.metrics)
+        config = {} if job.job.scoring else {**service.sampler(job.job).describe(), "rule": job.job.presto.rule}
+        return response(job.job, service.text, service.model, job.seed, job.prompts, choices, config)
+
+    async def events(self, request: Request, job: ParsedJob) -> AsyncIterator[str]:
         """A stream: an SSE comment now and every ``keepalive_s`` while the chains run (proxies
         keep the connection), then the answer's chunks, or an error event."""
-        waiter = asyncio.ensure_future(finish(request, job))
+        waiter = asyncio.ensure_future(self.finish(request, job))
         try:
             yield ": presto-sgl: power sampling\n\n"
-            while not (await asyncio.wait({waiter}, timeout=keepalive_s))[0]:
+            while not (await asyncio.wait({waiter}, timeout=self.options.keepalive_s))[0]:
                 yield ": presto-sgl: chains running\n\n"
             try:
-                body = waiter.result()
-            except Exception as exc:
-                failure = _failure(exc, request_timeout_s)
-                metrics.request(request.url.path, failure.status)
+                chunks = list(stream_events(waiter.result(), job.job.include_usage))
+            except Exception as exc:  # what stopped a chain, or a value JSON cannot carry (a bug)
+                failure = self.failure(exc)
+                self.metrics.request(request.url.path, failure.status)
                 yield f"data: {json.dumps(error_body(failure.status, str(failure), failure.param, failure.code))}\n\n"
                 yield "data: [DONE]\n\n"
                 return
-            try:
-                events = list(stream_events(body, job.job.include_usage))
-            except ValueError as exc:  # a value JSON cannot carry (a bug: the validators keep them finite)
-                failure = _failure(exc, request_timeout_s)
-                metrics.request(request.url.path, failure.status)
-                yield f"data: {json.dumps(error_body(failure.status, str(failure), None, failure.code))}\n\n"
-                yield "data: [DONE]\n\n"
-                return
-            metrics.request(request.url.path, 200)
-            for event in events:
-                yield event
+            self.metrics.request(request.url.path, 200)
+            for chunk in chunks:
+                yield chunk
         finally:
             if not waiter.done():  # the client went away mid-stream
                 job.ticket.cancel("disconnect")
                 waiter.cancel()
 
-    async def serve(request: Request, kind: str) -> Response:
-        try:
-            job = await start(request, kind)
-            if job.job.stream:
-                return StreamingResponse(events(request, job), media_type="text/event-stream")
-            try:
-                body = await finish(request, job)
-            except Exception as exc:  # Cancelled, an EngineError, or a bug (a 500, logged with its traceback)
-                raise _failure(exc, request_timeout_s) from None
-        except Failure as failure:
-            metrics.request(request.url.path, failure.status)
-            return failure.answer()
-        try:
-            answer = JSONResponse(body)
-        except ValueError as exc:  # a value JSON cannot carry (a bug: the validators keep them finite)
-            bug = _failure(exc, request_timeout_s)
-            metrics.request(request.url.path, bug.status)
-            return bug.answer()
-        metrics.request(request.url.path, 200)
-        return answer
-
-    async def completions(request: Request) -> Response:
-        return await serve(request, "completions")
-
-    async def chat(request: Request) -> Response:
-        return await serve(request, "chat")
-
-    async def models(request: Request) -> Response:
+    async def models(self, request: Request) -> Response:
+        service = self.service
         card = {
             "id": service.model,
             "object": "model",
@@ -257,7 +292,8 @@ def create_app(
         }
         return JSONResponse({"object": "list", "data": [card]})
 
-    async def health(request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
+        service = self.service
         healthy = await run_in_threadpool(service.backend_healthy)
         body = {
             "status": "ok" if healthy else "backend_unavailable",
@@ -267,14 +303,14 @@ def create_app(
         }
         return JSONResponse(body, 200 if healthy else 503)
 
-    def tool(fn: Any) -> Any:
+    def tool(self, fn: Callable[..., Any]) -> Callable[[Request], Awaitable[Response]]:
         """A tokenizer endpoint (:mod:`.tokens`): the body in, the answer's body out, 400 naming a bad field."""
 
         async def handle(request: Request) -> Response:
             try:
-                args = [await body_of(request)] if request.method == "POST" else []
+                args = [await self.body_of(request)] if request.method == "POST" else []
                 try:
-                    return JSONResponse(await run_in_threadpool(fn, service, *args))
+                    return JSONResponse(await run_in_threadpool(fn, self.service, *args))
                 except ParamError as exc:
                     raise Failure(400, str(exc), exc.param) from None
             except Failure as failure:
@@ -282,54 +318,38 @@ def create_app(
 
         return handle
 
-    async def prometheus(request: Request) -> Response:
-        return PlainTextResponse(metrics.render(service.pool.snapshot()), media_type="text/plain; version=0.0.4")
+    async def prometheus(self, request: Request) -> Response:
+        text = self.metrics.render(self.service.pool.snapshot())
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
-    async def version(request: Request) -> Response:
+    async def version(self, request: Request) -> Response:
         return JSONResponse({"version": __version__})
 
-    class Guard:
-        """The API key, checked in constant time, before any route but the open ones."""
-
-        def __init__(self, app: Any) -> None:
-            self.app = app
-
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] == "http" and api_key is not None and scope["path"] not in open_paths:
-                given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-                if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                    metrics.request(scope["path"], 401)
-                    answer = JSONResponse(
-                        error_body(
-                            401,
-                            "a valid API key is required: send `Authorization: Bearer KEY` (the server's --api-key)",
-                            None,
-                            "invalid_api_key",
-                        ),
-                        401,
-                    )
-                    await answer(scope, receive, send)
-                    return
-            await self.app(scope, receive, send)
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_schema(self.service))
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         yield
-        await run_in_threadpool(service.pool.close)
+        await run_in_threadpool(self.service.pool.close)
 
-    routes = [
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/tokenize", tool(tokens.tokenize), methods=["POST"]),
-        Route("/detokenize", tool(tokens.detokenize), methods=["POST"]),
-        Route("/tokenizer_info", tool(tokens.tokenizer_info), methods=["GET"]),
-        Route("/metrics", prometheus, methods=["GET"]),
-        Route("/version", version, methods=["GET"]),
-        Route("/openapi.json", lambda request: JSONResponse(openapi_schema(service)), methods=["GET"]),
-    ]
-    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard)])
+
+class KeyGuard:
+    """The API key, checked in constant time, before any route but :data:`OPEN_PATHS`."""
+
+    def __init__(self, app: Any, api_key: str | None, metrics: Metrics) -> None:
+        self.app, self.api_key, self.metrics = app, api_key, metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.api_key is not None and scope["path"] not in OPEN_PATHS:
+            given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+                self.metrics.request(scope["path"], 401)
+                message = "a valid API key is required: send `Authorization: Bearer KEY` (the server's --api-key)"
+                answer = JSONResponse(error_body(401, message, None, "invalid_api_key"), 401)
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from ..engines.server import ServerEngine
 from ..engines.text import cut_at_stop, ids_of_prefix
 from ..errors import CapabilityError, ConfigError
 from ..methods import SampleResult
+from ..offers import Lane
 from ..pool import ChainPool, GuardedEngine, Ticket
 from ..samplers import Sampler
 from .params import LENGTH, ChainJob, Defaults, ParamError, request_error
@@ -138,31 +139,31 @@ class Service:
             prompts = [self._scoring_ids(job, p) for p in job.prompts]
             top = job.logprobs or 0
 
-            def score_one(ids: tuple[int, ...]) -> Scored:
+            def score_one(ids: tuple[int, ...], lane: Lane | None) -> Scored:  # one pass: no rounds to share
                 return score([ids], top)[0]
 
             return 0, prompts, self._submit(ticket, [functools.partial(score_one, ids) for ids in prompts])
         prompts = [self.prompt_ids(job, p) for p in job.prompts]
         sampler = self.sampler(job)
         seed = job.seed if job.seed is not None else secrets.randbelow(2**31)  # reported: the response can be redrawn
-        chains: list[Callable[[], SampleResult]] = []
+        chains: list[Callable[..., SampleResult]] = []
         for i, ids in enumerate(prompts):
             for j in range(job.n):
                 chains.append(functools.partial(sampler.run, ids, seed=seed, prompt_id=i * job.n + j))
         return seed, prompts, self._submit(ticket, chains)
 
-    def _submit(self, ticket: Ticket, chains: Sequence[Callable[[], Any]]) -> list[Future] | None:
+    def _submit(self, ticket: Ticket, chains: Sequence[Callable[..., Any]]) -> list[Future] | None:
         if len(chains) > self.pool.capacity:
             raise ParamError(
                 "n",
                 f"the request asks for {len(chains)} chains (prompts x n) but this server holds at "
                 f"most {self.pool.capacity} (--concurrency + --queue-size)",
             )
-        return self.pool.submit(ticket, list(chains))
+        return self.pool.submit(ticket, list(chains), self.engine)
 
     def _scorer(self) -> Scorer:
         try:
-            return scorer(self.engine)
+            return scorer(self.engine.inner)
         except CapabilityError as exc:
             raise ParamError("echo", str(exc)) from None
 
@@ -171,7 +172,7 @@ class Service:
         vocab = self.engine.capabilities.vocab_size
         if not ids or any(not 0 <= t < vocab for t in ids):
             raise ParamError("prompt", f"`prompt` must be non-empty token ids in [0, {vocab}) (or text) to be scored")
-        context = getattr(self.engine.capabilities, "context_length", None)
+        context = self.engine.capabilities.context_length
         if context is not None and len(ids) + job.max_tokens > context:
             raise ParamError(
                 "prompt",

@@ -8,6 +8,7 @@ text (cut at the model's stop tokens) into a :class:`Grade`. Tasks by name:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,6 +40,7 @@ class Grade:
 class Task(Protocol):
     name: str
     grader: str  # how grades are decided, one line (for the run manifest and the report)
+    errors: Sequence[str]  # inputs left out, one line each (a file's bad lines): run prints them as warnings
 
     def problems(self) -> list[Problem]: ...
 

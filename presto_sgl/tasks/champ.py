@@ -25,6 +25,7 @@ def _plain(s: str) -> str:
 
 class Champ:
     name = "champ"
+    errors: tuple[str, ...] = ()  # every input is a problem
     grader = "answer match: numbers as numbers, yes/no by first word, else exact after normalizing (approximate)"
 
     def problems(self) -> list[Problem]:

@@ -25,6 +25,7 @@ INSTRUCTION = "{question}\n\nThink briefly, then give only the final answer insi
 
 
 class ReasoningGym:
+    errors: tuple[str, ...] = ()  # every input is a problem
     grader = (
         "reasoning-gym's score_answer on the extracted answer (<answer> tags, \\boxed{}, Answer: line; "
         "numeric tasks: else the last number)"

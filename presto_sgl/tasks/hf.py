@@ -71,6 +71,8 @@ def _field(given: str | None, columns: list[str], names: tuple[str, ...], flag: 
 class HFTask:
     """Problems from one split of a Hugging Face dataset; chat template applied."""
 
+    errors: tuple[str, ...] = ()  # a bad row is an error, not left out
+
     def __init__(self, spec: str, *, prompt_field: str | None = None, answer_field: str | None = None) -> None:
         name, config, split = parse_spec(spec)
         data = _load(name, config, split)

@@ -24,6 +24,7 @@ INSTRUCTION = (
 
 class HumanEval:
     name = "humaneval"
+    errors: tuple[str, ...] = ()  # every input is a problem
     grader = "execute the HumanEval tests on the extracted function, separate process, 10 s, 1 GiB, no network"
 
     def __init__(self, timeout_s: float = 10.0, memory_mb: int = 1024) -> None:

@@ -19,6 +19,7 @@ class Addition:
     """Multi-digit addition, the tiny model's task (:mod:`presto_sgl.tasks.addition`); no chat template."""
 
     name = "addition"
+    errors: tuple[str, ...] = ()  # every input is a problem
     grader = "the integer after 'A:' equals a + b"
 
     def __init__(self, size: int, seed: int) -> None:

@@ -74,6 +74,14 @@ def test_logprobs_equal_a_full_forward_single_batched_and_cached(model_type):
     (again,) = eng.generate([single])  # prefix KV now cached
     assert again.cached_tokens == 5 and eng.last_call.prefill_tokens == 0
     assert again.tokens == c.tokens
+    totals = vars(eng.totals)  # sums and the last call only: nothing grows with the calls (serve)
+    assert {k: v for k, v in totals.items() if k != "last"} == {
+        "calls": 2,
+        "cached_tokens": 5,
+        "prefill_tokens": 5,
+        "decode_tokens": 20,
+    }
+    assert totals["last"] is eng.last_call
     assert_matches(model, single, again)
     forks = [
         Request(tuple(root[:n]), len(root) + 6 - n, tau, seed=s, return_entropy=True)

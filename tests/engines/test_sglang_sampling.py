@@ -1,5 +1,5 @@
 """The inverse-CDF sampler that ``--cdf-sampling`` installs on an SGLang server
-(presto_sgl/server_side/sglang/sampling.py): the right token for hand-picked uniforms, never a
+(presto_sgl/server_side/sglang/cpu/sampling.py): the right token for hand-picked uniforms, never a
 zero-probability token, and the categorical law over many draws."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from presto_sgl.server_side.sglang.sampling import inverse_cdf, sampling_from_probs  # noqa: E402
+from presto_sgl.server_side.sglang.cpu.sampling import inverse_cdf, sampling_from_probs  # noqa: E402
 
 
 def test_hand_picked_uniforms():

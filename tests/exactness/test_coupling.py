@@ -158,7 +158,7 @@ def scheduled_states(sampler, dispatch: str, seed: int) -> list[list[tuple]]:
 
         return sampler.run(prompt, seed=seed, prompt_id=prompt_id, on_transition=record, **kwargs)
 
-    scheduler = Scheduler.for_sampler(sampler, dispatch=dispatch)
+    scheduler = Scheduler.for_method(sampler, dispatch=dispatch)
     run_prompts(run_one, SCHEDULED_PROMPTS, seed=seed, workers=len(SCHEDULED_PROMPTS), scheduler=scheduler)
     assert scheduler.stats.calls > 0
     return seen

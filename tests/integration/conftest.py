@@ -47,7 +47,7 @@ def server_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def spare_sglang_url() -> Iterator[str]:
-    from presto_sgl.testing.servers import free_port, server_script
+    from tests.support.servers import free_port, server_script
 
     _configured_url("sglang")  # no shared server, no spare one (skip or fail alike)
     port = str(free_port())

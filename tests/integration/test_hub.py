@@ -1,7 +1,7 @@
 """The user's setup: stock servers started by hub id, a deployment whose sampling defaults
 would bend the chain, the client with or without the model on its disk.
 
-``.ci/run`` builds a Hugging Face cache (``presto_sgl.testing.hub``) holding SmolLM2 as
+``.ci/run`` builds a Hugging Face cache (``tests.support.hub``) holding SmolLM2 as
 ``HuggingFaceTB/SmolLM2-135M-Instruct`` with a generation_config.json that sets
 ``repetition_penalty 1.05, top_p 0.8, top_k 20, temperature 0.7`` (Qwen2.5-Instruct's), sets
 ``HF_HOME`` to it and ``HF_HUB_OFFLINE=1``, and starts with plain commands (not the
@@ -28,7 +28,7 @@ import pytest
 
 from presto_sgl.engines.base import Request
 from presto_sgl.errors import ConfigError
-from presto_sgl.testing.hub import PENALIZED, SMOLLM2_ID, build_cache
+from tests.support.hub import PENALIZED, SMOLLM2_ID, build_cache
 
 TOL = 1e-4  # per token, float32 server vs a float32 transformers forward of the unprocessed model
 REPO = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from presto_sgl.tasks.files import JsonlTask
-from presto_sgl.testing.serving import client, health, serve_cli
+from tests.support.serving import client, health, serve_cli
 
 pytestmark = pytest.mark.sglang
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from presto_sgl.testing.forward import assert_scores_match
+from tests.support.forward import assert_scores_match
 
 pytestmark = pytest.mark.sglang
 

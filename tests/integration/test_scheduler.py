@@ -18,9 +18,9 @@ import pytest
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.offers import Offer
-from presto_sgl.planners.loadmodel import LoadModel
+from presto_sgl.pool import Cancelled
 from presto_sgl.runner import run_prompts
-from presto_sgl.scheduler import Scheduler, current
+from presto_sgl.scheduler import LoadModel, Scheduler
 from tests.support.cases import KERNELS, PRESTO_RULES, sequential_sampler
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [2, 2], [3, 1, 4, 1], [5, 9], [11, 0, 7]]
@@ -40,7 +40,7 @@ def engine(reference_engine):
 def test_scheduled_chains_are_the_sequential_chains(engine, kernel_case, rule, dispatch):
     cfg, presto = rule.configs(10, **kernel_case.options(**POWER))
     sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
-    scheduler = Scheduler.for_sampler(sampler, dispatch=dispatch)
+    scheduler = Scheduler.for_method(sampler, dispatch=dispatch)
     scheduled = run_prompts(sampler.run, PROMPTS, seed=SEED, workers=8, scheduler=scheduler)
     seq = sequential_sampler(engine, cfg, kernel_case.make(cfg))
     for i, (r, p) in enumerate(zip(scheduled, PROMPTS)):
@@ -145,20 +145,30 @@ def test_a_failed_call_reaches_every_chain_in_it_and_a_leaving_chain_frees_the_r
     # One round for both chains, begun without waiting for the leaver (that takes max_wait_s, 10 s,
     # from the first call asked)
     assert len(engine.called_at) == 1 and engine.called_at[0] - min(asked) < 5.0
-    assert current() is None and s.stats.calls == 0
+    assert s.stats.calls == 0
 
 
-def test_one_thread_runs_one_scheduled_chain():
-    s = Scheduler(_Failing())
-    with s.chain(), pytest.raises(RuntimeError, match="already runs"), s.chain():
-        pass
+def test_a_lane_runs_its_chains_check_before_each_call():
+    """A chain's lane runs the chain's check (a pool's: its request's ticket) before its offer
+    reaches a round: a cancelled chain stops without a backend call."""
+    engine = _Failing()
+    s = Scheduler(engine)
+    checked: list[int] = []
+
+    def check() -> None:
+        checked.append(1)
+        raise Cancelled("gone")
+
+    with s.chain(check) as lane, pytest.raises(Cancelled, match="gone"):
+        lane.submit(Offer(((Request((1,), 2, 1.0, None),),)))
+    assert checked == [1] and engine.called_at == []
 
 
 def test_serve_with_the_scheduler_answers_as_without():
     """presto-sgl serve's chains through the scheduler (4 chains of a request at once, merged
     calls) give the answers the chains give alone: same seed, same texts."""
-    from presto_sgl.testing.serving import client, make_service, serving
     from tests.integration.test_serve import PROMPT, reference
+    from tests.support.serving import client, make_service, serving
 
     answers = {}
     for scheduled in (False, True):

@@ -42,7 +42,7 @@ from presto_sgl import registry
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.serve.openapi import openapi_schema
 from presto_sgl.serve.params import fields
-from presto_sgl.testing.serving import make_service, serving
+from tests.support.serving import make_service, serving
 
 REQUEST_TIMEOUT_S = 60.0
 """The app's own timeout (a 504, a server error): a request takes well under a second, but the

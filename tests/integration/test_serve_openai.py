@@ -14,9 +14,9 @@ import openai
 import pytest
 
 from presto_sgl.cli.main import main
-from presto_sgl.testing.serving import client, make_service, serving
 from tests.integration.test_serve import LONG, PROMPT, library_chain, reference
 from tests.support.gated import GatedEngine
+from tests.support.serving import client, make_service, serving
 
 
 @pytest.fixture(scope="module")

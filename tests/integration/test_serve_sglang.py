@@ -21,8 +21,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from presto_sgl.testing.forward import TOL, assert_scores_match, reference
-from presto_sgl.testing.serving import assert_prompt_scored, client, health, serve_cli, wait_for
+from tests.support.forward import TOL, assert_scores_match, reference
+from tests.support.serving import assert_prompt_scored, client, health, serve_cli, wait_for
 
 pytestmark = pytest.mark.sglang
 

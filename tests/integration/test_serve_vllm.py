@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from presto_sgl.testing.forward import TOL, reference
-from presto_sgl.testing.serving import assert_prompt_scored, client, serve_cli
+from tests.support.forward import TOL, reference
+from tests.support.serving import assert_prompt_scored, client, serve_cli
 
 pytestmark = pytest.mark.vllm
 

@@ -1,4 +1,4 @@
-"""presto-sgl's batched CPU attention (``presto_sgl/server_side/sglang/attention.py``) against SGLang's
+"""presto-sgl's batched CPU attention (``presto_sgl/server_side/sglang/cpu/attention.py``) against SGLang's
 own ``torch_native`` backend, on the same KV pool, float32: decode and extend, ragged
 batches, prefixes, shared pool slots and grouped-query heads. Needs sglang (run by
 ``scripts/test.sh`` with ``.venv-sglang``'s python; skipped elsewhere).
@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("sglang")
 torch = pytest.importorskip("torch")
 
-from presto_sgl.server_side.sglang import attention  # noqa: E402
+from presto_sgl.server_side.sglang.cpu import attention  # noqa: E402
 
 
 def _native():

@@ -1,7 +1,7 @@
 """Many chains through one sampler against a real SGLang server that is killed mid-run
 (benchmarks/load.py is the full-size run: 32 prompts, 8 in flight, two kills, the router).
 
-A counting proxy (presto_sgl/testing/wiretap.py) stands between the engine and the server: per
+A counting proxy (tests/support/wiretap.py) stands between the engine and the server: per
 chain, what the server answered must equal what the chain's trace says it asked -- no
 request lost, none duplicated -- across a SIGKILL of the server's process group and its
 restart; every chain completes, and every state each chain was in (its trace's ``state``
@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from presto_sgl.testing.forward import assert_scores_match
-from presto_sgl.testing.servers import kill_server, server_script
-from presto_sgl.testing.wiretap import Wiretap, asked
+from tests.support.forward import assert_scores_match
+from tests.support.servers import kill_server, server_script
+from tests.support.wiretap import Wiretap, asked
 
 pytestmark = pytest.mark.sglang
 

@@ -16,7 +16,7 @@ import importlib.util
 import pytest
 
 from presto_sgl.tasks.extract import last_number, same_number
-from presto_sgl.testing.forward import assert_scores_match
+from tests.support.forward import assert_scores_match
 
 pytestmark = pytest.mark.sglang
 

@@ -21,7 +21,7 @@ from typing import NoReturn
 import pytest
 
 from presto_sgl import Sampler
-from presto_sgl.testing.forward import (  # the transformers fp32 forward
+from tests.support.forward import (  # the transformers fp32 forward
     TOL,
     assert_extras_match,
     assert_matches_forward,

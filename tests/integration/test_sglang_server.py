@@ -17,7 +17,7 @@ import os
 import pytest
 
 from presto_sgl import PrestoConfig, Sampler
-from presto_sgl.testing.forward import (
+from tests.support.forward import (
     assert_extras_match,
     assert_matches_forward,
     assert_scored_exactly,

@@ -15,10 +15,10 @@ import math
 import pytest
 
 from presto_sgl import PrestoConfig, Sampler
-from presto_sgl.testing.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
-from presto_sgl.testing.servers import run_through_a_restart
 from tests.support.cases import KERNELS, PRESTO_RULES, sequential_sampler
 from tests.support.coupling import assert_same_states, run_states
+from tests.support.forward import assert_extras_match, assert_matches_forward, assert_scored_exactly
+from tests.support.servers import run_through_a_restart
 
 pytestmark = pytest.mark.vllm
 

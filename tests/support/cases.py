@@ -19,7 +19,16 @@ from presto_sgl import PowerConfig, PrestoConfig, Sampler, registry, sampling_co
 from presto_sgl.config import split_options
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceLM
-from presto_sgl.kernels import EntropyCutKernel, Kernel, MultiTryKernel, PowerMHKernel, entropycut, multitry, powermh
+from presto_sgl.kernels import (
+    EntropyCutKernel,
+    Kernel,
+    MultiTryKernel,
+    PowerMHKernel,
+    entropycut,
+    mh,
+    multitry,
+    powermh,
+)
 from tests.support import exact
 from tests.support.timing import stub_planner
 
@@ -62,12 +71,12 @@ class KernelCase:
 
 def _flip_powermh_q_term(monkeypatch: pytest.MonkeyPatch) -> None:
     """PowerMH with the sign of its proposal (q) term flipped."""
-    orig = powermh.log_acceptance
+    orig = mh.log_acceptance
 
     def flipped(lq_x: float, lq_y: float, lp_x: float, lp_y: float, alpha: float, extra: float = 0.0) -> float:
         return orig(lq_y, lq_x, lp_x, lp_y, alpha, extra)
 
-    monkeypatch.setattr(powermh, "log_acceptance", flipped)
+    monkeypatch.setattr(mh, "log_acceptance", flipped)
 
 
 def _flip_entropycut_cut_term(monkeypatch: pytest.MonkeyPatch) -> None:

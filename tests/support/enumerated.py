@@ -75,7 +75,7 @@ def sample_counts(
             [PROMPT] * chains,
             seed=1000,
             workers=8,
-            scheduler=Scheduler.for_sampler(sampler, dispatch="merged"),
+            scheduler=Scheduler.for_method(sampler, dispatch="merged"),
         )
         return Counter(r.state.tokens for r in results)
     return Counter(sampler.run(PROMPT, seed=1000 + i).state.tokens for i in range(chains))

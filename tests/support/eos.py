@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from presto_sgl import Sampler, sampling_configs
 from presto_sgl.engines.base import Request
-from presto_sgl.testing.forward import assert_scores_match
+from tests.support.forward import assert_scores_match
 
 
 def check_eos_target(engine, hf_model, entropy: bool) -> None:

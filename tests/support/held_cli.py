@@ -4,7 +4,7 @@ however slowly the test's own polling runs."""
 
 from __future__ import annotations
 
-from presto_sgl.testing.mutants import cli_command
+from tests.support.mutants import cli_command
 
 HOLD_S = 300.0
 """How long the held CLI waits before it writes the record after all (a test that never kills it still ends)."""
@@ -12,7 +12,7 @@ HOLD_S = 300.0
 
 def held_cli(before: int | str, file: str = "") -> list[str]:
     """The argv that starts ``presto-sgl`` (under the session's mutant when there is one:
-    :func:`presto_sgl.testing.mutants.cli_command`) whose trace writers wait ``HOLD_S`` before
+    :func:`tests.support.mutants.cli_command`) whose trace writers wait ``HOLD_S`` before
     they write record number ``before`` (1 for the first) or the first record of type
     ``before``, in a trace file whose path ends with ``file``."""
     return cli_command(

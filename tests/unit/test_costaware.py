@@ -20,8 +20,8 @@ from presto_sgl.config import PrestoConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
 from presto_sgl.planners import CostAwareStepPlanner, RoundContext, RoundFeedback, StepPlanner
-from presto_sgl.planners.costaware import BASES, EXPLORE, EndLengths, MatchRate
-from presto_sgl.planners.timemodel import MIN_TIME_S, CallTimeModel
+from presto_sgl.planners.costaware import BASES, EndLengths, MatchRate
+from presto_sgl.planners.timemodel import EXPLORE, MIN_TIME_S, CallTimeModel
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation, h_plus
 from presto_sgl.proposals import ProposalStore, StoredProposal
 from presto_sgl.registry import make_planner

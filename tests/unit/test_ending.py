@@ -15,7 +15,8 @@ from presto_sgl.cli.main import main
 from presto_sgl.engines.base import Completion, Request, check_lengths
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import PowerMHKernel
-from presto_sgl.kernels.powermh import PowerMHParams, UniformCut
+from presto_sgl.kernels.mh import UniformCut
+from presto_sgl.kernels.powermh import PowerMHParams
 from presto_sgl.serve.params import Defaults, parse
 
 

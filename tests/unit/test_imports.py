@@ -161,6 +161,24 @@ def test_server_side_boundary():
     assert graph[WIRE] == set(), f"{WIRE} must stay a leaf: {sorted(graph[WIRE])}"
 
 
+def test_the_library_imports_no_dev_tooling():
+    """The wheel ships ``presto_sgl`` and ``radix`` only (``pyproject.toml``), so no library module
+    imports the test or benchmark helpers (``tests``, ``benchmarks``), anywhere in a file."""
+    found = []
+    for name, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            found += [f"{name}: {t}" for t in targets if t.split(".")[0] in ("tests", "benchmarks")]
+    assert not found, f"library modules import dev tooling: {found}"
+    assert 'include = ["presto_sgl*", "radix*"]' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+
+
 def test_graph_reads_relative_lazy_and_type_checking_imports():
     """Guard for the parser itself, on modules whose imports are known."""
     graph = import_graph()

@@ -13,7 +13,7 @@ from presto_sgl import CapabilityError, EngineError, MultiTryKernel, PowerMHKern
 from presto_sgl.engines.base import EngineCapabilities
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
-from presto_sgl.kernels.multitry import log_acceptance, log_weight, select
+from presto_sgl.kernels.multitry import log_multitry_acceptance, log_weight, select
 from presto_sgl.keys import ChainKeys, DecisionDraws
 from presto_sgl.state import ChainState
 
@@ -67,13 +67,13 @@ def test_select_is_proportional_to_the_weights():
 
 def test_log_acceptance_edge_cases():
     ninf = float("-inf")
-    assert log_acceptance([0.0, 0.0], [0.0, math.log(4.0)]) == pytest.approx(math.log(2.0 / 5.0))
-    assert log_acceptance([math.log(5.0)], [0.0]) == 0.0
-    assert log_acceptance([ninf, ninf], [0.0]) == ninf  # every candidate impossible under p0
-    assert log_acceptance([0.0], [ninf, ninf]) == 0.0  # leaves an impossible state
+    assert log_multitry_acceptance([0.0, 0.0], [0.0, math.log(4.0)]) == pytest.approx(math.log(2.0 / 5.0))
+    assert log_multitry_acceptance([math.log(5.0)], [0.0]) == 0.0
+    assert log_multitry_acceptance([ninf, ninf], [0.0]) == ninf  # every candidate impossible under p0
+    assert log_multitry_acceptance([0.0], [ninf, ninf]) == 0.0  # leaves an impossible state
     for bad in (math.nan, math.inf):
         with pytest.raises(EngineError):
-            log_acceptance([bad], [0.0])
+            log_multitry_acceptance([bad], [0.0])
 
 
 def _proposal(cut, tokens, logp, logq_at):

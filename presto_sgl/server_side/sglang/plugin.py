@@ -36,21 +36,15 @@ _RAW = "presto_raw_log_softmax"  # the attribute of the LogitsProcessorOutput th
 
 
 def register() -> None:
-    """The entry point SGLang calls in each process (also installs the batched CPU attention
-    of :mod:`.attention` when ``PRESTO_SGL_BATCHED_ATTENTION=1``, the inverse-CDF sampling of
-    :mod:`.sampling` when ``PRESTO_SGL_CDF_SAMPLING=1``, and the timers of :mod:`.profile`
-    when ``PRESTO_SGL_PROFILE`` is set, outermost)."""
+    """The entry point SGLang calls in each process (also installs the optional CPU patches
+    their environment variables enable, :mod:`.cpu`; none is imported otherwise)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from . import attention, profile, sampling
+    from . import cpu
 
     HookRegistry.register(PREPROCESS, around_preprocess_logits, HookType.AROUND)
     HookRegistry.register(TARGET, around_sampler_forward, HookType.AROUND)
-    if attention.enabled():
-        attention.register()
-    if sampling.enabled():
-        sampling.register()
-    profile.register()
+    cpu.install()
 
 
 def around_preprocess_logits(original: Any, runner: Any, logits_output: Any, *args: Any, **kwargs: Any) -> Any:

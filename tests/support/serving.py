@@ -19,7 +19,7 @@ from presto_sgl.config import sampling_configs
 from presto_sgl.engines.base import Engine
 from presto_sgl.pool import ChainPool
 from presto_sgl.scheduler import Scheduler
-from presto_sgl.serve.app import create_app
+from presto_sgl.serve.app import AppOptions, create_app
 from presto_sgl.serve.params import Defaults
 from presto_sgl.serve.service import Service
 
@@ -48,9 +48,9 @@ def make_service(
 @contextlib.contextmanager
 def serving(service: Service, *, request_timeout_s: float = 600.0, **app_options) -> Iterator[str]:
     """The service's app on 127.0.0.1 (a free port) for the block: yields the base URL.
-    ``app_options`` go to :func:`create_app` (``keepalive_s``, ``api_key``, ``max_body_bytes``)."""
+    ``app_options`` are :class:`AppOptions` fields (``keepalive_s``, ``api_key``, ``max_body_bytes``)."""
     port = free_port()
-    app = create_app(service, request_timeout_s=request_timeout_s, poll_s=0.05, **app_options)
+    app = create_app(service, AppOptions(request_timeout_s=request_timeout_s, poll_s=0.05, **app_options))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -15,15 +15,9 @@ path. Imported only in the server's processes.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-ENV = "PRESTO_SGL_CDF_SAMPLING"
 TARGET = "sglang.srt.layers.sampler.sampling_from_probs_torch"
-
-
-def enabled() -> bool:
-    return os.environ.get(ENV, "") == "1"
 
 
 def inverse_cdf(probs: Any, uniforms: Any) -> Any:

@@ -3,7 +3,7 @@ from a model folder, the layout ``huggingface_hub`` writes (``refs/main`` naming
 ``snapshots/<commit>/`` holding the files as links into ``blobs/``). With ``HF_HOME`` set to
 it and ``HF_HUB_OFFLINE=1``, transformers, SGLang and vLLM resolve the id as if downloaded.
 
-``python -m presto_sgl.testing.hub --hf-home DIR [--repo ORG/NAME] [--from FOLDER]
+``python -m tests.support.hub --hf-home DIR [--repo ORG/NAME] [--from FOLDER]
 [--generation-config penalized] [--tokenizer-only]`` (default: SmolLM2 as
 ``HuggingFaceTB/SmolLM2-135M-Instruct``) prints the snapshot folder.
 """
@@ -74,7 +74,7 @@ def build_cache(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m presto_sgl.testing.hub", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tests.support.hub", description=__doc__.split("\n\n")[0])
     p.add_argument("--hf-home", required=True, type=Path)
     p.add_argument("--repo", default=SMOLLM2_ID)
     p.add_argument(

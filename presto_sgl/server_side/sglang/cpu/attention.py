@@ -15,15 +15,9 @@ extend) go to the original. Imported only in the server's processes.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-ENV = "PRESTO_SGL_BATCHED_ATTENTION"
 BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
-
-
-def enabled() -> bool:
-    return os.environ.get(ENV, "") == "1"
 
 
 def _kv_block(k_cache: Any, v_cache: Any, req_to_token: Any, req_pool_indices: Any, seq_lens: Any, dtype: Any):

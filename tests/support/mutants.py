@@ -12,7 +12,10 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: a CLI subprocess imports this module from it
 
 MUTANTS: dict[str, tuple[str, Callable[[], None]]] = {}
 
@@ -27,39 +30,39 @@ def mutant(name: str, what: str):
 
 @mutant("q-flipped", "PowerMH acceptance with the proposal terms swapped: alpha (lp_y - lp_x) + lq_y - lq_x")
 def _q_flipped() -> None:
-    from presto_sgl.kernels import powermh
+    from presto_sgl.kernels import mh
 
-    orig = powermh.log_acceptance
-    powermh.log_acceptance = lambda logq_current, logq_proposal, logp_current, logp_proposal, alpha, extra=0.0: orig(
+    orig = mh.log_acceptance
+    mh.log_acceptance = lambda logq_current, logq_proposal, logp_current, logp_proposal, alpha, extra=0.0: orig(
         logq_proposal, logq_current, logp_current, logp_proposal, alpha, extra
     )
 
 
 @mutant("no-q-term", "PowerMH acceptance without the proposal terms: alpha (lp_y - lp_x) (independence-sampler slip)")
 def _no_q_term() -> None:
-    from presto_sgl.kernels import powermh
+    from presto_sgl.kernels import mh
 
-    orig = powermh.log_acceptance
-    powermh.log_acceptance = lambda logq_current, logq_proposal, logp_current, logp_proposal, alpha, extra=0.0: orig(
+    orig = mh.log_acceptance
+    mh.log_acceptance = lambda logq_current, logq_proposal, logp_current, logp_proposal, alpha, extra=0.0: orig(
         0.0, 0.0, logp_current, logp_proposal, alpha, extra
     )
 
 
 @mutant("alpha-one", "PowerMH acceptance at alpha = 1 (targets p0, not p0^alpha)")
 def _alpha_one() -> None:
-    from presto_sgl.kernels import powermh
+    from presto_sgl.kernels import mh
 
-    orig = powermh.log_acceptance
-    powermh.log_acceptance = lambda logq_current, logq_proposal, logp_current, logp_proposal, alpha, extra=0.0: orig(
+    orig = mh.log_acceptance
+    mh.log_acceptance = lambda logq_current, logq_proposal, logp_current, logp_proposal, alpha, extra=0.0: orig(
         logq_current, logq_proposal, logp_current, logp_proposal, 1.0, extra
     )
 
 
 @mutant("accept-all", "every proposal accepted (log A = 0)")
 def _accept_all() -> None:
-    from presto_sgl.kernels import powermh
+    from presto_sgl.kernels import mh
 
-    powermh.log_acceptance = lambda *args, **kwargs: 0.0
+    mh.log_acceptance = lambda *args, **kwargs: 0.0
 
 
 @mutant("cut-never-0", "the uniform cut drawn from {1..T-1}: the first token is never resampled")
@@ -127,7 +130,7 @@ def _multitry_weight() -> None:
 def _eos_no_length_term() -> None:
     from presto_sgl.kernels import multitry, powermh
 
-    for module in (powermh, multitry):  # multitry imports it from powermh by name
+    for module in (powermh, multitry):  # each imports it from kernels.mh by name
         setattr(module, "log_uniform_cut", lambda length: 0.0)  # noqa: B010
 
 
@@ -169,7 +172,9 @@ def cli_command(prelude: str = "") -> list[str]:
     name = os.environ.get("PRESTO_SGL_MUTANT")
     if not name and not prelude:
         return [sys.executable, "-m", "presto_sgl.cli"]
-    mutant = f"from presto_sgl.testing.mutants import apply\napply({name!r})\n" if name else ""
+    mutant = (
+        f"sys.path.insert(0, {str(ROOT)!r})\nfrom tests.support.mutants import apply\napply({name!r})\n" if name else ""
+    )
     code = f"import sys\n{mutant}{prelude}\nfrom presto_sgl.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     return [sys.executable, "-c", code]
 

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ENV = "PRESTO_SGL_PROFILE"
+from . import PATCHES
+
 _TORCH_NATIVE = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
 TARGETS = {
     "batch_step": "sglang.srt.managers.scheduler.Scheduler.run_batch",
@@ -34,7 +35,7 @@ _lock = threading.Lock()
 
 
 def directory() -> Path | None:
-    value = os.environ.get(ENV, "")
+    value = os.environ.get(PATCHES["profile"][0], "")
     return Path(value) if value else None
 
 

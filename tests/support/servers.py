@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (presto_sgl/testing/servers.py)
+ROOT = Path(__file__).resolve().parents[2]  # the repository (tests/support/servers.py)
 
 
 def free_port() -> int:
