@@ -45,6 +45,8 @@ class Sampler(MethodBase):
     state (:meth:`Planner.for_run`); what planners learn is shared on purpose.
     """
 
+    planner: Planner
+
     def __init__(
         self,
         engine: Engine,

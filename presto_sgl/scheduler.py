@@ -176,9 +176,8 @@ class Scheduler:
     def adopt(self, method: Method) -> None:
         """Make ``method``'s planner plan on this scheduler's call-time model (a method made
         after the scheduler: serve's per-config samplers), if it plans on one."""
-        planner = method.planner
-        if planner is not None and planner.time_model is not None:
-            planner.time_model = self.time_model
+        if method.planner is not None:
+            method.planner.use_time_model(self.time_model)
 
     @contextmanager
     def chain(self, check: Callable[[], None] | None = None) -> Iterator[Lane]:

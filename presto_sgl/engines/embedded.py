@@ -249,22 +249,22 @@ class EmbeddedEngine(TokenizerText):
         if not live:
             return
         idx = torch.tensor([j for j, _ in live], device=logits.device)
-        live = [r for _, r in live]
+        rows = [r for _, r in live]
         z = logits[idx]
-        zq = z / temps[torch.tensor(live, device=temps.device), None]
+        zq = z / temps[torch.tensor(rows, device=temps.device), None]
         lse_p = torch.logsumexp(z, dim=-1)
         lse_q = torch.logsumexp(zq, dim=-1)
-        u = 1.0 - torch.stack([torch.rand((), generator=draws[r].gen, dtype=torch.float64) for r in live])  # (0, 1]
+        u = 1.0 - torch.stack([torch.rand((), generator=draws[r].gen, dtype=torch.float64) for r in rows])  # (0, 1]
         tok = inverse_cdf(torch.exp(zq - lse_q[:, None]), u.to(z.device))[:, None]
         lq = (zq.gather(1, tok)[:, 0] - lse_q).tolist()
         lp = (z.gather(1, tok)[:, 0] - lse_p).tolist()
-        want_entropy = [draws[r].req.return_entropy for r in live]
+        want_entropy = [draws[r].req.return_entropy for r in rows]
         en = None
         if any(want_entropy):
             logp = z - lse_p[:, None]
             en = (-(logp.exp() * logp).sum(-1)).tolist()
-        at = self._logq_at(z, tok, [draws[r].req.score_temperatures for r in live])
-        for j, (r, t) in enumerate(zip(live, tok[:, 0].tolist())):
+        at = self._logq_at(z, tok, [draws[r].req.score_temperatures for r in rows])
+        for j, (r, t) in enumerate(zip(rows, tok[:, 0].tolist())):
             draws[r].append(t, lq[j], lp[j], en[j] if en is not None and want_entropy[j] else None, at[j])
 
     @staticmethod

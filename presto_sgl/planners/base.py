@@ -103,9 +103,16 @@ class RoundContext:
 class Planner(Protocol):
     keying: Keying | None  # the keys the rule couples with (None: either)
     carries_over: bool  # proposals stay valid across rounds (step keys)
-    time_model: CallTimeModel | None
-    """The call-time model a cost-aware planner plans on (None: the rule ignores call times); a
-    shared scheduler hands the planners of its chains its own (:meth:`Scheduler.adopt`)."""
+
+    @property
+    def time_model(self) -> CallTimeModel | None:
+        """The call-time model a cost-aware planner plans on (None: the rule ignores call times)."""
+        ...
+
+    def use_time_model(self, model: CallTimeModel) -> None:
+        """Plan on ``model`` from now on (a shared scheduler's, fitted on its merged calls:
+        :meth:`Scheduler.adopt`); a planner that ignores call times ignores it."""
+        ...
 
     def for_run(self) -> Planner:
         """The planner of one chain's run (shares what is learned across runs)."""
@@ -136,6 +143,10 @@ class Stateless:
 
     def offer(self, ctx: RoundContext) -> PlanOffer:
         return PlanOffer(self.plan(ctx))
+
+    def use_time_model(self, model: CallTimeModel) -> None:
+        if self.time_model is not None:
+            self.time_model = model
 
     def observe(self, feedback: RoundFeedback) -> None:
         return None

@@ -122,6 +122,8 @@ class CostAwareStepPlanner(StepPlanner):
     learners and fresh round state (the previous root it learns the match rate from).
     """
 
+    time_model: CallTimeModel
+
     def __init__(
         self,
         predictor: Predictor,

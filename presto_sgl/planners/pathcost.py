@@ -43,6 +43,7 @@ class CostAwarePathPlanner(Stateless):
 
     keying: Keying | None = "path"
     carries_over = False
+    time_model: CallTimeModel
 
     def __init__(
         self,

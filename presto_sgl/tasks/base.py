@@ -40,7 +40,11 @@ class Grade:
 class Task(Protocol):
     name: str
     grader: str  # how grades are decided, one line (for the run manifest and the report)
-    errors: Sequence[str]  # inputs left out, one line each (a file's bad lines): run prints them as warnings
+
+    @property
+    def errors(self) -> Sequence[str]:
+        """Inputs left out, one line each (a file's bad lines): ``run`` prints them as warnings."""
+        ...
 
     def problems(self) -> list[Problem]: ...
 
