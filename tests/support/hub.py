@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokenizer-only", action="store_true")
     args = p.parse_args(argv)
     if args.folder is None:
-        from ..models import materialize_smollm2
+        from presto_sgl.models import materialize_smollm2
 
         args.folder = materialize_smollm2()
     gen = PENALIZED if args.generation_config == "penalized" else None
