@@ -142,7 +142,8 @@ def extend(
 
 
 def register() -> None:
-    """Install both hooks (called by the plugin in each SGLang process when :func:`enabled`)."""
+    """Install both hooks (called by the plugin in each SGLang process when its variable enables
+    it: :mod:`presto_sgl.server_side.sglang.cpu`)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(BACKEND + "._run_sdpa_forward_decode", decode, HookType.AROUND)
