@@ -9,6 +9,7 @@ value and the fix. Kernels and rules are named through :mod:`presto_sgl.registry
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -231,12 +232,11 @@ def parameters() -> list[Param]:
     return out
 
 
-def split_options(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
-    """(schedule fields, the method's own params instance) of flat ``options`` for ``method``;
+def _route(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(schedule fields, the method's own fields) of flat ``options`` for ``method``;
     PrestoConfig's are left out. An option nobody declares, or one of another method, is a
     ConfigError naming it."""
-    spec = registry.spec_of(method)
-    own = {p.name for p in params_of(spec.params)}
+    own = {p.name for p in params_of(registry.spec_of(method).params)}
     belongs = registry.declared()
     schedule, mine = {}, {}
     for name, value in options.items():
@@ -255,9 +255,16 @@ def split_options(method: str, options: Mapping[str, Any]) -> tuple[dict[str, An
             raise ConfigError(
                 name, value, f"unknown parameter {{{name}}}; the parameters are {[p.name for p in parameters()]}"
             )
+    return schedule, mine
+
+
+def split_options(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(schedule fields, the method's own params instance) of flat ``options`` for ``method``
+    (:func:`_route`)."""
+    schedule, mine = _route(method, options)
     if method in registry.KERNELS:
         schedule["kernel"] = method
-    return schedule, spec.params(**mine)
+    return schedule, registry.spec_of(method).params(**mine)
 
 
 def check_keying(need: Keying | None, keying: str | None, subject: str) -> None:
@@ -293,7 +300,7 @@ def sampling_configs(rule: str = "step", **options: Any) -> tuple[PowerConfig, P
 
 
 def config_options(config: PowerConfig, presto: PrestoConfig | None = None) -> dict[str, Any]:
-    """The flat options of configs (inverse of :func:`sampling_configs`, rule included)."""
+    """The flat options of configs, rule included: what a run's description reports."""
     out: dict[str, Any] = {name: getattr(config, name) for name in SCHEDULE}
     out |= {p.name: getattr(config.params, p.name) for p in params_of(type(config.params))}
     if presto is not None:
@@ -304,13 +311,19 @@ def config_options(config: PowerConfig, presto: PrestoConfig | None = None) -> d
 def with_options(
     config: PowerConfig, presto: PrestoConfig, overrides: Mapping[str, Any]
 ) -> tuple[PowerConfig, PrestoConfig]:
-    """``config`` / ``presto`` with ``overrides`` (flat options) applied; a kernel change
-    drops the other kernel's parameters (the new kernel's defaults apply), a rule change the
-    keying (the new rule's keys apply)."""
-    base = config_options(config, presto)
-    if overrides.get("kernel", config.kernel) != config.kernel:
-        base = {k: v for k, v in base.items() if k in SCHEDULE or k in PRESTO}
-    if "rule" in overrides and "keying" not in overrides:
-        base.pop("keying")  # the new rule's own keys
-    merged = {**base, **overrides}
-    return sampling_configs(merged.pop("rule"), **merged)
+    """``config`` / ``presto`` with ``overrides`` (flat options) applied as typed replaces, each
+    object checked again as it is built: a kernel change starts from the new kernel's default
+    parameters, a rule change from the new rule's keys (unless ``keying`` is given)."""
+    options = dict(overrides)
+    rule = options.pop("rule", presto.rule)
+    new_presto = dataclasses.replace(presto, rule=rule, **{k: options.pop(k) for k in PRESTO if k in options})
+    check_keying(new_presto.keying, options.get("keying"), f"`rule` {rule!r}")
+    if rule != presto.rule:
+        options.setdefault("keying", new_presto.keying or "step")
+    kernel = options.pop("kernel", config.kernel)
+    if not isinstance(kernel, str) or kernel not in registry.KERNELS:
+        raise ConfigError("kernel", kernel, f"{{kernel}} (={kernel!r}) must be one of {list(registry.KERNELS)}")
+    schedule, mine = _route(kernel, options)
+    own = registry.KERNELS[kernel].params
+    params = dataclasses.replace(config.params, **mine) if kernel == config.kernel else own(**mine)
+    return dataclasses.replace(config, kernel=kernel, params=params, **schedule), new_presto

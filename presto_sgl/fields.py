@@ -60,6 +60,10 @@ class Param:
             return None
         return tuple(self.choices() if callable(self.choices) else self.choices)
 
+    def bounds(self) -> dict[str, Any]:
+        """The JSON Schema keywords of the parameter's check (a :class:`Rule`'s), or {}."""
+        return dict(self.check.schema) if isinstance(self.check, Rule) else {}
+
 
 def params_of(cls: type) -> tuple[Param, ...]:
     """The declared parameters (fields made with :func:`option`) of a dataclass ``cls``."""
@@ -110,6 +114,17 @@ class Validated:
 
 
 # -- checks -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """A check that says what it accepts as JSON Schema keywords (a request field's bounds)."""
+
+    check: Check
+    schema: dict[str, Any]
+
+    def __call__(self, name: str, value: Any) -> Any:
+        return self.check(name, value)
+
+
 def is_int(value: object) -> bool:
     """An int that is not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -130,7 +145,7 @@ def integer(low: int, what: str = "", example: int | None = None) -> Check:
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be {kind}{hint}")
         return int(value)
 
-    return check
+    return Rule(check, {"minimum": low})
 
 
 def number(
@@ -159,7 +174,8 @@ def number(
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a finite number {bound}{tail}")
         return float(value)
 
-    return check
+    bounds: dict[str, Any] = {"exclusiveMinimum" if strict else "minimum": low}
+    return Rule(check, bounds | ({"maximum": high} if high is not None else {}))
 
 
 def one_of(choices: Callable[[], Sequence[str]] | Sequence[str]) -> Check:
@@ -208,7 +224,9 @@ def temperatures(example: str) -> Check:
             )
         return tuple(float(t) for t in value)
 
-    return check
+    return Rule(
+        check, {"minItems": 1, "uniqueItems": True, "items": {"type": "number", "minimum": low, "maximum": high}}
+    )
 
 
 def nonempty_text(what: str) -> Check:
@@ -217,4 +235,4 @@ def nonempty_text(what: str) -> Check:
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be {what}")
         return value
 
-    return check
+    return Rule(check, {"minLength": 1})

@@ -99,7 +99,7 @@ def _service(args: argparse.Namespace):
     """The service and its timeout, or a UsageError naming the flag."""
     from ..pool import ChainPool
     from ..scheduler import Scheduler
-    from ..serve.params import Defaults
+    from ..serve.request import Defaults
     from ..serve.service import Service
 
     spec = method_config(args)

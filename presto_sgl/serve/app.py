@@ -36,7 +36,8 @@ from ..pool import Cancelled, Ticket
 from . import tokens
 from .metrics import Metrics
 from .openapi import openapi_schema
-from .params import ChainJob, ParamError, parse
+from .parse import ChainJob, parse
+from .request import ParamError
 from .responses import error_body, response, stream_events
 from .service import Service
 
@@ -228,7 +229,7 @@ class Handlers:
             )
         ticket = Ticket(time.monotonic() + self.options.request_timeout_s)
         try:
-            job = parse(body, kind, service.defaults)
+            job = parse(body, kind, service.defaults, vocab=service.engine.capabilities.vocab_size)
             seed, prompts, futures = await run_in_threadpool(service.start, job, ticket)
         except ParamError as exc:
             raise Failure(400, str(exc), exc.param) from None

@@ -1,18 +1,10 @@
 """The endpoint's OpenAPI 3.1 document (``GET /openapi.json``), built from what the server accepts.
 
-The request bodies list exactly the fields :mod:`.params` accepts for each kind
-(:func:`~.params.fields`), with ``additionalProperties: false`` as the server refuses any
-other, once per registered kernel (``anyOf``: ``method`` names it, and only its own
-parameters ride along). The power-sampling fields are generated from the registry's declared
-parameters (:func:`presto_sgl.config.parameters`): the type from the annotation, an ``enum``
-from the choices, the bounds from the check (:func:`~presto_sgl.fields.integer`,
-:func:`~presto_sgl.fields.number`, ...), the default from the server's own defaults, the
-description from the parameter's help; a kernel registered later appears the same way. A
-null field is the server's default (but ``stream``, ``echo``, ``return_token_ids``: true or
-false). Token ids are bounded by the engine's vocabulary and ``n`` by ``--max-n``. What the
-server checks across fields (``keying`` against ``rule``, ``temperature`` against ``alpha``,
-``best_of`` equal to ``n``, ``stream_options`` only with ``stream``, ...) is said in the
-descriptions only.
+The request bodies are the request model's declarations (:mod:`.request`): each field's
+schema and doc as :func:`~.request.request_fields` declares them for the endpoint, with
+``additionalProperties: false`` as the server refuses any other, once per registered kernel
+(``anyOf``: ``method`` names it, and only its own parameters ride along). Token ids are
+bounded by the engine's vocabulary, ``model`` is the served one, defaults are the server's.
 
 ``limits`` tightens the document for fuzzing (tests/integration/test_serve_fuzz.py):
 ``{field: {keyword: value}}`` adds JSON Schema keywords (``maximum``, ``maxItems``,
@@ -22,18 +14,15 @@ of a type that takes the keyword, so generated requests stay small and fast.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import __version__, registry
-from ..config import config_options, parameters
 from ..fields import params_of
-from .params import IGNORED, MAX_LOGPROBS, fields, power_fields
-from .service import ROLES, Service
+from .request import NULL, Served, messages_schema, nullable, request_fields, token_ids_schema
+from .service import Service
 
 JSON = "application/json"
-NULL = {"type": "null"}
 ERROR = {
     "type": "object",
     "required": ["error"],
@@ -63,216 +52,13 @@ LIMIT_KEYWORDS = {
 """The JSON Schema keywords ``limits`` may add, and the types that take each."""
 
 
-def nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` or null."""
-    if isinstance(schema.get("type"), str) and "enum" not in schema:
-        return {**schema, "type": [schema["type"], "null"]}
-    return {"anyOf": [schema, NULL]}
-
-
-def _check_bounds(check: Any) -> dict[str, Any]:
-    """The JSON Schema bounds of a declared parameter's check (:mod:`presto_sgl.fields`'
-    factories: ``integer(low)``, ``number(low, strict=...)``, ``temperatures``,
-    ``nonempty_text``), read from the check's closure; {} for any other check."""
-    if check is None or not callable(check):
-        return {}
-    factory = getattr(check, "__qualname__", "").split(".")[0]
-    try:
-        free = inspect.getclosurevars(check).nonlocals
-    except TypeError:
-        return {}
-    if factory == "integer" and "low" in free:
-        return {"minimum": free["low"]}
-    if factory == "number" and "low" in free:
-        return {"exclusiveMinimum" if free.get("strict") else "minimum": free["low"]}
-    if factory == "temperatures":
-        return {"minItems": 1, "uniqueItems": True, "items": {"type": "number", "exclusiveMinimum": 0}}
-    if factory == "nonempty_text":
-        return {"minLength": 1}
-    return {}
-
-
-def power_schemas(defaults: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The schema of each power-sampling request field (:func:`~.params.power_fields`), from
-    its declared parameter; ``defaults``: the server's value of each (flat options)."""
-    declared = {p.name: p for p in parameters()}
-    kernels = list(registry.KERNELS)  # `method` names a kernel here: the baselines are not served
-    out: dict[str, dict[str, Any]] = {}
-    for name in power_fields():
-        p = declared.get("method" if name == "sampler" else name)
-        if p is None:
-            out[name] = {}
-            continue
-        if p.name == "method":
-            schema: dict[str, Any] = {"type": "string", "enum": kernels}
-        else:
-            choices = p.choice_list()
-            kind = {"bool": "boolean", "int": "integer", "float": "number", "tuple": "array"}.get(p.kind, "string")
-            schema = {"type": kind, "enum": list(choices)} if choices else {"type": kind}
-            schema |= _check_bounds(p.check)
-            if kind == "array":
-                schema.setdefault("items", {"type": "number"})
-        schema["description"] = {"method": "the MH kernel", "sampler": "the old name of `method`"}.get(name, p.doc)
-        if name == "sampler":
-            schema["deprecated"] = True
-        default = defaults.get("kernel" if p.name == "method" else p.name)
-        if default is not None and name != "sampler":
-            schema["default"] = list(default) if isinstance(default, tuple) else default
-        out[name] = nullable(schema)
-    return out
-
-
-def _common(service: Service) -> dict[str, dict[str, Any]]:
-    """The OpenAI fields both kinds accept."""
-    defaults = service.defaults
-    integer = lambda low, **more: nullable({"type": "integer", "minimum": low, **more})  # noqa: E731
-    text_map = {"type": "object", "additionalProperties": {"type": "string"}}
-    return {
-        "model": nullable(
-            {"type": "string", "enum": [service.model], "description": "the served model (GET /v1/models)"}
-        ),
-        "max_tokens": integer(
-            1,
-            default=defaults.config.max_new_tokens,
-            description="the answer's cap (the chain runs to the next whole block)",
-        ),
-        "n": integer(1, maximum=defaults.max_n, default=1, description="chains per prompt"),
-        "seed": integer(0, description="the run seed (default: the server's, else a fresh one, returned)"),
-        "stop": {
-            "anyOf": [
-                {"type": "string", "minLength": 1},
-                {"type": "array", "items": {"type": "string", "minLength": 1}},
-                NULL,
-            ],
-            "description": "the text ends before the first of these strings",
-        },
-        "stream": {"type": "boolean", "default": False},
-        "stream_options": nullable(
-            {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {"include_usage": {"type": "boolean"}, "continuous_usage_stats": {"type": "boolean"}},
-                "description": "only with `stream: true`",
-            }
-        ),
-        "return_token_ids": {"type": "boolean", "default": False},
-        "logit_bias": nullable(
-            {
-                **text_map,
-                "additionalProperties": {"type": "number"},
-                "maxProperties": 0,
-                "description": "not supported: only empty",
-            }
-        ),
-        "temperature": nullable(
-            {
-                "type": "number",
-                "minimum": 0,
-                "description": "t > 0 sets alpha = 1/t (not with another `alpha`); 0 keeps alpha",
-            }
-        ),
-        "top_p": nullable({"type": "number", "minimum": 1, "maximum": 1, "description": "only 1"}),
-        "presence_penalty": nullable({"type": "number", "minimum": 0, "maximum": 0, "description": "only 0"}),
-        "frequency_penalty": nullable({"type": "number", "minimum": 0, "maximum": 0, "description": "only 0"}),
-        "user": nullable({"type": "string"}),
-        "metadata": nullable(text_map),
-        "store": nullable({"type": "boolean"}),
-        "service_tier": nullable({"type": "string"}),
-        "parallel_tool_calls": nullable({"type": "boolean"}),
-    }
-
-
-def _token_ids(service: Service, *, min_items: int = 1) -> dict[str, Any]:
-    vocab = service.engine.capabilities.vocab_size
-    return {"type": "array", "minItems": min_items, "items": {"type": "integer", "minimum": 0, "maximum": vocab - 1}}
-
-
-def messages_schema() -> dict[str, Any]:
-    """Chat ``messages``: turns of a role and text (a string or text parts)."""
-    part = {
-        "type": "object",
-        "required": ["type", "text"],
-        "additionalProperties": False,
-        "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}},
-    }
-    message = {
-        "type": "object",
-        "required": ["role", "content"],
-        "properties": {
-            "role": {"type": "string", "enum": list(ROLES)},
-            "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part}]},
-            "name": {"type": "string"},
-        },
-    }
-    return {"type": "array", "minItems": 1, "items": message}
-
-
 def request_schema(service: Service, kind: str) -> dict[str, Any]:
-    """The request body of ``kind`` ("completions" or "chat"): one variant per registered
-    kernel (``method``), each with the kernel's own parameters and no other kernel's."""
-    ids, text = _token_ids(service), {"type": "string", "minLength": 1}
-    known = _common(service) | power_schemas(config_options(service.defaults.config, service.defaults.presto))
-    if kind == "chat":
-        known |= {
-            "messages": messages_schema(),
-            "max_completion_tokens": nullable({"type": "integer", "minimum": 1, "description": "max_tokens' new name"}),
-            "logprobs": nullable({"type": "boolean", "description": "each answer token's log p0"}),
-            "top_logprobs": nullable(
-                {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": MAX_LOGPROBS,
-                    "description": "with `logprobs: true`; a sampled answer has no alternatives: 0",
-                }
-            ),
-            "tools": nullable({"type": "array", "maxItems": 0, "description": "not supported: only empty"}),
-            "tool_choice": {"enum": ["none", None]},
-            "response_format": nullable(
-                {
-                    "type": "object",
-                    "required": ["type"],
-                    "additionalProperties": False,
-                    "properties": {"type": {"type": "string", "enum": ["text"]}},
-                }
-            ),
-        }
-        required = ["messages"]
-    else:
-        known |= {
-            "prompt": {
-                "anyOf": [text, ids, {"type": "array", "minItems": 1, "items": {"anyOf": [text, ids]}}],
-                "description": "a string, a list of token ids, or a list of either (one entry per prompt)",
-            },
-            "max_tokens": nullable(
-                {
-                    "type": "integer",
-                    "minimum": 0,
-                    "default": service.defaults.config.max_new_tokens,
-                    "description": "the answer's cap (the chain runs to the next whole block); 0 or 1 "
-                    "with `echo` and `logprobs` (the prompt scored)",
-                }
-            ),
-            "logprobs": nullable(
-                {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": MAX_LOGPROBS,
-                    "description": "log p0 of each answer token; k > 0 alternatives only with `echo`",
-                }
-            ),
-            "echo": {
-                "type": "boolean",
-                "default": False,
-                "description": "the prompt before the answer; with `logprobs`: the prompt scored",
-            },
-            "best_of": nullable({"type": "integer", "minimum": 1, "description": "only equal to `n`"}),
-            "suffix": {**NULL, "description": "not supported"},
-        }
-        required = ["prompt"]
-    accepted = fields(kind)
-    properties = {name: known.get(name, {}) for name in sorted(accepted)}  # {}: a field added without a schema here
-    for name in IGNORED & accepted:
-        properties[name] = {**properties[name], "description": properties[name].get("description", "ignored")}
+    """The request body of ``kind`` ("completions" or "chat"), each field's schema from its
+    declaration (:func:`~.request.request_fields`): one variant per registered kernel
+    (``method``), each with the kernel's own parameters and no other kernel's."""
+    served = Served(service.defaults, service.model, service.engine.capabilities.vocab_size)
+    properties = {f.name: f.document(served, kind) for f in request_fields(kind)}
+    required = ["messages" if kind == "chat" else "prompt"]
     return {"type": "object", "anyOf": _kernel_variants(properties, required, service.defaults.config.kernel)}
 
 
@@ -327,7 +113,8 @@ def _operation(
 def openapi_schema(service: Service, limits: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the app serving ``service`` (see the module docstring for ``limits``)."""
     sampling_errors = ("400", "404", "429", "4XX", "5XX")
-    chat_messages = messages_schema()
+    served = Served(service.defaults, service.model, service.engine.capabilities.vocab_size)
+    chat_messages = messages_schema(served)
     tokenize = {
         "type": "object",
         "additionalProperties": False,
@@ -342,7 +129,7 @@ def openapi_schema(service: Service, limits: Mapping[str, Mapping[str, Any]] | N
         "type": "object",
         "required": ["tokens"],
         "additionalProperties": False,
-        "properties": {"tokens": _token_ids(service, min_items=0)},
+        "properties": {"tokens": token_ids_schema(served, min_items=0)},
     }
     completions, chat = request_schema(service, "completions"), request_schema(service, "chat")
     if limits:

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..engines.text import TextView
-from .params import ChainJob
+from .parse import ChainJob
 from .service import Choice
 
 ERROR_TYPES = {

@@ -27,9 +27,9 @@ from ..methods import SampleResult
 from ..offers import Lane
 from ..pool import ChainPool, GuardedEngine, Ticket
 from ..samplers import Sampler
-from .params import LENGTH, ChainJob, Defaults, ParamError, request_error
+from .parse import ChainJob, request_error
+from .request import LENGTH, ROLES, Defaults, ParamError
 
-ROLES = ("system", "developer", "user", "assistant")
 SAMPLERS_KEPT = 32
 """Samplers kept (one per distinct request config, least recently used dropped first)."""
 

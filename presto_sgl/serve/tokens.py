@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .params import ParamError, token_ids
+from .request import ParamError
+from .schema import token_ids
 from .service import Service
 
 

@@ -20,7 +20,7 @@ from presto_sgl.engines.base import Engine
 from presto_sgl.pool import ChainPool
 from presto_sgl.scheduler import Scheduler
 from presto_sgl.serve.app import AppOptions, create_app
-from presto_sgl.serve.params import Defaults
+from presto_sgl.serve.request import Defaults
 from presto_sgl.serve.service import Service
 
 from .mutants import cli_command

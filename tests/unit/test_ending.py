@@ -17,7 +17,8 @@ from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import PowerMHKernel
 from presto_sgl.kernels.mh import UniformCut
 from presto_sgl.kernels.powermh import PowerMHParams
-from presto_sgl.serve.params import Defaults, parse
+from presto_sgl.serve.parse import parse
+from presto_sgl.serve.request import Defaults
 
 
 def completion(tokens) -> Completion:

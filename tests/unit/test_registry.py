@@ -18,7 +18,8 @@ from presto_sgl.config import parameters, sampling_configs
 from presto_sgl.fields import Validated, integer, option
 from presto_sgl.frontend import method_config, power_gen
 from presto_sgl.kernels.powermh import PowerMHKernel
-from presto_sgl.serve.params import Defaults, ParamError, fields, parse
+from presto_sgl.serve.parse import parse
+from presto_sgl.serve.request import Defaults, ParamError, fields
 from presto_sgl.trace import read_trace
 
 

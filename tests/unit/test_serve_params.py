@@ -7,7 +7,8 @@ import pytest
 
 from presto_sgl.cli.main import main
 from presto_sgl.config import sampling_configs
-from presto_sgl.serve.params import Defaults, ParamError, parse
+from presto_sgl.serve.parse import parse
+from presto_sgl.serve.request import Defaults, ParamError
 
 DEFAULTS = Defaults(*sampling_configs("step", max_new_tokens=32, block_size=16, steps=5, budget=10), seed=7, max_n=4)
 

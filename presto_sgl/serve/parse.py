@@ -1,0 +1,197 @@
+"""A request body -> a validated :class:`ChainJob` (the chains it asks for), or a
+:class:`~.request.ParamError` naming the field (HTTP 400): each field checked by its
+declaration in the request model (:mod:`.request`), then what the server checks across
+fields, and the power-sampling fields applied to the server's configs as a typed replace
+(:func:`presto_sgl.config.with_options`), whose ConfigError is told in the request's names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import PowerConfig, PrestoConfig, capped_blocks, with_options
+from ..errors import ConfigError
+from ..fields import TEMPERATURE_RANGE
+from .request import LENGTH, OPENAI, Defaults, ParamError, Served, power_fields, request_fields
+from .schema import describe, token_ids, whole
+
+
+@dataclass(frozen=True)
+class ChainJob:
+    """What one request asks for: ``n`` chains per prompt of ``config`` / ``presto``."""
+
+    kind: str  # "completions" or "chat"
+    prompts: tuple[Any, ...]  # completions: str or token ids each; chat: one message list
+    n: int
+    config: PowerConfig
+    presto: PrestoConfig
+    seed: int | None
+    stop: tuple[str, ...]
+    stream: bool
+    return_token_ids: bool
+    max_tokens: int = 16  # the answer's cap (T = config.max_new_tokens: the next multiple of the block size)
+    logprobs: int | None = None  # None: none; k: log p0 of each token and its k top alternatives
+    echo: bool = False  # completions: the prompt before the answer
+    include_usage: bool = True  # a stream's usage chunk (stream_options.include_usage)
+
+    @property
+    def scoring(self) -> bool:
+        """``echo`` with ``logprobs``: the prompt scored in one pass, no power sampling."""
+        return self.echo and self.logprobs is not None
+
+
+def request_error(exc: ConfigError, names: Mapping[str, str]) -> ParamError:
+    """A library ConfigError as a ParamError: its parameters told as request fields (``names``
+    maps the library's names that differ, e.g. max_new_tokens -> max_tokens)."""
+    field = lambda p: names.get(p, p)  # noqa: E731
+    return ParamError(field(exc.param) if exc.param else None, exc.render(field))
+
+
+def _checked(body: Mapping[str, Any], kind: str, served: Served) -> dict[str, Any]:
+    """The body's non-null fields, each valid by its declaration; unknown fields refused."""
+    declared = request_fields(kind)
+    known = {f.name for f in declared}
+    unknown = sorted(set(body) - known)
+    if unknown:
+        listed = [f.name for f in power_fields() if f.name != "sampler"] + ["seed", "max_tokens"]
+        raise ParamError(
+            unknown[0], f"unrecognized request field `{unknown[0]}`; the power-sampling fields are {listed}"
+        )
+    for f in declared:
+        if f.checked and body.get(f.name) is not None:
+            f.check(body[f.name], served, kind)
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _temperature(t: float | None, overrides: dict[str, Any], names: dict[str, str]) -> None:
+    """``temperature`` t > 0 sets alpha = 1/t (the target p0^alpha is p0 at sequence-level
+    temperature 1/alpha); t = 0, what harnesses send for greedy decoding, keeps the configured
+    alpha (the sharpest target configured); absent, likewise."""
+    if not t:
+        return
+    low, high = TEMPERATURE_RANGE
+    if not low <= t <= high:
+        raise ParamError(
+            "temperature",
+            f"`temperature` (={t!r}) must be 0 or in [{low:g}, {high:g}] (it sets alpha = "
+            "1/temperature, and the proposal temperature 1/alpha must be in that range)",
+        )
+    alpha = 1.0 / t
+    if "alpha" in overrides and abs(float(overrides["alpha"]) - alpha) > 1e-9 * alpha:
+        raise ParamError(
+            "temperature",
+            f"`temperature` (={t!r}) sets alpha = 1/temperature = {alpha:g}, but `alpha` "
+            f"(={overrides['alpha']!r}) is sent too; send one of them",
+        )
+    if "alpha" not in overrides:
+        overrides["alpha"], names["alpha"] = alpha, "temperature"
+
+
+def _length(cap: int | None, field: str, defaults: Defaults, overrides: dict[str, Any], scoring: bool) -> int:
+    """The answer's cap ``max_tokens`` (0 or 1 when scoring); sets the chain's length T, the
+    smallest multiple of the block size >= the cap, with the block size min(the request's or
+    else the server's, cap) (:func:`~presto_sgl.config.capped_blocks`)."""
+    if scoring:
+        cap = cap or 0
+        if cap > 1:
+            raise ParamError(
+                field,
+                f"`{field}` (={cap}) must be 0 or 1 with `echo` and `logprobs`: the prompt is "
+                "scored in one pass (no power sampling), plus the greedy next token when 1",
+            )
+        return cap
+    cap = defaults.config.max_new_tokens if cap is None else cap
+    if cap < 1:
+        raise ParamError(field, f"`{field}` (={cap}) must be an integer >= 1 (0 only with `echo` and `logprobs`)")
+    block = overrides.setdefault("block_size", defaults.config.block_size)
+    if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
+        overrides[LENGTH], overrides["block_size"] = capped_blocks(cap, block)
+    else:
+        overrides[LENGTH] = cap
+    return cap
+
+
+def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None) -> ChainJob:
+    """The validated job of a request ``body`` of ``kind`` ("completions" or "chat"): each field
+    checked by its declaration, then what the server checks across fields."""
+    if not isinstance(body, dict):
+        raise ParamError(None, "the request body must be a JSON object")
+    given = _checked(body, kind, Served(defaults, vocab=vocab))
+    main = "messages" if kind == "chat" else "prompt"
+    if main not in given:
+        schema = next(f for f in OPENAI if f.name == main).schema(Served(defaults), kind)
+        raise ParamError(main, f"`{main}` is required: {describe(schema)}")
+    if kind == "chat":
+        prompts: tuple[Any, ...] = (given["messages"],)
+    else:
+        prompt = given["prompt"]
+        entries = [prompt] if isinstance(prompt, str) or whole(prompt[0]) is not None else prompt
+        prompts = tuple(p if isinstance(p, str) else token_ids(p) for p in entries)
+    n = whole(given.get("n", 1)) or 1
+    if given.get("best_of", n) != n:
+        raise ParamError("best_of", "`best_of` is not supported; power sampling returns each of its `n` chains")
+    stream = bool(given.get("stream"))
+    if "stream_options" in given and not stream:
+        raise ParamError("stream_options", "`stream_options` applies only with `stream: true`")
+    logprobs = _logprob_count(given, kind)
+    echo = bool(given.get("echo"))
+    scoring = echo and logprobs is not None
+    if scoring and n != 1:
+        raise ParamError("n", f"`n` (={n}) must be 1 with `echo` and `logprobs` (the prompt is scored once)")
+    if logprobs and not scoring:
+        field = "logprobs" if kind == "completions" else "top_logprobs"
+        raise ParamError(
+            field,
+            f"`{field}` (={logprobs}) asks for top alternatives, which a power-sampling chain does "
+            f"not keep; send {'`logprobs: 0`' if kind == 'completions' else '`top_logprobs: 0`'} for "
+            "the log p0 of each answer token, or `echo: true` with `logprobs` to score a prompt",
+        )
+    length = "max_completion_tokens" if "max_completion_tokens" in given else "max_tokens"
+    method_field = "sampler" if "sampler" in given and "method" not in given else "method"
+    names = {LENGTH: length, "kernel": method_field, "method": method_field}
+    overrides = {f.name: given[f.name] for f in power_fields() if f.name in given and f.name != "sampler"}
+    if method_field in given:
+        overrides.pop("method", None)
+        overrides["kernel"] = given[method_field]
+    overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
+    _temperature(given.get("temperature"), overrides, names)
+    cap = whole(given[length]) if length in given else None
+    max_tokens = _length(cap, length, defaults, overrides, scoring)
+    if scoring:
+        config, presto = defaults.config, defaults.presto
+    else:
+        try:
+            config, presto = with_options(defaults.config, defaults.presto, overrides)
+        except ConfigError as exc:
+            raise request_error(exc, names) from None
+    seed = whole(given["seed"]) if "seed" in given else defaults.seed
+    include_usage = bool(given.get("stream_options", {}).get("include_usage", False)) if stream else True
+    stop = given.get("stop", ())
+    return ChainJob(
+        kind,
+        prompts,
+        n,
+        config,
+        presto,
+        seed,
+        (stop,) if isinstance(stop, str) else tuple(stop),
+        stream,
+        bool(given.get("return_token_ids")),
+        max_tokens,
+        logprobs,
+        echo,
+        include_usage,
+    )
+
+
+def _logprob_count(given: Mapping[str, Any], kind: str) -> int | None:
+    """How many top alternatives per token (None: no log-probs). Completions: ``logprobs`` k;
+    chat: ``logprobs`` true, with ``top_logprobs`` k (0 unless given)."""
+    if kind == "completions":
+        return whole(given["logprobs"]) if "logprobs" in given else None
+    on = bool(given.get("logprobs"))
+    if "top_logprobs" in given and not on:
+        raise ParamError("top_logprobs", "`top_logprobs` needs `logprobs: true`")
+    return (whole(given.get("top_logprobs", 0)) or 0) if on else None
