@@ -24,7 +24,7 @@ import time
 
 from presto_sgl import Sampler, TraceWriter, read_trace, sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl.planners import CostAwareStepPlanner, RoundFeedback
+from presto_sgl.planners import CostAware, RolloutPolicy, RoundFeedback, StepPlanner
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor import ConstantPredictor, OnlinePredictor, load_predictor
 
@@ -55,12 +55,14 @@ class PlanTimer:
             self.plans += 1
 
 
-class ClockedPlanner(CostAwareStepPlanner):
-    """A cost-aware planner whose feedback carries the synthetic law's call time. Its
-    per-run copies (:meth:`CostAwareStepPlanner.for_run`) share the law and the timer."""
+class ClockedPlanner(CostAware):
+    """The step rule with the rollout budget (``RolloutPolicy``'s arguments), its feedback
+    carrying the synthetic law's call time. Its per-run copies (:meth:`CostAware.for_run`)
+    share the law and the timer."""
 
     def __init__(self, law, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+        self.rollout = RolloutPolicy(*args, **kwargs)
+        super().__init__(StepPlanner(), self.rollout)
         self.law = law
         self.timer = PlanTimer()
 
@@ -142,7 +144,7 @@ def main() -> None:
             notes.append(
                 f"rollout@{N}: {len(calls)} calls, mean n {sum(sizes) / len(sizes):.1f}, "
                 f"plan {1e3 * planner.timer.seconds / max(planner.timer.plans, 1):.1f} ms/call, "
-                f"match {planner.match:.2f}"
+                f"match {planner.rollout.match:.2f}"
             )
         best = max(range(len(FIXED)), key=lambda j: row[j])
         print(f"{law_name:<14}" + "".join(f"{x:>10.3f}" for x in row) + f"{'fix' + str(FIXED[best]):>10}")

@@ -147,10 +147,10 @@ class PrestoConfig(Validated):
     selects the path-keyed requests that maximize the predicted reaching weight (paper
     Eq. 19); ``step`` issues one shared request per depth (step keys) and carries valid
     proposals over rounds. ``cost_aware`` (any PreSTO rule) picks the number of requests per
-    call, up to ``budget``, from a fitted time-per-call model: for ``step`` the number of
-    depths that minimizes the predicted call time to finish the stage (a rollout;
-    :mod:`presto_sgl.planners.costaware`), for ``bfs`` and ``predictive`` the budget of the
-    best predicted transitions per second (:mod:`presto_sgl.planners.pathcost`). ``predictor`` is
+    call, up to ``budget``, from a fitted time-per-call model (a budget policy composed with
+    the rule, :mod:`presto_sgl.planners.budget`): where proposals carry over (``step``) the
+    number of depths that minimizes the predicted call time to finish the stage (a rollout),
+    where rounds renew (``bfs``, ``predictive``) the best predicted transitions per second. ``predictor`` is
     "default" (shipped with the package) or the path of a saved predictor; ``online``
     refits it on the decisions the run has already scored.
     """

@@ -47,8 +47,9 @@ class KernelSpec:
 class RuleSpec:
     name: str
     keying: Keying | None  # the keys the rule couples with (None: either; docs/design.md §4)
-    planner: Callable[[Any], Any]  # PrestoConfig -> the Planner
+    planner: Callable[[Any], Any]  # the predictor (or None) -> the rule's Planner, with a fixed budget
     doc: str
+    predicts: bool = False  # the rule needs a predictor with a fixed budget too (a cost-aware budget always has one)
 
 
 @dataclass(frozen=True)
@@ -141,11 +142,6 @@ def make_kernel(config: Any) -> Any:
             "field); use {target='fixed'} or a kernel that has one (powermh, entropycut, multitry)",
         )
     return dataclasses.replace(kernel, ends=True)
-
-
-def make_planner(presto: Any) -> Any:
-    """The planner of a PrestoConfig's ``rule``."""
-    return RULES[presto.rule].planner(presto)
 
 
 def current_record(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from .executor import OnTransition, Recorder, StageExecutor
 from .kernels.base import Kernel
 from .keys import ChainKeys
 from .methods import MethodBase, SampleResult, check_seed, extend
-from .planners import Planner
-from .registry import make_kernel, make_planner
+from .planners import Planner, make_planner
+from .registry import make_kernel
 from .resume import Checkpoint
 from .state import ChainState
 from .trace import TraceWriter

@@ -1,56 +1,34 @@
-"""Engines by name (``--engine``): builders from the parsed arguments."""
+"""Engines by name (``--engine``): builders from the parsed arguments, generated from the
+engine catalog's declared options (:mod:`presto_sgl.engines.catalog`)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 
+from ..engines import catalog
 from ..engines.base import Engine
+from ..fields import params_of
 
 
-def _reference_engine(args: argparse.Namespace) -> Engine:
-    from ..engines.reference import ReferenceEngine, ReferenceLM
-
-    return ReferenceEngine(ReferenceLM(args.vocab_size, seed=args.model_seed))
-
-
-def _embedded_engine(args: argparse.Namespace) -> Engine:
-    from .. import models
-
-    try:
-        return models.embedded_engine(args.model, device=args.device, dtype=args.dtype, tokenizer=args.tokenizer)
-    except (FileNotFoundError, OSError) as exc:
-        raise ValueError(f"`--model` {args.model!r}: {exc}") from None
+def engine_flags() -> dict[str, list[tuple[str, object]]]:
+    """Each engine option's name -> (engine, its default) of every engine that declares it."""
+    out: dict[str, list[tuple[str, object]]] = {}
+    for spec in catalog.ENGINES.values():
+        for p in params_of(spec.options):
+            out.setdefault(p.name, []).append((spec.name, p.default))
+    return out
 
 
-def _sglang_engine(args: argparse.Namespace) -> Engine:
-    from ..engines.sglang.http import SGLangEngine
+def _builder(spec: catalog.EngineSpec) -> Callable[[argparse.Namespace], Engine]:
+    def build(args: argparse.Namespace) -> Engine:
+        given = {name: getattr(args, name) for name in engine_flags() if getattr(args, name, None) is not None}
+        return spec.create(**given)
 
-    return SGLangEngine(
-        args.url or "http://127.0.0.1:30000",
-        mode=args.server_mode,
-        timeout_s=args.timeout,
-        restart_timeout_s=args.restart_timeout,
-        tokenizer=args.tokenizer,
-    )
-
-
-def _vllm_engine(args: argparse.Namespace) -> Engine:
-    from ..engines.vllm.http import VLLMEngine
-
-    return VLLMEngine(
-        args.url or "http://127.0.0.1:8000",
-        mode=args.server_mode,
-        timeout_s=args.timeout,
-        restart_timeout_s=args.restart_timeout,
-        tokenizer=args.tokenizer,
-    )
+    return build
 
 
 ENGINES: dict[str, Callable[[argparse.Namespace], Engine]] = {
-    "embedded": _embedded_engine,
-    "reference": _reference_engine,
-    "sglang": _sglang_engine,
-    "vllm": _vllm_engine,
+    name: _builder(spec) for name, spec in catalog.ENGINES.items()
 }
-"""Engine name -> builder from the parsed arguments. Add new engines here."""
+"""Engine name -> builder from the parsed arguments (a flag left out: the engine's default)."""

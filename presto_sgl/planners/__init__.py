@@ -1,71 +1,112 @@
-"""Planners: which requests a round sends (docs/design.md §5); a rule's entry in
-:mod:`presto_sgl.registry` picks one (:func:`presto_sgl.registry.make_planner`).
+"""Planners: which requests a round sends (docs/design.md §5). A planner is a rule x a budget
+policy (:func:`.budget.make_planner`, from a rule's entry in :mod:`presto_sgl.registry`):
 
-* ``sequential`` -- the next decision only (PowerMH, paper Alg. 1): :mod:`.base`;
-* ``bfs`` -- the paper's breadth-first rule: :mod:`.bfs`;
-* ``predictive`` -- the paper's DP over predicted branch probabilities: :mod:`.predictive`;
-* ``step`` -- one shared request per depth with carry-over: :mod:`.step`; with
-  ``cost_aware`` the number per call by rollout: :mod:`.costaware`;
-* ``bfs`` / ``predictive`` with ``cost_aware`` -- the budget of the best predicted
-  transitions per second: :mod:`.pathcost`.
+* the rules, each ranking its batch (:meth:`Planner.ranked`): ``sequential`` -- the next
+  decision only (PowerMH, paper Alg. 1): :mod:`.base`; ``bfs`` -- the paper's breadth-first
+  rule: :mod:`.bfs`; ``predictive`` -- the paper's DP over predicted branch probabilities:
+  :mod:`.predictive`; ``step`` -- one shared request per depth with carry-over: :mod:`.step`;
+* the budget: fixed (the rule alone) or ``cost_aware`` (:class:`.budget.CostAware`): the
+  best predicted rate where rounds renew (:class:`.budget.RatePolicy`), a rollout where
+  proposals carry over (:class:`.costaware.RolloutPolicy`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import warnings
+from typing import TYPE_CHECKING, Any
 
+from .. import registry
 from ..config import PrestoConfig
 from ..registry import RuleSpec, register_rule
 from .base import PlannedRequest, Planner, PlanOffer, RoundContext, RoundFeedback, SequentialPlanner
 from .bfs import BFSPlanner
-from .costaware import CostAwareStepPlanner
-from .pathcost import CostAwarePathPlanner
+from .budget import BudgetPolicy, CostAware, RatePolicy
+from .costaware import RolloutPolicy
 from .predictive import PredictivePlanner
 from .step import StepPlanner
+from .timemodel import CallTimeModel
 
 if TYPE_CHECKING:
     from ..predictor.certainty import Predictor
 
 __all__ = [
     "BFSPlanner",
-    "CostAwarePathPlanner",
-    "CostAwareStepPlanner",
+    "BudgetPolicy",
+    "CostAware",
     "PlanOffer",
     "PlannedRequest",
     "Planner",
     "PredictivePlanner",
+    "RatePolicy",
+    "RolloutPolicy",
     "RoundContext",
     "RoundFeedback",
     "SequentialPlanner",
     "StepPlanner",
+    "make_planner",
 ]
 
 
-def _predictor(presto: PrestoConfig) -> Predictor:
+def make_planner(
+    presto: PrestoConfig, *, predictor: Predictor | None = None, time_model: CallTimeModel | None = None
+) -> Planner:
+    """The planner of ``presto``: its rule (:mod:`presto_sgl.registry`) with a fixed budget, or
+    with ``cost_aware`` a :class:`CostAware` one: a rollout where the rule's proposals carry
+    over, else the best rate. ``predictor`` (default: the config's, loaded) is shared by the
+    rule and the policy (a rule that needs none with a fixed budget gets none); ``time_model``
+    (default: a fresh one) is the policy's."""
     from ..predictor import load_predictor
 
-    return load_predictor(presto.predictor, online=presto.online)
+    spec = registry.RULES[presto.rule]
+    if not (presto.cost_aware or spec.predicts):
+        return spec.planner(None)  # type: ignore[no-any-return]  # a RuleSpec's factory makes a Planner
+    if predictor is None:
+        predictor = load_predictor(presto.predictor, online=presto.online)
+    rule: Planner = spec.planner(predictor)
+    if not presto.cost_aware:
+        return rule
+    policy: BudgetPolicy = RolloutPolicy(predictor, time_model) if rule.carries_over else RatePolicy(time_model)
+    return CostAware(rule, policy, predictor)
 
 
-def _bfs(presto: PrestoConfig) -> Planner:
-    return CostAwarePathPlanner("bfs", _predictor(presto)) if presto.cost_aware else BFSPlanner()
+def _needs(predictor: Predictor | None) -> Predictor:
+    if predictor is None:
+        raise ValueError("the predictive rule needs a predictor")
+    return predictor
 
 
-def _predictive(presto: PrestoConfig) -> Planner:
-    return (
-        CostAwarePathPlanner("predictive", _predictor(presto))
-        if presto.cost_aware
-        else PredictivePlanner(_predictor(presto))
-    )
-
-
-def _step(presto: PrestoConfig) -> Planner:
-    return CostAwareStepPlanner(_predictor(presto)) if presto.cost_aware else StepPlanner()
-
-
+register_rule(RuleSpec("sequential", None, lambda p: SequentialPlanner(), "PowerMH, one model call per transition"))
+register_rule(RuleSpec("bfs", "path", BFSPlanner, "the paper's breadth-first rule over the path-keyed tree"))
 register_rule(
-    RuleSpec("sequential", None, lambda presto: SequentialPlanner(), "PowerMH, one model call per transition")
+    RuleSpec(
+        "predictive",
+        "path",
+        lambda p: PredictivePlanner(_needs(p)),
+        "the paper's DP over predicted branch probabilities",
+        predicts=True,
+    )
 )
-register_rule(RuleSpec("bfs", "path", _bfs, "the paper's breadth-first rule over the path-keyed tree"))
-register_rule(RuleSpec("predictive", "path", _predictive, "the paper's DP over predicted branch probabilities"))
-register_rule(RuleSpec("step", "step", _step, "one shared request per depth, valid proposals carried over rounds"))
+register_rule(
+    RuleSpec(
+        "step", "step", lambda p: StepPlanner(), "one shared request per depth, valid proposals carried over rounds"
+    )
+)
+
+_RENAMED = {
+    "CostAwareStepPlanner": "CostAware(StepPlanner(), RolloutPolicy(predictor, ...))",
+    "CostAwarePathPlanner": "CostAware(BFSPlanner(predictor), RatePolicy(...)) (or PredictivePlanner(predictor))",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The cost-aware planner classes of before the budget policies: a deprecation naming the
+    composition (every rule x budget is :func:`make_planner`)."""
+    if name in _RENAMED:
+        warnings.warn(
+            f"presto_sgl.planners.{name} was removed: a cost-aware planner is a rule x a budget policy, "
+            f"{_RENAMED[name]}, or make_planner(PrestoConfig(rule, cost_aware=True))",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        raise AttributeError(f"presto_sgl.planners.{name} was removed; use {_RENAMED[name]}")
+    raise AttributeError(f"module 'presto_sgl.planners' has no attribute {name!r}")

@@ -120,9 +120,15 @@ class Planner(Protocol):
 
     def plan(self, ctx: RoundContext) -> list[PlannedRequest]: ...
 
+    def ranked(self, ctx: RoundContext) -> PlanOffer:
+        """The rule's batch (up to the budget) in an order whose every prefix is a valid batch,
+        with V(n) when the rule values it: what a budget policy cuts (:mod:`.budget`)."""
+        ...
+
     def offer(self, ctx: RoundContext) -> PlanOffer:
-        """What the round could send, for a shared scheduler; a planner that predicts nothing
-        offers its plan whole (:class:`Stateless`)."""
+        """What the round could send, for a shared scheduler: a fixed budget offers its plan
+        whole, with no values (:class:`Stateless`); a cost-aware one its ranked batch, values
+        and pick (:class:`~.budget.CostAware`)."""
         ...
 
     def observe(self, feedback: RoundFeedback) -> None: ...
@@ -140,6 +146,9 @@ class Stateless:
 
     def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
         raise NotImplementedError
+
+    def ranked(self, ctx: RoundContext) -> PlanOffer:
+        return PlanOffer(self.plan(ctx))
 
     def offer(self, ctx: RoundContext) -> PlanOffer:
         return PlanOffer(self.plan(ctx))

@@ -1,7 +1,8 @@
-"""Cost-aware budget for step-keyed planning: requests per call by rollout (docs/design.md §5).
+"""The rollout budget policy, for rules whose proposals carry over (step keys): requests per
+call by rollout (docs/design.md §5; the policies: :mod:`.budget`).
 
 The step rule (:class:`~presto_sgl.planners.step.StepPlanner`) requests the first
-N = budget depths without a carried-over proposal. This planner sends a prefix of that
+N = budget depths without a carried-over proposal. This policy sends a prefix of that
 batch, the first n* requests. A stage has a fixed number of transitions (K), so
 maximizing transitions per second means minimizing the call time to finish the stage.
 A one-step lookahead with a fixed-budget base policy:
@@ -47,7 +48,6 @@ from __future__ import annotations
 import collections
 import copy
 import itertools
-import math
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -55,8 +55,8 @@ from typing import cast
 
 from ..predictor.certainty import Predictor, h_plus
 from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback
+from .budget import explored
 from .rollout import Outcome, RoundModel
-from .step import StepPlanner
 from .timemodel import EXPLORE, CallTimeModel
 
 BASES = (1, 2, 4, 8, 16)
@@ -114,15 +114,13 @@ class EndLengths:
         return draw
 
 
-class CostAwareStepPlanner(StepPlanner):
-    """The step rule's batch cut to the n* requests of the rollout (module docstring).
+class RolloutPolicy:
+    """The step rule's budget: the n* requests of the rollout (module docstring).
 
     The object a sampler holds owns what is learned across runs: the predictor, the
-    call-time model and the match rate. :meth:`for_run` gives a planner with the same
+    call-time model and the match rate. :meth:`for_run` gives a policy with the same
     learners and fresh round state (the previous root it learns the match rate from).
     """
-
-    time_model: CallTimeModel
 
     def __init__(
         self,
@@ -147,8 +145,8 @@ class CostAwareStepPlanner(StepPlanner):
         self.last_base: int | None = None  # b* of the last rollout choice (diagnostics)
         self._previous: RoundContext | None = None
 
-    def for_run(self) -> CostAwareStepPlanner:
-        """A planner for one chain's run: every learner and setting shared (a subclass's
+    def for_run(self) -> RolloutPolicy:
+        """A policy for one chain's run: every learner and setting shared (a subclass's
         too), the round state fresh."""
         run = copy.copy(self)
         run._previous = None
@@ -216,12 +214,18 @@ class CostAwareStepPlanner(StepPlanner):
             Q.append(rm.expected_call_time(idx[:n], outcomes) + rm.expected_cost_to_go(after, outcomes, base))
         return base, Q
 
-    def choose(self, ctx: RoundContext, batch: Sequence[PlannedRequest]) -> int:
+    def choose(self, ctx: RoundContext, ranked: PlanOffer) -> int:
+        """n* of the step rule's batch (the first depths without a carried-over proposal),
+        after learning the match rate from the previous root to this one."""
+        self._learn_match(ctx)
+        return self.size(ctx, ranked.batch) if ranked.batch else 0
+
+    def size(self, ctx: RoundContext, batch: Sequence[PlannedRequest]) -> int:
         """n*: an exploration fraction during the first calls, else the rollout's argmin."""
         N = len(batch)
-        calls = self.time_model.calls
-        if calls < len(self.explore):
-            return max(1, math.ceil(self.explore[calls] * N))
+        n = explored(self.time_model.calls, self.explore, N)
+        if n is not None:
+            return n
         if N == 1:
             return 1
         self.last_base, Q = self.rollout_values(ctx, batch)
@@ -247,11 +251,6 @@ class CostAwareStepPlanner(StepPlanner):
             lcp += 1
         self.match_rate.add(lcp - m, lcp < T)
 
-    def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
-        self._learn_match(ctx)
-        batch = super().plan(ctx)
-        return batch[: self.choose(ctx, batch)] if batch else batch
-
     def use_probabilities(self, ctx: RoundContext, batch: Sequence[PlannedRequest]) -> list[float]:
         """P(the proposal of each batch request is used), this round or a later one of the
         stage: no accept at an earlier depth i invalidates it (c_d > c_i + G_i), whatever
@@ -269,21 +268,16 @@ class CostAwareStepPlanner(StepPlanner):
                     used[j] += w
         return used
 
-    def offer(self, ctx: RoundContext) -> PlanOffer:
-        """The full step batch, V(n) = sum of the first n use probabilities, and n*."""
-        self._learn_match(ctx)
-        batch = super().plan(ctx)
-        if not batch:
-            return PlanOffer(batch)
-        values = tuple(itertools.accumulate(self.use_probabilities(ctx, batch)))
-        return PlanOffer(batch, values, self.choose(ctx, batch))
+    def values(self, ctx: RoundContext, ranked: PlanOffer) -> tuple[float, ...]:
+        """V(n) = the sum of the first n use probabilities."""
+        return tuple(itertools.accumulate(self.use_probabilities(ctx, ranked.batch)))
 
     def observe(self, feedback: RoundFeedback) -> None:
         """Refit the time model on the call; under target="eos" add where its requests ended;
         pass the realized decisions to the predictor."""
         if feedback.requests and feedback.timed:
             self.time_model.observe([new for _, new in feedback.requests], feedback.time_s)
-        ctx = self._previous  # this round's context (set by plan/offer)
+        ctx = self._previous  # this round's context (set by choose)
         if feedback.requests and ctx is not None and ctx.ends:
             prompt = len(ctx.root.prompt)
             self.end_lengths.add(feedback.length, [(prefix - prompt, new) for prefix, new in feedback.requests])

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from ..config import Keying
 from ..predictor.certainty import Predictor, h_plus
-from .base import PlannedRequest, RoundContext, RoundFeedback, Stateless
+from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback, Stateless
 
 
 @dataclass
@@ -142,6 +142,13 @@ class PredictivePlanner(Stateless):
     def plan(self, ctx: RoundContext) -> list[PlannedRequest]:
         _, selection = allocate(candidate_tree(ctx, self.predictor, ctx.budget), ctx.budget)
         return [PlannedRequest(v.path, v.cut) for v in selection]
+
+    def ranked(self, ctx: RoundContext) -> PlanOffer:
+        """The candidates heaviest first: every prefix is an optimal selection of its size
+        (Pruning, above), so V(n) = V(root, n) is the sum of the first n weights."""
+        nodes = candidate_tree(ctx, self.predictor, ctx.budget)
+        batch = [PlannedRequest(v.path, v.cut) for v in nodes]
+        return PlanOffer(batch, tuple(itertools.accumulate(v.weight for v in nodes)))
 
     def observe(self, feedback: RoundFeedback) -> None:
         """Pass the realized decisions to the predictor as (c/T, eps-certainty class)."""

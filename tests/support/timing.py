@@ -5,13 +5,14 @@ exactness suites (stub predictor, synthetic clock) injected through ``planner=``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from presto_sgl import PowerConfig, PrestoConfig, Sampler
 from presto_sgl.engines.base import Engine
 from presto_sgl.kernels import Kernel
-from presto_sgl.planners import CostAwarePathPlanner, CostAwareStepPlanner, Planner
+from presto_sgl.planners import CostAware, Planner, RolloutPolicy, StepPlanner, make_planner
 from presto_sgl.planners.timemodel import CallTimeModel
-from presto_sgl.registry import make_planner
+from presto_sgl.predictor.certainty import Predictor
 from tests.support.predictors import CutPredictor, predictive_planner
 
 CPU_LAW = (0.02, 0.005, 0.06, 0.006, 0.03)
@@ -31,16 +32,17 @@ class SyntheticClock(CallTimeModel):
         super().observe(new_tokens, law_time(new_tokens))
 
 
+def rollout_planner(predictor: Predictor, *args: Any, **kwargs: Any) -> CostAware:
+    """The step rule with the rollout budget (:class:`RolloutPolicy`'s arguments)."""
+    return CostAware(StepPlanner(), RolloutPolicy(predictor, *args, **kwargs))
+
+
 def stub_planner(presto: PrestoConfig) -> Planner:
     """The planner of ``presto``; predictor-driven rules plan with a fresh :class:`CutPredictor`
     (and, cost-aware, a :class:`SyntheticClock`) instead of the shipped predictor."""
-    if presto.cost_aware and presto.rule in ("bfs", "predictive"):
-        return CostAwarePathPlanner(presto.rule, CutPredictor(), SyntheticClock())
-    if presto.rule == "predictive":
+    if presto.rule == "predictive" and not presto.cost_aware:
         return predictive_planner()
-    if presto.cost_aware:
-        return CostAwareStepPlanner(CutPredictor(), SyntheticClock())
-    return make_planner(presto)
+    return make_planner(presto, predictor=CutPredictor(), time_model=SyntheticClock())
 
 
 def presto_sampler(

@@ -19,15 +19,14 @@ from presto_sgl import ChainState, Sampler, TraceWriter, read_trace, sampling_co
 from presto_sgl.config import PrestoConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
-from presto_sgl.planners import CostAwareStepPlanner, RoundContext, RoundFeedback, StepPlanner
+from presto_sgl.planners import CostAware, RoundContext, RoundFeedback, StepPlanner, make_planner
 from presto_sgl.planners.costaware import BASES, EndLengths, MatchRate
 from presto_sgl.planners.timemodel import EXPLORE, MIN_TIME_S, CallTimeModel
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation, h_plus
 from presto_sgl.proposals import ProposalStore, StoredProposal
-from presto_sgl.registry import make_planner
 from tests.support.planning import KERNEL, Forced, random_context, random_theta
 from tests.support.predictors import CutPredictor
-from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampler
+from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampler, rollout_planner
 
 
 def brute_force_cost(
@@ -101,21 +100,21 @@ def test_rollout_values_match_brute_force(seed):
     predictor = CutPredictor() if seed % 2 else ConstantPredictor(0.5, 0.2, 0.3)
     model = CallTimeModel()
     model.theta = random_theta(rng)
-    planner = CostAwareStepPlanner(predictor, model, explore=(), horizon=100)
+    planner = rollout_planner(predictor, model, explore=(), horizon=100)
     batch = StepPlanner().plan(ctx)
     if not batch:
         return
-    outcomes = planner.model(ctx, batch)[0].exact_outcomes()
+    outcomes = planner.policy.model(ctx, batch)[0].exact_outcomes()
     N = len(batch)
     bases = sorted({b for b in BASES if b < N} | {N})
     J = {b: brute_force_rollout(ctx, batch[:b], b, model.theta, predictor) for b in bases}
     for b in bases:
-        base, Q = planner.rollout_values(ctx, batch, outcomes, base=b)
+        base, Q = planner.policy.rollout_values(ctx, batch, outcomes, base=b)
         assert base == b and len(Q) == N
         for n in range(1, N + 1):
             assert Q[n - 1] == pytest.approx(brute_force_rollout(ctx, batch[:n], b, model.theta, predictor), rel=1e-9)
         assert Q[b - 1] == pytest.approx(J[b], rel=1e-9)  # sending b then continuing at b is the fixed rule b
-    best, _ = planner.rollout_values(ctx, batch, outcomes)
+    best, _ = planner.policy.rollout_values(ctx, batch, outcomes)
     assert J[best] == pytest.approx(min(J.values()), rel=1e-9)
 
 
@@ -127,16 +126,16 @@ def test_rollout_values_price_sampled_lengths(seed):
     ctx = random_context(rng)
     model = CallTimeModel()
     model.theta = random_theta(rng)
-    planner = CostAwareStepPlanner(ConstantPredictor(0.5, 0.2, 0.3), model, explore=(), horizon=100)
+    planner = rollout_planner(ConstantPredictor(0.5, 0.2, 0.3), model, explore=(), horizon=100)
     batch = StepPlanner().plan(ctx)
     if not batch:
         return
-    rm = planner.model(ctx, batch)[0]
+    rm = planner.policy.model(ctx, batch)[0]
     bits = tuple(rng.randint(0, 1) for _ in range(ctx.remaining))
     new = tuple(rng.randint(1, 3 * ctx.root.length) for _ in range(rm.D))
     future = [(sum(b << i for i, b in enumerate(bits[: rm.D])), (0,) * rm.D, 1.0, new)]
     for b in sorted({b for b in BASES if b < len(batch)} | {len(batch)}):
-        _, Q = planner.rollout_values(ctx, batch, future, base=b)
+        _, Q = planner.policy.rollout_values(ctx, batch, future, base=b)
         for n in range(1, len(batch) + 1):
             assert Q[n - 1] == pytest.approx(brute_force_cost(ctx, batch[:n], b, model.theta, bits, new), rel=1e-9)
 
@@ -167,7 +166,7 @@ class Ending:
 def test_only_the_eos_target_learns_end_lengths_and_samples_them():
     eos = Ending()
     for kernel, learns in ((KERNEL, False), (eos, True)):
-        planner = CostAwareStepPlanner(ConstantPredictor(), SyntheticClock(), explore=())
+        planner = rollout_planner(ConstantPredictor(), SyntheticClock(), explore=())
         ctx = random_context(random.Random(1))
         ctx = RoundContext(ctx.root, "", ctx.k0, ctx.remaining, 8, ctx.draws, ctx.store, kernel, "step", 40)
         batch = StepPlanner().plan(ctx)
@@ -175,11 +174,11 @@ def test_only_the_eos_target_learns_end_lengths_and_samples_them():
             planner.plan(ctx)
             prompt = len(ctx.root.prompt)
             planner.observe(RoundFeedback(ctx.root.length, (), tuple((prompt + p.cut, 30 - p.cut) for p in batch), 1.0))
-        assert (len(planner.end_lengths._ratios) > 0) == learns
-        futures = planner.sampled_futures(ctx, planner.model(ctx, batch)[0])
+        assert (len(planner.policy.end_lengths._ratios) > 0) == learns
+        futures = planner.policy.sampled_futures(ctx, planner.policy.model(ctx, batch)[0])
         assert all((o[3] is not None) == learns for o in futures)
         if learns:  # every request ended 30 tokens into the response: r = 30 / L, so n = 30 - c
-            assert all(o[3] == tuple(30 - c for c in planner.model(ctx, batch)[0].cuts) for o in futures)
+            assert all(o[3] == tuple(30 - c for c in planner.policy.model(ctx, batch)[0].cuts) for o in futures)
 
 
 def test_rollout_choice_is_the_argmin_and_varies():
@@ -190,15 +189,15 @@ def test_rollout_choice_is_the_argmin_and_varies():
         ctx = random_context(rng)
         model = CallTimeModel()
         model.theta = random_theta(rng)
-        planner = CostAwareStepPlanner(CutPredictor(), model, explore=())
+        planner = rollout_planner(CutPredictor(), model, explore=())
         batch = StepPlanner().plan(ctx)
         got = planner.plan(ctx)
         assert got == batch[: len(got)]
         if len(batch) <= 1:
             assert len(got) == len(batch)
             continue
-        base, Q = planner.rollout_values(ctx, batch)
-        assert Q[len(got) - 1] == min(Q) and planner.last_base == base
+        base, Q = planner.policy.rollout_values(ctx, batch)
+        assert Q[len(got) - 1] == min(Q) and planner.policy.last_base == base
         assert planner.plan(ctx) == got  # same history, same sampled futures, same choice
         sizes.add((len(got), len(batch)))
     assert any(n < N for n, N in sizes) and any(n == N > 1 for n, N in sizes)
@@ -206,26 +205,26 @@ def test_rollout_choice_is_the_argmin_and_varies():
 
 def test_match_rate_is_learned_from_realized_roots():
     """Between two roots of a stage: smallest accepted cut m = 2, roots agree on 5 tokens: 3 matched."""
-    planner = CostAwareStepPlanner(ConstantPredictor(), explore=(1.0,) * 10)
+    planner = rollout_planner(ConstantPredictor(), explore=(1.0,) * 10)
     cuts = {0: 4, 1: 2, 2: 6, 3: 1, 4: 0}
     draws = lambda k: Forced(cuts[k])  # noqa: E731
     root = ChainState((99,), (0, 1, 2, 3, 4, 5, 6, 7), (0.0,) * 8, (0.0,) * 8)
     later = ChainState((99,), (0, 1, 2, 3, 4, 9, 9, 9), (0.0,) * 8, (0.0,) * 8)
     planner.plan(RoundContext(root, "", 0, 5, 3, draws, ProposalStore(), KERNEL, "step"))
-    assert planner.match == 0.0
+    assert planner.policy.match == 0.0
     planner.plan(RoundContext(later, "110", 3, 2, 3, draws, ProposalStore(), KERNEL, "step"))  # accepts at cuts 4 and 2
-    assert (planner.match_rate.tokens, planner.match_rate.ends) == (3, 1) and planner.match == 0.75
+    assert (planner.policy.match_rate.tokens, planner.policy.match_rate.ends) == (3, 1) and planner.policy.match == 0.75
     planner.plan(
         RoundContext(later, "1100", 4, 1, 3, draws, ProposalStore(), KERNEL, "step")
     )  # a reject: nothing to learn
-    assert planner.match == 0.75
+    assert planner.policy.match == 0.75
 
 
 def test_plan_is_a_prefix_of_the_step_rule_and_explores_first():
     for seed in range(30):
         ctx = random_context(random.Random(seed))
         batch = StepPlanner().plan(ctx)
-        planner = CostAwareStepPlanner(CutPredictor(), SyntheticClock())
+        planner = rollout_planner(CutPredictor(), SyntheticClock())
         for i in range(len(EXPLORE) + 3):
             got = planner.plan(ctx)
             assert got == batch[: len(got)] and (len(got) >= 1) == bool(batch)
@@ -258,7 +257,7 @@ def test_time_model_recovers_a_linear_law_and_stays_positive():
 
 def test_observe_feeds_the_time_model_and_the_predictor():
     predictor = CutPredictor()
-    planner = CostAwareStepPlanner(predictor, SyntheticClock())
+    planner = rollout_planner(predictor, SyntheticClock())
     planner.observe(RoundFeedback(8, ((2, 0.0), (4, -20.0), (6, math.log(0.5))), ((5, 6), (3, 4)), 0.3))
     assert predictor.observations == [Observation(0.25, ACCEPT), Observation(0.5, REJECT), Observation(0.75, UNCERTAIN)]
     assert planner.time_model.calls == 1
@@ -275,7 +274,7 @@ def test_make_planner_loads_the_predictor(monkeypatch):
 
     monkeypatch.setattr(presto_sgl.predictor, "load_predictor", load_predictor)  # the name the rules call
     planner = make_planner(PrestoConfig("step", predictor="mine.json", online=True, cost_aware=True))
-    assert isinstance(planner, CostAwareStepPlanner) and loaded == [("mine.json", True)]
+    assert isinstance(planner, CostAware) and loaded == [("mine.json", True)]
     assert planner.keying == "step" and planner.carries_over
     assert type(make_planner(PrestoConfig("step"))) is StepPlanner
     assert loaded == [("mine.json", True)]  # the plain step rule loads no predictor
@@ -284,24 +283,24 @@ def test_make_planner_loads_the_predictor(monkeypatch):
 def test_for_run_shares_the_learners_and_not_the_round_state():
     """Per-run planners share predictor, time model and match rate; each learns the match
     from its own chain's consecutive roots only."""
-    planner = CostAwareStepPlanner(CutPredictor(), SyntheticClock(), explore=(1.0,) * 10, samples=8, horizon=12, seed=3)
+    planner = rollout_planner(CutPredictor(), SyntheticClock(), explore=(1.0,) * 10, samples=8, horizon=12, seed=3)
     first, second = planner.for_run(), planner.for_run()
     for run in (first, second):
-        assert run is not planner and type(run) is CostAwareStepPlanner
-        assert run.predictor is planner.predictor and run.time_model is planner.time_model
-        assert run.match_rate is planner.match_rate
-        assert (run.explore, run.samples, run.horizon, run.seed) == ((1.0,) * 10, 8, 12, 3)
+        assert run is not planner and type(run) is CostAware and run.policy is not planner.policy
+        assert run.policy.predictor is planner.policy.predictor and run.time_model is planner.time_model
+        assert run.policy.match_rate is planner.policy.match_rate
+        assert (run.policy.explore, run.policy.samples, run.policy.horizon, run.policy.seed) == ((1.0,) * 10, 8, 12, 3)
     cuts = {0: 4, 1: 2, 2: 6, 3: 1, 4: 0}
     draws = lambda k: Forced(cuts[k])  # noqa: E731
     root = ChainState((99,), (0, 1, 2, 3, 4, 5, 6, 7), (0.0,) * 8, (0.0,) * 8)
     later = ChainState((99,), (0, 1, 2, 3, 4, 9, 9, 9), (0.0,) * 8, (0.0,) * 8)
     first.plan(RoundContext(root, "", 0, 5, 3, draws, ProposalStore(), KERNEL, "step"))
     second.plan(RoundContext(later, "110", 3, 2, 3, draws, ProposalStore(), KERNEL, "step"))  # no previous root
-    assert planner.match == 0.0 and (planner.match_rate.tokens, planner.match_rate.ends) == (0, 0)
+    assert planner.policy.match == 0.0 and (planner.policy.match_rate.tokens, planner.policy.match_rate.ends) == (0, 0)
     first.plan(RoundContext(later, "110", 3, 2, 3, draws, ProposalStore(), KERNEL, "step"))
-    assert (planner.match_rate.tokens, planner.match_rate.ends) == (3, 1) and second.match == 0.75
+    assert (planner.policy.match_rate.tokens, planner.policy.match_rate.ends) == (3, 1) and second.policy.match == 0.75
     first.observe(RoundFeedback(8, ((2, 0.0),), ((5, 6),), 0.3))
-    assert second.time_model.calls == 1 and planner.predictor.observations == [Observation(0.25, ACCEPT)]
+    assert second.time_model.calls == 1 and planner.policy.predictor.observations == [Observation(0.25, ACCEPT)]
 
 
 def test_match_rate_is_a_censored_geometric_mle():
@@ -336,6 +335,6 @@ def test_rate_on_a_cpu_like_clock():
     cfg, presto = sampling_configs("step", budget=20, cost_aware=True, **power)
     assert cfg.keying == "step"
     sampler = presto_sampler(engine, cfg, presto)
-    assert isinstance(sampler, Sampler) and isinstance(sampler.planner, CostAwareStepPlanner)
+    assert isinstance(sampler, Sampler) and isinstance(sampler.planner, CostAware)
     cost = synthetic_rate(sampler, range(4))
     assert cost > 1.5 * one
