@@ -170,9 +170,10 @@ class StageExecutor:
         return result.state, result.path, k
 
     def plan(self, ctx: RoundContext) -> Batch:
-        """The planner's requests (in a scheduled chain: its offer) as engine requests, one
-        group of draws per planned decision."""
-        offer = self.planner.offer(ctx) if self.rec.lane is not None else None
+        """The planner's requests (in a scheduled chain whose round is shared: its offer) as
+        engine requests, one group of draws per planned decision."""
+        lane = self.rec.lane
+        offer = self.planner.offer(ctx) if lane is not None and lane.sharing() else None
         planned = offer.batch if offer is not None else self.planner.plan(ctx)
         H, root = self.horizon, ctx.root
         groups = [self.kernel.suffix_draws(p.cut, H, self.draws(p.decision)) for p in planned]

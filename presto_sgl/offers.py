@@ -35,10 +35,18 @@ class Lane:
     """A chain's place in a shared scheduler (:meth:`Scheduler.chain`), handed to the chain's
     method (``run(..., lane=...)``): its calls go to the scheduler's rounds (``send``, the
     scheduler's ``submit``) through it. ``check`` runs before each (a pool's cancellation of the
-    chain's request: the scheduler calls the backend itself, not the chain's guarded engine)."""
+    chain's request: the scheduler calls the backend itself, not the chain's guarded engine);
+    ``shares`` says whether the scheduler weighs the chains' offers now (:meth:`sharing`)."""
 
     send: Callable[[Offer], Served]
     check: Callable[[], None] | None = None
+    shares: Callable[[], bool] = lambda: True
+
+    def sharing(self) -> bool:
+        """Whether this round's call is shared: the scheduler weighs the chain's ranked offer
+        (its values and own pick) against the others'. False: the chain plans alone and its
+        plan is sent whole (the per-chain rule, through the scheduler's dispatch)."""
+        return self.shares()
 
     def submit(self, offer: Offer) -> Served:
         """``send(offer)``, after ``check``."""

@@ -18,7 +18,10 @@ engine actually ran (every chain's rows together, so the model sees the load). A
 without values is sent whole (and counts one transition: its first group's). With one
 chain waiting the chain's own choice stands (the per-chain cost-aware budget: its rollout
 on this same model), so one chain in flight is the per-chain rule. The first calls
-explore fixed fractions of every offer, as the per-chain planners do.
+explore fixed fractions of every offer, as the per-chain planners do. With the concurrent
+dispatch (a server engine) the offers are weighed only from :data:`SHARE_FROM` chains in
+flight; below it each chain plans alone and sends its own plan whole (the per-chain rule,
+which the measurements found at least as fast there).
 
 Exactness: a chain gets a prefix of its own batch with at least its first group (the
 decision its walk needs next); which prefix depends only on cuts, predictions and call
@@ -30,6 +33,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +46,12 @@ from .planners.timemodel import EXPLORE, CallTimeModel
 
 if TYPE_CHECKING:
     from .methods import Method
+
+SHARE_FROM = 16
+"""Chains in flight from which the concurrent dispatch weighs the chains' offers against the
+server's load (:class:`LoadModel`); below it each chain plans alone, the per-chain rule. Measured
+on the CPU SGLang and vLLM servers (benchmarks/RESULTS.md, scheduler_load.py): the load cap cost
+5-15% of throughput at 2-8 in flight on SGLang and tied on vLLM, and gained 11-12% at 16 on both."""
 
 DISPATCH = ("merged", "concurrent")
 """``auto`` (the default) picks by the engine (:func:`dispatch_for`). merged: one engine call
@@ -146,9 +156,15 @@ class Scheduler:
         max_wait_s: float = 0.05,
         explore: Sequence[float] = EXPLORE,
         dispatch: str = "auto",
+        share_from: int = SHARE_FROM,
     ) -> None:
         if dispatch not in (*DISPATCH, "auto"):
             raise ConfigError("dispatch", dispatch, f"{{dispatch}} (={dispatch!r}) must be one of {DISPATCH} or 'auto'")
+        if isinstance(share_from, bool) or not isinstance(share_from, int) or share_from < 1:
+            raise ConfigError(
+                "share_from", share_from, f"{{share_from}} (={share_from!r}) must be an integer >= 1 (chains in flight)"
+            )
+        self.share_from = share_from
         self.dispatch = dispatch_for(engine) if dispatch == "auto" else dispatch
         self.load = LoadModel()
         if not (isinstance(max_wait_s, (int, float)) and 0.0 <= max_wait_s <= 10.0):
@@ -173,6 +189,12 @@ class Scheduler:
         engine = backend if backend is not None else method.engine
         return cls(engine, planner.time_model if planner is not None else None, **options)
 
+    @classmethod
+    def for_sampler(cls, method: Method, backend: Engine | None = None, **options: Any) -> Scheduler:
+        """The old name of :meth:`for_method` (deprecated)."""
+        warnings.warn("Scheduler.for_sampler is deprecated; use Scheduler.for_method", DeprecationWarning, stacklevel=2)
+        return cls.for_method(method, backend, **options)
+
     def adopt(self, method: Method) -> None:
         """Make ``method``'s planner plan on this scheduler's call-time model (a method made
         after the scheduler: serve's per-config samplers), if it plans on one."""
@@ -186,11 +208,17 @@ class Scheduler:
         with self._cv:
             self._active += 1
         try:
-            yield Lane(self.submit, check)
+            yield Lane(self.submit, check, self.sharing)
         finally:
             with self._cv:
                 self._active -= 1
                 self._cv.notify_all()
+
+    def sharing(self) -> bool:
+        """Whether the chains' offers are weighed now: always with the merged dispatch (one call
+        per round for every chain), from ``share_from`` chains in flight with the concurrent one
+        (:data:`SHARE_FROM`; below it each chain plans alone: the per-chain rule)."""
+        return self.dispatch == "merged" or self._active >= self.share_from
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         """Every request, in the next round (a call the chain cannot split: extensions, scoring)."""

@@ -15,12 +15,14 @@ import time
 
 import pytest
 
+from presto_sgl.config import sampling_configs
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.offers import Offer
 from presto_sgl.pool import Cancelled
 from presto_sgl.runner import run_prompts
-from presto_sgl.scheduler import LoadModel, Scheduler
+from presto_sgl.samplers import Sampler
+from presto_sgl.scheduler import SHARE_FROM, LoadModel, Scheduler
 from tests.support.cases import KERNELS, PRESTO_RULES, sequential_sampler
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [2, 2], [3, 1, 4, 1], [5, 9], [11, 0, 7]]
@@ -34,13 +36,16 @@ def engine(reference_engine):
     return reference_engine(ReferenceLM(12, sharpness=2.0, seed=3))
 
 
-@pytest.mark.parametrize("dispatch", ["merged", "concurrent"])
+@pytest.mark.parametrize("dispatch", ["merged", "concurrent", "concurrent-shared"])
 @pytest.mark.parametrize("rule", PRESTO_RULES, ids=str)
 @pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
 def test_scheduled_chains_are_the_sequential_chains(engine, kernel_case, rule, dispatch):
+    """merged: one call per round; concurrent: 8 chains in flight, below SHARE_FROM, each plans
+    alone (the per-chain rule); concurrent-shared: the load cap weighs the offers from 1 chain."""
     cfg, presto = rule.configs(10, **kernel_case.options(**POWER))
     sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
-    scheduler = Scheduler.for_method(sampler, dispatch=dispatch)
+    share_from = 1 if dispatch == "concurrent-shared" else SHARE_FROM
+    scheduler = Scheduler.for_method(sampler, dispatch=dispatch.split("-")[0], share_from=share_from)
     scheduled = run_prompts(sampler.run, PROMPTS, seed=SEED, workers=8, scheduler=scheduler)
     seq = sequential_sampler(engine, cfg, kernel_case.make(cfg))
     for i, (r, p) in enumerate(zip(scheduled, PROMPTS)):
@@ -56,6 +61,8 @@ def test_scheduled_chains_are_the_sequential_chains(engine, kernel_case, rule, d
         assert max(s.chains_per_call) > 1 and s.calls < s.offers  # calls were merged
         if rule.name in COST_AWARE:
             assert s.rows < s.offered_rows  # and chosen: some offered rows were not sent
+    if dispatch == "concurrent":  # each chain's own plan, sent whole: the per-chain rule
+        assert s.rows == s.offered_rows and max(s.chains_per_call) == 1
 
 
 def _offer(lengths: list[int], values: list[float] | None, preferred: int | None = None) -> Offer:
@@ -183,3 +190,21 @@ def test_serve_with_the_scheduler_answers_as_without():
         if scheduled:
             assert max(service.pool.scheduler.stats.chains_per_call) > 1
     assert answers[True] == answers[False] and len(set(answers[True])) > 1
+
+
+def test_the_concurrent_dispatch_shares_from_share_from_chains_in_flight():
+    s = Scheduler(engine=None, dispatch="concurrent", share_from=3)
+    merged = Scheduler(engine=None, dispatch="merged", share_from=3)
+    with s.chain() as a, s.chain() as b, merged.chain() as m:
+        assert not a.sharing() and not b.sharing() and m.sharing()  # 2 in flight: each plans alone
+        with s.chain() as c:
+            assert a.sharing() and c.sharing()  # 3: the offers are weighed
+        assert not a.sharing()
+    with pytest.raises(ValueError, match="share_from"):
+        Scheduler(engine=None, share_from=0)
+
+
+def test_the_old_name_of_for_method_still_works_and_says_so(engine):
+    sampler = Sampler(engine, *sampling_configs("step", max_new_tokens=8, block_size=4, steps=2))
+    with pytest.warns(DeprecationWarning, match="for_method"):
+        assert Scheduler.for_sampler(sampler).time_model is not None
