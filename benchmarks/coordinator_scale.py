@@ -27,12 +27,12 @@ from typing import Any
 
 from benchmarks.compare import machine
 from presto_sgl import TraceWriter, sampling_configs
+from presto_sgl.chain.proposals import ProposalStore
+from presto_sgl.chain.samplers import Sampler
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.engines.text import TextView
-from presto_sgl.proposals import ProposalStore
-from presto_sgl.runner import run_prompts
-from presto_sgl.samplers import Sampler
-from presto_sgl.scheduler import Scheduler
+from presto_sgl.scheduling.runner import run_prompts
+from presto_sgl.scheduling.scheduler import Scheduler
 
 RULES: dict[str, dict[str, Any]] = {
     "sequential": dict(rule="sequential"),

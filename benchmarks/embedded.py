@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from benchmarks.compare import PROMPTS, compare_rules, machine
+from presto_sgl.chain.keys import ChainKeys
 from presto_sgl.engines.base import Request
-from presto_sgl.keys import ChainKeys
 from presto_sgl.models import embedded_engine
 from radix import prefix_sharing
 

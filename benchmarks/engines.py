@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.compare import PROMPTS, RULE_COLUMNS, Method, compare_rules, machine, markdown_table
+from presto_sgl.chain.keys import ChainKeys
 from presto_sgl.engines.base import Request
-from presto_sgl.keys import ChainKeys
 
 SHAPES = {"one": (64, 64, 20), "two": (64, 32, 10)}  # (T, B, K per block)
 FORKS = (1, 4, 10, 20)

@@ -5,7 +5,7 @@ Every server runs on 127.0.0.1 with a counting proxy in front of it
 chain had answered, held against the requests its trace records. The parts:
 
 - ``throughput``: sequential PowerMH and PreSTO step, 1, 4 and 8 chains in flight through
-  one sampler (``presto_sgl.runner.run_prompts``), no faults: transitions per second,
+  one sampler (``presto_sgl.scheduling.runner.run_prompts``), no faults: transitions per second,
   calls, time per call.
 - ``faults``: PreSTO step, 8 chains in flight, the server killed (SIGKILL of its process
   group) and restarted twice during the run. Every chain must complete; no request may
@@ -53,11 +53,11 @@ from pathlib import Path
 
 from benchmarks.compare import machine
 from presto_sgl import sampling_configs
+from presto_sgl.chain.samplers import Sampler
+from presto_sgl.chain.trace import StateReplay, read_trace
 from presto_sgl.engines.sglang.http import SGLangEngine
-from presto_sgl.runner import run_prompts
-from presto_sgl.samplers import Sampler
+from presto_sgl.scheduling.runner import run_prompts
 from presto_sgl.tasks.registry import load_task
-from presto_sgl.trace import StateReplay, read_trace
 from tests.support.servers import free_port, kill_server, server_script
 from tests.support.wiretap import Wiretap, asked
 

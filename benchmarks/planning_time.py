@@ -19,12 +19,12 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from presto_sgl import ChainState, make_kernel, sampling_configs
+from presto_sgl.chain.keys import ChainKeys, DecisionDraws, DecisionId
+from presto_sgl.chain.proposals import ProposalStore
 from presto_sgl.config import Keying
-from presto_sgl.keys import ChainKeys, DecisionDraws, DecisionId
 from presto_sgl.planners import BFSPlanner, Planner, RoundContext, StepPlanner
 from presto_sgl.planners.predictive import CandidateNode, PredictivePlanner, allocate, candidate_tree
 from presto_sgl.predictor.certainty import ConstantPredictor, Predictor
-from presto_sgl.proposals import ProposalStore
 
 PAPER_PRIOR = ConstantPredictor(2814 / 4621, 862 / 4621, 945 / 4621)
 """Class shares of the paper's PreSTO-PowerMH nodes (App. E.7): reject, uncertain, accept."""

@@ -3,10 +3,13 @@
 For 1, 2, 4, 8 and 16 chains in flight over the same prompts: sequential PowerMH, PreSTO
 step with the per-chain cost-aware budget (each chain plans and calls alone, the server
 batches the concurrent calls), and PreSTO step with the shared scheduler
-(:mod:`presto_sgl.scheduler`: one merged call per round, requests per chain from a
+(:mod:`presto_sgl.scheduling.scheduler`: one merged call per round, requests per chain from a
 call-time model of the merged calls). Per run: transitions per second (wall time,
 extensions included), p50 / p90 latency per prompt, transitions per call, merged calls.
 ``--kernels`` adds EntropyCut and MultiTryMH (sequential and scheduled PreSTO step).
+
+"shared" is the default scheduler: on a server engine it weighs the chains' offers against the
+load only from ``SHARE_FROM`` (16) chains in flight; below, each chain plans alone (issue 39).
 
 Chains: SmolLM2-135M-Instruct, reasoning-gym one-digit arithmetic chat prompts, T = 64 in
 two blocks of 32, K = 10 per block, alpha 4, tau 1/4, N_pf = 20. The server is started
@@ -30,9 +33,9 @@ from typing import Any
 from benchmarks.compare import machine
 from benchmarks.load import DATASET
 from presto_sgl import sampling_configs
-from presto_sgl.runner import run_prompts
-from presto_sgl.samplers import Sampler
-from presto_sgl.scheduler import Scheduler
+from presto_sgl.chain.samplers import Sampler
+from presto_sgl.scheduling.runner import run_prompts
+from presto_sgl.scheduling.scheduler import Scheduler
 from presto_sgl.tasks.registry import load_task
 from tests.support.servers import server_script
 

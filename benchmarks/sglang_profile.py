@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from benchmarks.compare import PROMPTS, Column, machine, markdown_table
+from presto_sgl.chain.keys import ChainKeys
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import SGLangEngine
-from presto_sgl.keys import ChainKeys
 from presto_sgl.server_side.sglang.cpu.profile import read
 
 FORKS = (1, 4, 10, 20)

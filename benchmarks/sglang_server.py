@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from benchmarks.compare import PROMPTS, compare_rules, default_methods, machine
+from presto_sgl.chain.keys import ChainKeys
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import SGLangEngine
-from presto_sgl.keys import ChainKeys
 
 
 def part_p(url: str, args) -> list[dict]:

@@ -5,7 +5,7 @@ A :class:`Method` validates its prompt (:meth:`check_prompt`), describes itself 
 run record and the manifest's config, :meth:`describe`), and draws one response with
 :meth:`run`, which returns a :class:`SampleResult` and writes the same trace records
 whatever the method: ``run`` first (or ``resume``), then ``call`` (and, for MH, ``node`` and
-``state``) records, the method's own declared records (:data:`presto_sgl.trace.RECORD_TYPES`),
+``state``) records, the method's own declared records (:data:`presto_sgl.chain.trace.RECORD_TYPES`),
 and ``summary`` last. So ``read_trace``, ``metrics_from_trace`` and ``resume`` accept the
 trace of every method.
 """
@@ -16,17 +16,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from .chain.executor import OnTransition, Recorder
+from .chain.metrics import CallRecord, PromptMetrics, RequestRecord, summarize
+from .chain.resume import Checkpoint, check_same_run
+from .chain.state import ChainState
+from .chain.trace import TraceWriter
 from .engines.base import Completion, Engine, Request
 from .errors import ConfigError
-from .executor import OnTransition, Recorder
-from .metrics import CallRecord, PromptMetrics, RequestRecord, summarize
-from .resume import Checkpoint, check_same_run
-from .state import ChainState
-from .trace import TraceWriter
 
 if TYPE_CHECKING:
-    from .offers import Lane
     from .planners.base import Planner
+    from .scheduling.offers import Lane
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Method(Protocol):
         lane: Lane | None = None,
     ) -> SampleResult:
         """Draw one response of ``max_new_tokens`` tokens for ``prompt``; with a ``lane``
-        (:meth:`presto_sgl.scheduler.Scheduler.chain`) its model calls go to the shared
+        (:meth:`presto_sgl.scheduling.scheduler.Scheduler.chain`) its model calls go to the shared
         scheduler's rounds."""
         ...
 

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from presto_sgl import Sampler, models, sampling_configs
-from presto_sgl.trace import TraceWriter
+from presto_sgl.chain.trace import TraceWriter
 
 PROMPTS = [
     # benchmarks/compare.py

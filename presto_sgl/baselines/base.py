@@ -16,16 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from ..chain.executor import OnTransition, Recorder
+from ..chain.resume import Checkpoint
+from ..chain.state import ChainState
+from ..chain.trace import TraceWriter
 from ..config import PowerConfig
 from ..engines.base import Engine
-from ..executor import OnTransition, Recorder
 from ..methods import MethodBase, SampleResult, check_seed
-from ..resume import Checkpoint
-from ..state import ChainState
-from ..trace import TraceWriter
 
 if TYPE_CHECKING:
-    from ..offers import Lane
+    from ..scheduling.offers import Lane
 
 
 class Baseline(MethodBase):

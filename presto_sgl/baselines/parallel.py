@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..chain.executor import Recorder
+from ..chain.keys import ChainKeys
+from ..chain.state import ChainState
 from ..engines.base import Completion, Engine, Request
-from ..executor import Recorder
-from ..keys import ChainKeys
 from ..methods import extend
-from ..state import ChainState
 from .base import Baseline
 from .params import BestOfNParams, LowTemperatureParams
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ..chain.executor import Recorder
+from ..chain.keys import ChainKeys
+from ..chain.state import ChainState
 from ..engines.base import Request
-from ..executor import Recorder
-from ..keys import ChainKeys
 from ..methods import extend
-from ..state import ChainState
 from .base import Baseline
 from .params import PowerSMCParams, check_smc, ramp_tokens
 

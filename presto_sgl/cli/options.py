@@ -13,14 +13,14 @@ import sys
 from typing import Any
 
 from .. import registry
+from ..build import MethodConfig, make_method
+from ..build import method_config as _method_config
 from ..config import parameters
 from ..engines import catalog
 from ..engines.text import ModelFolder
 from ..fields import Param, params_of
 from ..methods import Method
-from ..options import MethodConfig, make_method
-from ..options import method_config as _method_config
-from ..pool import GuardedEngine
+from ..scheduling.pool import GuardedEngine
 from .common import PROG
 from .engines import ENGINES, engine_flags
 
@@ -146,7 +146,7 @@ def method_config(args: argparse.Namespace) -> MethodConfig:
 
 
 def build(args: argparse.Namespace) -> tuple[GuardedEngine, Method]:
-    """The engine (in a :class:`~presto_sgl.pool.GuardedEngine`: it counts the calls for the
+    """The engine (in a :class:`~presto_sgl.scheduling.pool.GuardedEngine`: it counts the calls for the
     progress line, and lets a pool cancel its chains) and the method the options name;
     ConfigError / TypeError / EngineError on bad input. The method's options are checked
     before the engine is built (a bad flag never waits on a server)."""
@@ -156,7 +156,7 @@ def build(args: argparse.Namespace) -> tuple[GuardedEngine, Method]:
 
 
 def add_scheduler_flag(p: argparse.ArgumentParser) -> None:
-    """``--scheduler``: how the chains in flight share the engine (presto_sgl.scheduler)."""
+    """``--scheduler``: how the chains in flight share the engine (presto_sgl.scheduling.scheduler)."""
     p.add_argument(
         "--scheduler",
         choices=("shared", "off"),

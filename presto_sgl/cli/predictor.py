@@ -91,7 +91,7 @@ def _cross_validate(args: argparse.Namespace, observations: list):
 
 def _run_settings(paths: Sequence[str]) -> list[dict[str, Any]]:
     """The distinct sampler settings of the traces' runs (seeds and prompts left out)."""
-    from ..trace import read_trace
+    from ..chain.trace import read_trace
 
     settings: list[dict[str, Any]] = []
     for path in paths:

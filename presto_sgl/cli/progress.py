@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import TextIO
 
+from ..chain.state import ChainState
 from ..kernels import Transition
-from ..pool import GuardedEngine
-from ..state import ChainState
+from ..scheduling.pool import GuardedEngine
 from .common import PROG
 
 

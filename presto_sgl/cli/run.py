@@ -3,10 +3,11 @@
 ``--out DIR`` gets ``manifest.json`` and ``records.jsonl`` (:mod:`presto_sgl.evaluation.rundir`);
 a rerun with the same options skips the prompts already there and appends the rest (with
 ``--traces``, a prompt whose chain was interrupted goes on from its trace's last boundary,
-:mod:`presto_sgl.resume`), and one with other options is refused with the difference named. Each prompt's chain keys are
+:mod:`presto_sgl.chain.resume`), and one with other options is refused with the difference
+named. Each prompt's chain keys are
 (``--seed``, the problem's id), so a prompt samples the same way whatever else runs.
 ``--workers`` chains are in flight at once (a server batches across them), in the package's
-one :class:`~presto_sgl.pool.ChainPool`; Ctrl-C, or a chain that fails, cancels the others, each
+one :class:`~presto_sgl.scheduling.pool.ChainPool`; Ctrl-C, or a chain that fails, cancels the others, each
 at its next model call (what they wrote to their traces resumes).
 """
 
@@ -21,18 +22,18 @@ from concurrent.futures import FIRST_EXCEPTION, wait
 from pathlib import Path
 from typing import Any
 
+from ..chain.resume import Checkpoint, read_checkpoint, truncate
+from ..chain.trace import TraceWriter
 from ..errors import ConfigError, EngineError
 from ..evaluation.records import make_record
 from ..evaluation.results import aggregate, write_results
 from ..evaluation.rundir import RunDir
 from ..methods import Method
-from ..offers import Lane
-from ..pool import ChainPool, Ticket
-from ..resume import Checkpoint, read_checkpoint, truncate
-from ..scheduler import Scheduler
+from ..scheduling.offers import Lane
+from ..scheduling.pool import ChainPool, Ticket
+from ..scheduling.scheduler import Scheduler
 from ..tasks.base import Problem
 from ..tasks.registry import NAMES, load_task
-from ..trace import TraceWriter
 from .common import PROG, UsageError, cli_message, flag
 from .options import add_engine_options, add_method_options, add_scheduler_flag, build, model_name
 

@@ -97,8 +97,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _service(args: argparse.Namespace):
     """The service and its timeout, or a UsageError naming the flag."""
-    from ..pool import ChainPool
-    from ..scheduler import Scheduler
+    from ..scheduling.pool import ChainPool
+    from ..scheduling.scheduler import Scheduler
     from ..serve.request import Defaults
     from ..serve.service import Service
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from radix import RadixTree
 
+from ..chain.keys import hash64, uniform01
 from ..errors import ConfigError
-from ..keys import hash64, uniform01
 from .base import Completion, EngineCapabilities, Request
 from .scoring import Scored, from_logp_rows
 from .text import TextView

@@ -1,8 +1,8 @@
 """The MH kernel seam: what a suffix-resampling sampler says about one decision.
 
 The paper's three samplers (PowerMH, EntropyCut, MultiTryMH) are MH kernels over the
-same immutable :class:`~presto_sgl.state.ChainState`. Per decision -- its randomness
-fixed by its key (:class:`~presto_sgl.keys.DecisionDraws`) -- a kernel says
+same immutable :class:`~presto_sgl.chain.state.ChainState`. Per decision -- its randomness
+fixed by its key (:class:`~presto_sgl.chain.keys.DecisionDraws`) -- a kernel says
 
 1. its **cut**: where the state is cut (``cut``), and, for prefetching, the cut it takes
    at *any* state that keeps the round root's first ``shared`` tokens (``prefetch_cut``;
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..keys import DecisionDraws
-from ..state import ChainState
+from ..chain.keys import DecisionDraws
+from ..chain.state import ChainState
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from ..chain.keys import DecisionDraws
+from ..chain.state import ChainState
 from ..errors import EngineError
 from ..fields import Validated, number, option
-from ..keys import DecisionDraws
-from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
 from .mh import mh_step
 

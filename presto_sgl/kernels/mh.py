@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 
+from ..chain.keys import DecisionDraws
+from ..chain.state import ChainState
 from ..errors import EngineError
-from ..keys import DecisionDraws
-from ..state import ChainState
 from .base import Proposal, Transition
 
 NEG_INF = float("-inf")

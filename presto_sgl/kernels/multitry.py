@@ -45,10 +45,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from ..chain.keys import SEED_MASK, DecisionDraws, randbelow, uniform01
+from ..chain.state import ChainState
 from ..errors import EngineError
 from ..fields import Validated, integer, option, temperatures
-from ..keys import SEED_MASK, DecisionDraws, randbelow, uniform01
-from ..state import ChainState
 from .base import Proposal, SuffixDraw, Transition
 from .mh import NEG_INF, UniformCut, accepts, log_uniform_cut
 

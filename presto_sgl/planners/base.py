@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, Self
 
+from ..chain.keys import DecisionDraws, DecisionId
+from ..chain.proposals import ProposalStore
+from ..chain.state import ChainState
 from ..config import Keying
 from ..kernels.base import Kernel
-from ..keys import DecisionDraws, DecisionId
 from ..predictor.certainty import Observation, certainty_class
-from ..proposals import ProposalStore
-from ..state import ChainState
 from .timemodel import CallTimeModel
 
 
@@ -35,7 +35,7 @@ class PlannedRequest:
 
 @dataclass(frozen=True)
 class PlanOffer:
-    """What a round could send, for a shared scheduler (:mod:`presto_sgl.scheduler`): the
+    """What a round could send, for a shared scheduler (:mod:`presto_sgl.scheduling.scheduler`): the
     planner's full batch in an order whose every prefix is a valid batch (the first is the
     decision the walk needs next), ``values[n-1]`` the predicted proposals used of the first
     n (None: no prediction), ``preferred`` the n the planner picks alone."""

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from ..chain.trace import node_record, read_trace
 from ..errors import ConfigError
-from ..trace import node_record, read_trace
 from .certainty import EPS, Observation, Predictor, certainty_class
 from .fitting import fit_logistic
 from .model import DEFAULT_FEATURES

@@ -32,11 +32,11 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..errors import BackendUnavailable, ConfigError, EngineError
-from ..pool import Cancelled, Ticket
+from ..scheduling.pool import Cancelled, Ticket
 from . import tokens
-from .metrics import Metrics
 from .openapi import openapi_schema
 from .parse import ChainJob, parse
+from .prometheus import Metrics
 from .request import ParamError
 from .responses import error_body, response, stream_events
 from .service import Service

@@ -132,9 +132,9 @@ def test_many_prompts_in_flight_keep_every_chain_exact(stand_in, tmp_path):
     """The runner returns results in prompt order, equal to one-by-one runs (seeded reference
     engine, one worker: in-process engines are not thread-safe); the HTTP engine serves four
     chains at once, each with its own trace whose metrics match the result."""
+    from presto_sgl.chain.trace import metrics_from_trace, read_trace
     from presto_sgl.engines.reference import ReferenceEngine
-    from presto_sgl.runner import run_prompts
-    from presto_sgl.trace import metrics_from_trace, read_trace
+    from presto_sgl.scheduling.runner import run_prompts
 
     cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=5, keying="step")
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [2, 2]]
@@ -268,7 +268,7 @@ def test_each_chain_sends_its_calls_under_one_routing_key(stand_in):
     """Every /generate of a chain carries X-SMG-Routing-Key '<run seed>/<prompt id>' (which
     sglang-router's manual policy follows, keeping the chain's KV prefixes on one worker);
     requests of different routes never share a body."""
-    from presto_sgl.runner import run_prompts
+    from presto_sgl.scheduling.runner import run_prompts
 
     worker = stand_in()
     router = stand_in(worker=worker)
@@ -295,7 +295,7 @@ def test_each_chain_sends_its_calls_under_one_routing_key(stand_in):
 
 def test_cli_trace_has_a_server_record(stand_in, tmp_path, monkeypatch):
     from presto_sgl import cli
-    from presto_sgl.trace import read_trace
+    from presto_sgl.chain.trace import read_trace
 
     monkeypatch.setattr(SGLangEngine, "tokenizer", None)  # the stand-in has no tokenizer files
     srv = stand_in(delay_s=0.02)

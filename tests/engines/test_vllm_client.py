@@ -318,7 +318,7 @@ def test_presto_equals_sequential_through_the_stand_in(stand_in, sampler, rule, 
 
 def test_cli_samples_on_vllm_with_a_server_record(stand_in, tmp_path, monkeypatch):
     from presto_sgl import cli
-    from presto_sgl.trace import read_trace
+    from presto_sgl.chain.trace import read_trace
 
     monkeypatch.setattr(VLLMEngine, "tokenizer", None)  # the stand-in has no tokenizer files
     srv = stand_in()

@@ -29,8 +29,8 @@ import pytest
 from presto_sgl import TraceWriter, read_trace
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl.runner import run_prompts
-from presto_sgl.scheduler import Scheduler
+from presto_sgl.scheduling.runner import run_prompts
+from presto_sgl.scheduling.scheduler import Scheduler
 from tests.support.cases import KERNELS, PRESTO_RULES, RULES, KernelCase, RuleCase, sequential_sampler
 from tests.support.coupling import COUPLING_SCHEDULES, COUPLING_STOP, assert_same_states, run_states
 from tests.support.covering import Case, all_pairs
@@ -158,7 +158,7 @@ def scheduled_states(sampler, dispatch: str, seed: int) -> list[list[tuple]]:
 
         return sampler.run(prompt, seed=seed, prompt_id=prompt_id, on_transition=record, **kwargs)
 
-    scheduler = Scheduler.for_method(sampler, dispatch=dispatch)
+    scheduler = Scheduler.for_method(sampler, dispatch=dispatch, share_from=1)  # concurrent: the load cap from 1 chain
     run_prompts(run_one, SCHEDULED_PROMPTS, seed=seed, workers=len(SCHEDULED_PROMPTS), scheduler=scheduler)
     assert scheduler.stats.calls > 0
     return seen

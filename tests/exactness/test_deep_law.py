@@ -43,7 +43,7 @@ import pytest
 from scipy import stats
 
 from presto_sgl import TraceWriter
-from presto_sgl.metrics import CallRecord, NodeRecord
+from presto_sgl.chain.metrics import CallRecord, NodeRecord
 from tests.support import exact
 from tests.support.cases import KERNELS, RULES
 from tests.support.enumerated import PROMPT, SIGNIFICANCE, chi_square_pvalue, exact_law, lm

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from presto_sgl import cli
+from presto_sgl.chain.trace import metrics_from_trace, read_trace
 from presto_sgl.engines.base import Completion, EngineCapabilities
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM, ReferenceView
 from presto_sgl.errors import EngineError
-from presto_sgl.trace import metrics_from_trace, read_trace
 
 REPO = Path(__file__).resolve().parents[2]  # the repository
 RUN = ["--max-new-tokens", "32", "--block-size", "16", "--steps", "8", "--seed", "3"]

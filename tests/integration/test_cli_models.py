@@ -14,8 +14,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from presto_sgl import cli
+from presto_sgl.chain.trace import metrics_from_trace, read_trace
 from presto_sgl.tasks.addition import is_correct, make_problem
-from presto_sgl.trace import metrics_from_trace, read_trace
 
 REPO = Path(__file__).resolve().parents[2]  # the repository
 TINY = ["sample", "--model", "tiny-adder", "--no-chat", "--max-new-tokens", "36", "--block-size", "12", "--steps", "6"]

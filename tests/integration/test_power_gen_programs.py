@@ -55,7 +55,7 @@ def test_an_expression_in_a_chat_program(backend, hf_model, tokenizer):
     following expressions see it; the chain scores as a float32 forward says."""
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def qa(s, question):
@@ -90,7 +90,7 @@ def test_exact_ids_where_a_text_round_trip_changes_them(backend, hf_model, token
     power_gen starts from the chain's id, not from the re-encoded text."""
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def cats(s):
@@ -113,7 +113,7 @@ def test_exact_ids_where_a_text_round_trip_changes_them(backend, hf_model, token
 def test_forks_run_one_chain_each_and_are_read_back(backend):
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def three(s):
@@ -142,7 +142,7 @@ def test_run_batch_draws_fresh_chains_and_one_replays_by_its_seed(backend, tiny)
     with a seed, reruns repeat and calls differ."""
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     opts = dict(
         max_new_tokens=12, block_size=12, steps=3, alpha=4.0, tau=3.0, engine=tiny
@@ -181,7 +181,7 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
     and return_logprob in SGLang's [logprob, id, None] shape."""
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def add(s, kw):  # one argument: run() itself takes stop=, return_logprob=, ... (the gen defaults)
@@ -228,7 +228,7 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
 def test_the_papers_kernels_in_a_program(backend, hf_model):
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def qa(s, method, **extra):
@@ -247,7 +247,7 @@ def test_errors_name_the_argument(backend):
     import sglang as sgl
 
     from presto_sgl.errors import ConfigError
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def bad(s, kw):
@@ -277,7 +277,7 @@ def test_errors_name_the_argument(backend):
 def test_the_eager_form_still_runs_with_a_deprecation(backend):
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def three(s):
@@ -295,7 +295,7 @@ def test_the_eager_form_still_runs_with_a_deprecation(backend):
 def test_a_streamed_program_gets_the_answer_whole(backend):
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def qa(s):

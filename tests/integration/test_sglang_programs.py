@@ -41,7 +41,7 @@ def scored(hf_model, meta) -> None:
 def test_few_shot_arithmetic_graded(backend, hf_model):
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def few_shot(s, question):
@@ -65,7 +65,7 @@ def test_few_shot_arithmetic_graded(backend, hf_model):
 def test_multi_turn_chat(backend, hf_model):
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def chat(s, first, second):
@@ -91,7 +91,7 @@ def test_multi_turn_chat(backend, hf_model):
 def test_tree_of_thought_with_forks(backend, hf_model):
     import sglang as sgl
 
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     @sgl.function
     def tree(s, question):

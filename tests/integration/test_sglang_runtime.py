@@ -136,7 +136,7 @@ class TestInProcessEngine:
 @pytest.mark.skipif(HAVE_SGLANG, reason="checks the errors raised where sglang is not importable")
 def test_without_sglang_the_errors_name_the_fix(tmp_path):
     from presto_sgl.engines.sglang.inproc import SGLangInProcessEngine
-    from presto_sgl.frontend import power_gen
+    from presto_sgl.program import power_gen
 
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ImportError, match=r"run from \.venv-sglang .*bash scripts/install_sglang\.sh"):

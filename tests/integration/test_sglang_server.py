@@ -127,7 +127,7 @@ def test_sampling_through_the_router(router_url, hf_model):
     """sglang-router takes one sampling_params per body: requests go grouped, concurrently."""
     from presto_sgl import PowerConfig
     from presto_sgl.engines.sglang.http import SGLangEngine
-    from presto_sgl.runner import run_prompts
+    from presto_sgl.scheduling.runner import run_prompts
 
     eng = SGLangEngine(router_url)
     assert eng.server_loads() and eng.server_info()["model_path"] == eng.model_path  # from the worker

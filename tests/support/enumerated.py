@@ -13,8 +13,8 @@ from scipy import stats
 
 from presto_sgl import PowerConfig
 from presto_sgl.engines.reference import ReferenceLM
-from presto_sgl.runner import run_prompts
-from presto_sgl.scheduler import Scheduler
+from presto_sgl.scheduling.runner import run_prompts
+from presto_sgl.scheduling.scheduler import Scheduler
 from tests.support import exact
 from tests.support.cases import KERNELS, RULES, KernelCase
 

@@ -18,7 +18,7 @@ def held_cli(before: int | str, file: str = "") -> list[str]:
     return cli_command(
         f"""\
 import time
-from presto_sgl.trace import TraceWriter
+from presto_sgl.chain.trace import TraceWriter
 
 write = TraceWriter.write
 

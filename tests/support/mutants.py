@@ -67,14 +67,14 @@ def _accept_all() -> None:
 
 @mutant("cut-never-0", "the uniform cut drawn from {1..T-1}: the first token is never resampled")
 def _cut_never_0() -> None:
-    from presto_sgl.keys import DecisionDraws, randbelow
+    from presto_sgl.chain.keys import DecisionDraws, randbelow
 
     DecisionDraws.cut = lambda self, length: 1 + randbelow(self.cut_key, length - 1) if length > 1 else 0  # type: ignore[method-assign]  # the mutant replaces the method
 
 
 @mutant("uniform-per-stage", "one acceptance uniform for every decision of a stage (keys not per decision)")
 def _uniform_per_stage() -> None:
-    from presto_sgl import keys
+    from presto_sgl.chain import keys
 
     orig = keys.ChainKeys.decision
 
@@ -87,7 +87,7 @@ def _uniform_per_stage() -> None:
 
 @mutant("stale-prefix", "the walker takes draws made after another prefix (the store's prefix check dropped)")
 def _stale_prefix() -> None:
-    from presto_sgl.proposals import ProposalStore
+    from presto_sgl.chain.proposals import ProposalStore
 
     def find(self, decision, tokens, cut):
         return next((e for e in self._by_decision.get(decision, ()) if e.cut == cut), None)
@@ -155,7 +155,7 @@ def _resume_path_lost() -> None:
     import dataclasses
     import importlib
 
-    from presto_sgl import resume
+    from presto_sgl.chain import resume
 
     orig = resume.read_checkpoint
     resume.read_checkpoint = lambda path: dataclasses.replace(orig(path), path="")

@@ -12,10 +12,10 @@ from typing import Any, cast
 import numpy as np
 
 from presto_sgl import ChainState
+from presto_sgl.chain.keys import DecisionDraws, DecisionId
+from presto_sgl.chain.proposals import ProposalStore, StoredProposal
 from presto_sgl.kernels import PowerMHKernel, Proposal
-from presto_sgl.keys import DecisionDraws, DecisionId
 from presto_sgl.planners import RoundContext
-from presto_sgl.proposals import ProposalStore, StoredProposal
 
 KERNEL = PowerMHKernel(alpha=4.0, temperature=0.25)
 """The kernel of every hand-built round (PowerMH: the cut is the keyed uniform cut)."""

@@ -17,8 +17,8 @@ import uvicorn
 
 from presto_sgl.config import sampling_configs
 from presto_sgl.engines.base import Engine
-from presto_sgl.pool import ChainPool
-from presto_sgl.scheduler import Scheduler
+from presto_sgl.scheduling.pool import ChainPool
+from presto_sgl.scheduling.scheduler import Scheduler
 from presto_sgl.serve.app import AppOptions, create_app
 from presto_sgl.serve.request import Defaults
 from presto_sgl.serve.service import Service

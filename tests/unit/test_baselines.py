@@ -10,9 +10,9 @@ import pytest
 from presto_sgl import ConfigError, make_method
 from presto_sgl.baselines import BestOfN, BestOfNParams
 from presto_sgl.baselines.smc import pick, systematic
+from presto_sgl.chain.keys import ChainKeys
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl.keys import ChainKeys
 from tests.support.exact import per_token, sequences, target
 
 PROMPT = (0, 1)

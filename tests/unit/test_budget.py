@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from presto_sgl import PrestoConfig, planners
+from presto_sgl.chain.samplers import Sampler
 from presto_sgl.config import PowerConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.planners import (
@@ -27,7 +28,6 @@ from presto_sgl.planners.predictive import allocate, candidate_tree
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor.certainty import ConstantPredictor, h_plus
 from presto_sgl.registry import RuleSpec, register_rule, unregister
-from presto_sgl.samplers import Sampler
 from tests.support.planning import CUTS, ctx
 
 PRED = ConstantPredictor(0.2, 0.3, 0.5)  # h+ = 0.65 everywhere

@@ -16,6 +16,7 @@ import pytest
 
 import presto_sgl.predictor
 from presto_sgl import ChainState, Sampler, TraceWriter, read_trace, sampling_configs
+from presto_sgl.chain.proposals import ProposalStore, StoredProposal
 from presto_sgl.config import PrestoConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
@@ -23,7 +24,6 @@ from presto_sgl.planners import CostAware, RoundContext, RoundFeedback, StepPlan
 from presto_sgl.planners.costaware import BASES, EndLengths, MatchRate
 from presto_sgl.planners.timemodel import EXPLORE, MIN_TIME_S, CallTimeModel
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation, h_plus
-from presto_sgl.proposals import ProposalStore, StoredProposal
 from tests.support.planning import KERNEL, Forced, random_context, random_theta
 from tests.support.predictors import CutPredictor
 from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampler, rollout_planner

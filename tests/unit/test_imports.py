@@ -134,7 +134,7 @@ def test_optional_heavy_dependencies_are_imported_lazily():
     loading sglang (optional) or scikit-learn (fitting only), in a fresh interpreter."""
     code = (
         "import sys, presto_sgl, presto_sgl.planners, presto_sgl.predictor, presto_sgl.server_side.sglang.plugin, "
-        "presto_sgl.server_side.vllm.plugin, presto_sgl.frontend, presto_sgl.cli; "
+        "presto_sgl.server_side.vllm.plugin, presto_sgl.program.frontend, presto_sgl.cli; "
         "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sglang', 'sklearn', 'vllm'}); "
         "assert not loaded, f'imported at import time: {loaded}'"
     )
@@ -182,9 +182,9 @@ def test_the_library_imports_no_dev_tooling():
 def test_graph_reads_relative_lazy_and_type_checking_imports():
     """Guard for the parser itself, on modules whose imports are known."""
     graph = import_graph()
-    assert "presto_sgl.planners" in graph["presto_sgl.executor"]  # `from .planners import Planner, ...`
-    assert "presto_sgl.planners.base" not in graph["presto_sgl.executor"]  # (names, not modules)
-    assert "presto_sgl.keys" in graph["presto_sgl.kernels.base"]  # `from ..keys import` (level 2)
+    assert "presto_sgl.planners" in graph["presto_sgl.chain.executor"]  # `from .planners import Planner, ...`
+    assert "presto_sgl.planners.base" not in graph["presto_sgl.chain.executor"]  # (names, not modules)
+    assert "presto_sgl.chain.keys" in graph["presto_sgl.kernels.base"]  # `from ..keys import` (level 2)
     assert "presto_sgl.predictor" in graph["presto_sgl.planners"]
     assert any(m == "presto_sgl.cli" or m.startswith("presto_sgl.cli.") for m in graph["presto_sgl.__main__"])
     assert "radix.tree" in graph["radix"]

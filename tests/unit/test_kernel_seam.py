@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from presto_sgl import CapabilityError, PowerConfig, PowerMHKernel, Sampler, sampling_configs
+from presto_sgl.chain.keys import hash64
 from presto_sgl.engines.base import EngineCapabilities
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import SuffixDraw
-from presto_sgl.keys import hash64
 
 pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
 
@@ -89,7 +89,7 @@ def test_entropy_kernel_on_an_engine_without_entropy_fails_before_any_call():
 def test_prefetch_cut_is_condition_1():
     """PowerMH's cut is keyed by T alone; it is requestable iff it lies within the shared prefix."""
     from presto_sgl import ChainState
-    from presto_sgl.keys import ChainKeys
+    from presto_sgl.chain.keys import ChainKeys
 
     kernel = PowerMHKernel(4.0, 0.25)
     root = ChainState((1,), tuple(range(10)), (0.0,) * 10, (0.0,) * 10)
@@ -126,8 +126,8 @@ def test_entropycut_race_is_uniform_when_no_entropy_rises():
     race gives uniform cuts; position 0 (Delta_0 = 0) is one of them."""
     from scipy import stats
 
+    from presto_sgl.chain.keys import ChainKeys
     from presto_sgl.kernels.entropycut import race
-    from presto_sgl.keys import ChainKeys
 
     T = 6
     entropy = (2.0, 1.5, 1.5, 1.0, 0.5, 0.1)
@@ -142,9 +142,9 @@ def test_entropycut_race_is_uniform_when_no_entropy_rises():
 
 def test_entropycut_prefetch_cut_races_over_the_shared_positions_only():
     from presto_sgl import ChainState
+    from presto_sgl.chain.keys import ChainKeys
     from presto_sgl.kernels import EntropyCutKernel
     from presto_sgl.kernels.entropycut import race
-    from presto_sgl.keys import ChainKeys
 
     kernel = EntropyCutKernel(4.0, 0.25)
     h = (0.5, 0.9, 0.2, 1.4, 0.3, 2.0, 0.1, 0.8)

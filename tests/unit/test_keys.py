@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from presto_sgl.keys import ChainKeys, randbelow, uniform01
+from presto_sgl.chain.keys import ChainKeys, randbelow, uniform01
 
 pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
 

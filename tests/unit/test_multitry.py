@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from presto_sgl import CapabilityError, EngineError, MultiTryKernel, PowerMHKernel, Request, Sampler, sampling_configs
+from presto_sgl.chain.keys import ChainKeys, DecisionDraws
+from presto_sgl.chain.state import ChainState
 from presto_sgl.engines.base import EngineCapabilities
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
 from presto_sgl.kernels.multitry import log_multitry_acceptance, log_weight, select
-from presto_sgl.keys import ChainKeys, DecisionDraws
-from presto_sgl.state import ChainState
 
 pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on
 

@@ -40,6 +40,11 @@ def test_every_module_is_in_the_package_map():
 
 
 def test_a_module_missing_from_the_map_is_found():
-    table = [("presto_sgl/planners/", "`base.py` (the protocol), `step.py`"), ("presto_sgl/pool.py", "the pool")]
-    assert listed("presto_sgl/planners/step.py", table) and listed("presto_sgl/pool.py", table)
-    assert not listed("presto_sgl/planners/loadmodel.py", table) and not listed("presto_sgl/offers.py", table)
+    table = [
+        ("presto_sgl/planners/", "`base.py` (the protocol), `step.py`"),
+        ("presto_sgl/scheduling/pool.py", "the pool"),
+    ]
+    assert listed("presto_sgl/planners/step.py", table) and listed("presto_sgl/scheduling/pool.py", table)
+    assert not listed("presto_sgl/planners/loadmodel.py", table) and not listed(
+        "presto_sgl/scheduling/offers.py", table
+    )

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from presto_sgl.chain.proposals import ProposalStore, StoredProposal
+from presto_sgl.chain.walker import walk
 from presto_sgl.kernels import Proposal
 from presto_sgl.planners import BFSPlanner, PlannedRequest, StepPlanner
-from presto_sgl.proposals import ProposalStore, StoredProposal
-from presto_sgl.walker import walk
 from tests.support.planning import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 
 pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rests on

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import pytest
 
 import presto_sgl.predictor
+from presto_sgl.chain.proposals import ProposalStore
+from presto_sgl.chain.walker import walk
 from presto_sgl.config import PrestoConfig
 from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, RoundFeedback, make_planner
 from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation
-from presto_sgl.proposals import ProposalStore
-from presto_sgl.walker import walk
 from tests.support.planning import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 from tests.support.predictors import CutPredictor
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from presto_sgl import cli
+from presto_sgl.chain.trace import metrics_from_trace, read_trace
 from presto_sgl.predictor import DEFAULT_PATH, LogisticPredictor, OnlinePredictor, load_predictor
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, Observation, h_plus
 from presto_sgl.predictor.evaluation import cross_validate, group_folds, load_observations, observations_from_trace
 from presto_sgl.predictor.fitting import fit_logistic
 from presto_sgl.predictor.model import FORMAT, design
 from presto_sgl.predictor.online import _newton_refit
-from presto_sgl.trace import metrics_from_trace, read_trace
 
 GRID = np.linspace(0.0, 1.0, 41)
 

@@ -13,14 +13,14 @@ from typing import ClassVar
 import pytest
 
 from presto_sgl import ConfigError, registry
+from presto_sgl.chain.trace import read_trace
 from presto_sgl.cli.main import main
 from presto_sgl.config import parameters, sampling_configs
 from presto_sgl.fields import Validated, integer, option
-from presto_sgl.frontend import method_config, power_gen
 from presto_sgl.kernels.powermh import PowerMHKernel
+from presto_sgl.program.frontend import method_config, power_gen
 from presto_sgl.serve.parse import parse
 from presto_sgl.serve.request import Defaults, ParamError, fields
-from presto_sgl.trace import read_trace
 
 
 @dataclass(frozen=True)

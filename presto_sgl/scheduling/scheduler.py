@@ -39,13 +39,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .engines.base import Completion, Engine, Request
-from .errors import ConfigError, EngineError
+from ..engines.base import Completion, Engine, Request
+from ..errors import ConfigError, EngineError
+from ..planners.timemodel import EXPLORE, CallTimeModel
 from .offers import Lane, Offer, Served
-from .planners.timemodel import EXPLORE, CallTimeModel
 
 if TYPE_CHECKING:
-    from .methods import Method
+    from ..methods import Method
 
 SHARE_FROM = 16
 """Chains in flight from which the concurrent dispatch weighs the chains' offers against the
@@ -353,6 +353,6 @@ class Scheduler:
 
 def dispatch_for(engine: object) -> str:
     """``concurrent`` for a server engine (it batches concurrent calls), else ``merged``."""
-    from .engines.server import ServerEngine
+    from ..engines.server import ServerEngine
 
     return "concurrent" if isinstance(engine, ServerEngine) else "merged"

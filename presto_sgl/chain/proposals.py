@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .kernels.base import Proposal
+from ..kernels.base import Proposal
 from .keys import DecisionId
 
 

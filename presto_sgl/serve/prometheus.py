@@ -25,7 +25,7 @@ class Metrics:
             self._requests[(endpoint, status)] += 1
 
     def chain(self, metrics: Any) -> None:
-        """A finished chain's :class:`~presto_sgl.metrics.PromptMetrics`."""
+        """A finished chain's :class:`~presto_sgl.chain.metrics.PromptMetrics`."""
         with self._lock:
             self._chains.update(
                 {

@@ -10,9 +10,9 @@ registered rule and kernel), through the token-level :class:`SGLangEngine` on th
 backend (its ``RuntimeEndpoint`` URL; ``engine=`` replaces it). It composes like
 ``sgl.gen``: ``s["answer"]`` and ``s.get_meta_info("answer")`` are set, the answer's text is
 appended to the program, ``.run``, ``.run_batch(num_threads=N)`` and ``s.fork(n)`` (one chain
-per fork) work; :mod:`presto_sgl.interpreter` has the two interpreter hooks this takes. The
+per fork) work; :mod:`presto_sgl.program.interpreter` has the two interpreter hooks this takes. The
 chains of one engine that run at once (forks, run_batch's threads) share its scheduler
-(:mod:`presto_sgl.scheduler`: prefetching capped by the server's load).
+(:mod:`presto_sgl.scheduling.scheduler`: prefetching capped by the server's load).
 
 ``sgl.gen``'s vocabulary: ``max_tokens`` caps the answer. The chain's response length T is
 ``max_tokens`` rounded up to a multiple of ``min(block_size, max_tokens)`` (``block_size``
@@ -28,7 +28,7 @@ stop=...)``; :data:`RUN_DEFAULTS`). Arguments ``sgl.gen`` has and a power-sampli
 (``regex``, ``choices``, ``temperature``: use ``tau``, ...) are refused by name.
 
 Randomness: without ``seed`` every call draws a seed from the OS; with one, the chain id
-is a hash of the call's place in the program (its :class:`~presto_sgl.interpreter.Lineage`:
+is a hash of the call's place in the program (its :class:`~presto_sgl.program.interpreter.Lineage`:
 the forks above it and the power_gen calls before it), so the calls and forks of a program
 draw distinct chains and a rerun with the same seed draws the same ones. Both are recorded
 in the meta info (``seed``, ``chain_id``); ``power_gen(..., seed=S, chain_id=C)`` replays a
@@ -55,16 +55,16 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..build import MethodConfig, make_method
+from ..build import method_config as _method_config
+from ..chain.keys import SEED_MASK, hash64
+from ..config import PowerConfig, capped_blocks, parameters
+from ..engines.sglang.http import SGLangEngine
+from ..errors import ConfigError
+from ..methods import Method
+from ..scheduling.scheduler import Scheduler
 from . import interpreter
-from .config import PowerConfig, capped_blocks, parameters
-from .engines.sglang.http import SGLangEngine
-from .errors import ConfigError
-from .keys import SEED_MASK, hash64
-from .methods import Method
-from .options import MethodConfig, make_method
-from .options import method_config as _method_config
-from .program_state import GenSpec, prompt_ids, record
-from .scheduler import Scheduler
+from .state import GenSpec, prompt_ids, record
 
 REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: what to do instead
     "regex": "constrained decoding would change the target",
@@ -255,7 +255,7 @@ def _expression_class() -> type:
         def sampling_params(self) -> Any:  # only SGLang's own gen path reads it: the hook did not run
             raise RuntimeError(
                 "a power_gen expression reached SGLang's sgl.gen path: presto-sgl's interpreter "
-                "hook is not installed (import power_gen from presto_sgl.frontend)"
+                "hook is not installed (import power_gen from presto_sgl.program)"
             )
 
         def __repr__(self) -> str:
@@ -353,7 +353,7 @@ def _check_prompt(method: Method, ids: Sequence[int], name: str) -> None:
 
 def _scheduler_for(engine: Any) -> Scheduler:
     """The shared scheduler of an engine: the chains of a program's forks and of run_batch's
-    threads that run at once share it (:mod:`presto_sgl.scheduler`)."""
+    threads that run at once share it (:mod:`presto_sgl.scheduling.scheduler`)."""
     with _engines_lock:
         if engine not in _schedulers:
             _schedulers[engine] = Scheduler(engine)

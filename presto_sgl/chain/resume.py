@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .metrics import CallRecord, NodeRecord
 from .state import ChainState
 from .trace import StateReplay, TraceLineError, call_record, node_record, trace_records
@@ -99,7 +99,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 def check_same_run(name: str, recorded: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     """ValueError naming every field where this run's record differs from the trace's (a trace
     written before the registry is read in today's words: :func:`presto_sgl.registry.current_record`)."""
-    from .registry import current_record
+    from ..registry import current_record
 
     recorded, current = current_record(recorded), current_record(current)
     keys = sorted((set(recorded) | set(current)) - set(IDENTITY_FREE))

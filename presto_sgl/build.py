@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import registry
+from .chain.samplers import Sampler
 from .config import PRESTO, PowerConfig, PrestoConfig, sampling_configs, split_options
 from .engines.base import Engine
 from .errors import ConfigError
 from .methods import Method
-from .samplers import Sampler
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def method_config(options: Mapping[str, Any]) -> MethodConfig:
 
 def make_method(engine: Engine, spec: MethodConfig | Mapping[str, Any]) -> Method:
     """The method of ``spec`` (a :class:`MethodConfig`, or flat options) on ``engine``: a
-    :class:`~presto_sgl.samplers.Sampler` for a kernel, the baseline's class otherwise."""
+    :class:`~presto_sgl.chain.samplers.Sampler` for a kernel, the baseline's class otherwise."""
     m = spec if isinstance(spec, MethodConfig) else method_config(spec)
     if m.presto is not None:
         return Sampler(engine, m.config, m.presto)

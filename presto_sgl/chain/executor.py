@@ -12,14 +12,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from .config import PowerConfig
-from .engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
-from .errors import EngineError
-from .kernels.base import Kernel, Proposal, SuffixDraw, Transition
+from ..config import PowerConfig
+from ..engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
+from ..errors import EngineError
+from ..kernels.base import Kernel, Proposal, SuffixDraw, Transition
+from ..planners import PlannedRequest, Planner, RoundContext, RoundFeedback
+from ..scheduling.offers import Lane, Offer
 from .keys import ChainKeys, DecisionDraws, DecisionId
 from .metrics import CallRecord, NodeRecord, RequestRecord
-from .offers import Lane, Offer
-from .planners import PlannedRequest, Planner, RoundContext, RoundFeedback
 from .proposals import ProposalStore, StoredProposal
 from .state import ChainState
 from .trace import TraceWriter
@@ -31,7 +31,7 @@ OnTransition = Callable[[int, int, ChainState, Transition], None]
 
 class Recorder:
     """Runs model calls (timed, validated) and keeps the call and node records of one run; with
-    a ``lane``, the calls go to a shared scheduler's rounds (:mod:`presto_sgl.scheduler`)."""
+    a ``lane``, the calls go to a shared scheduler's rounds (:mod:`presto_sgl.scheduling.scheduler`)."""
 
     def __init__(self, engine: Engine, trace: TraceWriter | None, lane: Lane | None = None) -> None:
         self.engine = engine
@@ -40,20 +40,25 @@ class Recorder:
         self.calls: list[CallRecord] = []
         self.nodes: list[NodeRecord] = []
 
+    def sharing(self) -> bool:
+        """Whether this chain's next call is a shared scheduler's (its lane says the scheduler
+        weighs the chains' offers now); else the chain calls its engine alone."""
+        return self.lane is not None and self.lane.sharing()
+
     def call(self, requests: Sequence[Request]) -> tuple[list[Completion], float]:
-        """One model call of every request (in a scheduled chain: in the scheduler's next round)."""
+        """One model call of every request (in a scheduled chain that shares: in the scheduler's next round)."""
         if not requests:
             return [], 0.0
-        _, completions, elapsed = self.submit(Offer((tuple(requests),)))
+        _, completions, elapsed = self.submit(Offer((tuple(requests),)), shared=self.sharing())
         return completions, elapsed
 
-    def submit(self, offer: Offer, *, lengths_only: bool = False) -> tuple[int, list[Completion], float]:
-        """(groups sent, their completions, call seconds): a scheduled chain's offer goes to its
-        scheduler, which picks the groups; otherwise every group is sent. The completions are
-        checked whole; with ``lengths_only`` only their lengths (the caller checks the values of
-        those it uses: :meth:`check`)."""
+    def submit(self, offer: Offer, *, shared: bool, lengths_only: bool = False) -> tuple[int, list[Completion], float]:
+        """(groups sent, their completions, call seconds): with ``shared`` the offer goes to the
+        chain's scheduler, which picks the groups; otherwise every group is sent on the chain's own
+        engine. The completions are checked whole; with ``lengths_only`` only their lengths (the
+        caller checks the values of those it uses: :meth:`check`)."""
         t0 = time.perf_counter()
-        if self.lane is None:
+        if not shared or self.lane is None:
             taken = len(offer.groups)
             requests = [r for g in offer.groups for r in g]
             completions = self.engine.generate(requests)
@@ -172,8 +177,8 @@ class StageExecutor:
     def plan(self, ctx: RoundContext) -> Batch:
         """The planner's requests (in a scheduled chain whose round is shared: its offer) as
         engine requests, one group of draws per planned decision."""
-        lane = self.rec.lane
-        offer = self.planner.offer(ctx) if lane is not None and lane.sharing() else None
+        shared = self.rec.sharing()  # decided once per round: the offer and the call agree
+        offer = self.planner.offer(ctx) if shared else None
         planned = offer.batch if offer is not None else self.planner.plan(ctx)
         H, root = self.horizon, ctx.root
         groups = [self.kernel.suffix_draws(p.cut, H, self.draws(p.decision)) for p in planned]
@@ -195,7 +200,7 @@ class StageExecutor:
         ]
         if offer is None:
             return Batch(planned, groups, rows)
-        return Batch(planned, groups, rows, offer.values, offer.preferred)
+        return Batch(planned, groups, rows, offer.values, offer.preferred, shared=True)
 
     def send(self, batch: Batch) -> tuple[Batch, list[Completion], float]:
         """One engine call (a scheduler may take a prefix of the groups): the batch sent, its
@@ -203,7 +208,7 @@ class StageExecutor:
         if not batch.rows:
             return batch, [], 0.0
         offer = Offer(tuple(batch.rows), batch.values, batch.preferred)
-        taken, completions, elapsed = self.rec.submit(offer, lengths_only=True)
+        taken, completions, elapsed = self.rec.submit(offer, shared=batch.shared, lengths_only=True)
         return batch.prefix(taken), completions, elapsed
 
     def fill(self, root: ChainState, batch: Batch, completions: Sequence[Completion], index: int) -> None:
@@ -268,7 +273,7 @@ class StageExecutor:
                 tuple((s.transition.cut, s.transition.log_accept) for s in steps),
                 tuple((len(r.prefix), len(c.tokens)) for r, c in zip(requests, completions)),
                 elapsed,
-                timed=rec.lane is None,
+                timed=not batch.shared,
             )
         )
 
@@ -283,6 +288,7 @@ class Batch:
     rows: list[tuple[Request, ...]]
     values: tuple[float, ...] | None = None
     preferred: int | None = None
+    shared: bool = False  # sent through a shared scheduler that weighs it (it fits the time model)
 
     @property
     def requests(self) -> list[Request]:

@@ -16,12 +16,12 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .errors import ConfigError
-from .methods import SampleResult
+from ..chain.trace import TraceWriter
+from ..errors import ConfigError
+from ..methods import SampleResult
 from .offers import Lane
 from .pool import ChainPool, Ticket
 from .scheduler import Scheduler
-from .trace import TraceWriter
 
 
 def run_prompts(
@@ -39,9 +39,9 @@ def run_prompts(
     ``run_one`` is usually a method's ``run``. Results come back in prompt order; with
     ``trace_dir`` each prompt gets its own JSONL trace ``prompt-<i>.jsonl``. The first
     failure is raised after the other in-flight chains finish (chains not yet started then
-    never start). The chains run in a :class:`~presto_sgl.pool.ChainPool`; with a
+    never start). The chains run in a :class:`~presto_sgl.scheduling.pool.ChainPool`; with a
     ``scheduler`` (:meth:`Scheduler.for_method`) ``run_one`` also gets each chain's ``lane`` and
-    their model calls are merged, one engine call per round (:mod:`presto_sgl.scheduler`).
+    their model calls are merged, one engine call per round (:mod:`presto_sgl.scheduling.scheduler`).
     """
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError("workers", workers, f"{{workers}} (={workers!r}) must be an integer >= 1")

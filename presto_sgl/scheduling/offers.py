@@ -1,4 +1,4 @@
-"""A chain and the shared scheduler (:mod:`presto_sgl.scheduler`): what the chain asks of it (an
+"""A chain and the shared scheduler (:mod:`presto_sgl.scheduling.scheduler`): what the chain asks of it (an
 :class:`Offer`: its candidate requests, grouped by decision) and the chain's :class:`Lane` to it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .engines.base import Completion, Request
+from ..engines.base import Completion, Request
 
 Served = tuple[int, list[Completion], float]
 """What the scheduler answers an offer: (groups taken, their completions in order, the call's seconds)."""

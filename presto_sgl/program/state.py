@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .engines.text import cut_at_stop, ids_of_prefix
+from ..engines.text import cut_at_stop, ids_of_prefix
 
 if TYPE_CHECKING:
-    from .methods import Method, SampleResult
-    from .options import MethodConfig
+    from ..build import MethodConfig
+    from ..methods import Method, SampleResult
 
 TRACE_VAR = "_presto_token_ids"
 """The program variable that holds a state's :class:`TokenTrace` (copied into forks)."""

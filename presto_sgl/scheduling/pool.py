@@ -1,7 +1,7 @@
 """The chains in flight: a bounded pool of worker threads, one chain each, sharing one backend.
 
 The one chain pool of the package: ``presto-sgl run`` (a dataset's prompts), ``serve``
-(requests) and :func:`presto_sgl.runner.run_prompts` (the library's many-prompt helper) all
+(requests) and :func:`presto_sgl.scheduling.runner.run_prompts` (the library's many-prompt helper) all
 run their chains here; ``power_gen`` chains run on the threads of SGLang's program interpreter.
 
 Admission is all or nothing per request: its chains are admitted when running + waiting
@@ -22,9 +22,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .engines.base import Completion, Engine, EngineCapabilities, Request
-from .engines.text import TextView
-from .errors import ConfigError
+from ..engines.base import Completion, Engine, EngineCapabilities, Request
+from ..engines.text import TextView
+from ..errors import ConfigError
 from .scheduler import Scheduler
 
 
@@ -102,7 +102,7 @@ class PoolStats:
 
 class ChainPool:
     """``concurrency`` chains run at once; up to ``queue_size`` more wait their turn. A chain is
-    called as ``chain(lane=...)``: with a ``scheduler``, its :class:`~presto_sgl.scheduler.Lane`
+    called as ``chain(lane=...)``: with a ``scheduler``, its :class:`~presto_sgl.scheduling.scheduler.Lane`
     (hand it to the method's ``run``: its model calls go through the scheduler, one engine call
     per round; before each, the lane runs the check of the chains' GuardedEngine (``submit``'s
     ``guard``: the ticket, the call count) or else the ticket's), else None."""

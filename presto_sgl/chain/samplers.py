@@ -17,21 +17,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from .config import PowerConfig, PrestoConfig, check_keying, config_options
-from .engines.base import Engine, Request
-from .errors import CapabilityError, ConfigError
+from ..config import PowerConfig, PrestoConfig, check_keying, config_options
+from ..engines.base import Engine, Request
+from ..errors import CapabilityError, ConfigError
+from ..kernels.base import Kernel
+from ..methods import MethodBase, SampleResult, check_seed, extend
+from ..planners import Planner, make_planner
+from ..registry import make_kernel
 from .executor import OnTransition, Recorder, StageExecutor
-from .kernels.base import Kernel
 from .keys import ChainKeys
-from .methods import MethodBase, SampleResult, check_seed, extend
-from .planners import Planner, make_planner
-from .registry import make_kernel
 from .resume import Checkpoint
 from .state import ChainState
 from .trace import TraceWriter
 
 if TYPE_CHECKING:
-    from .offers import Lane
+    from ..scheduling.offers import Lane
 
 __all__ = ["SampleResult", "Sampler"]
 
@@ -142,10 +142,10 @@ class Sampler(MethodBase):
     ) -> SampleResult:
         """Sample one response of ``max_new_tokens`` tokens (approximately) from pi_alpha.
 
-        ``resume``: go on from a trace's checkpoint (:mod:`presto_sgl.resume`); ``trace`` then
+        ``resume``: go on from a trace's checkpoint (:mod:`presto_sgl.chain.resume`); ``trace`` then
         continues that trace (no new run record). ``info``: further fields of the run record
         (the CLI's engine and model). ``lane``: the chain's place in a shared scheduler (its
-        calls go to the scheduler's rounds; :mod:`presto_sgl.scheduler`)."""
+        calls go to the scheduler's rounds; :mod:`presto_sgl.scheduling.scheduler`)."""
         check_seed(seed)
         prompt_ids = self.check_prompt(prompt)
         keys = ChainKeys(seed, prompt_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .kernels.base import Kernel, Transition
+from ..kernels.base import Kernel, Transition
 from .keys import DecisionDraws, DecisionId
 from .proposals import ProposalStore
 from .state import ChainState
