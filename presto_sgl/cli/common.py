@@ -22,6 +22,7 @@ FLAGS = {
     "restart_timeout_s": "--restart-timeout",
     "n": "--best-of",
     "request_timeout_s": "--request-timeout",
+    "share_from": "--load-cap-from",
 }
 """Library parameters the registry does not declare whose flag is not ``--name-with-dashes``."""
 

@@ -156,13 +156,25 @@ def build(args: argparse.Namespace) -> tuple[GuardedEngine, Method]:
 
 
 def add_scheduler_flag(p: argparse.ArgumentParser) -> None:
-    """``--scheduler``: how the chains in flight share the engine (presto_sgl.scheduling.scheduler)."""
+    """``--scheduler`` and ``--load-cap-from``: how the chains in flight share the engine
+    (presto_sgl.scheduling.scheduler)."""
     p.add_argument(
         "--scheduler",
         choices=("shared", "off"),
         default="shared",
-        help="with several chains in flight, 'shared' merges every chain's model calls into one engine "
-        "call per round and picks how many prefetched requests each chain sends from a call-time model "
-        "of the merged calls (the most predicted transitions per second); 'off' lets each chain plan and "
-        "call alone (default: shared)",
+        help="with several chains in flight on an in-process engine, 'shared' merges every chain's model calls "
+        "into one engine call per round and picks how many prefetched requests each chain sends from a call-time "
+        "model of the merged calls (the most predicted transitions per second); on a server engine each chain "
+        "plans and calls alone (the server batches the calls) unless --load-cap-from; 'off' lets each chain plan "
+        "and call alone on any engine (default: shared)",
+    )
+    p.add_argument(
+        "--load-cap-from",
+        dest="share_from",
+        type=int,
+        default=None,
+        metavar="N",
+        help="server engines, --scheduler shared: from N chains in flight, cap each chain's prefetched requests "
+        "by the server's load (default: never; measured no faster than each chain's own budget: "
+        "benchmarks/RESULTS.md)",
     )

@@ -258,7 +258,8 @@ def run(args: argparse.Namespace) -> int:
             bar.set_postfix_str(f"accuracy {right / n:.1%}" if n else "", refresh=False)
             bar.update(1)
 
-    scheduler = Scheduler.for_method(sampler, engine.inner) if args.scheduler == "shared" and workers > 1 else None
+    shared = args.scheduler == "shared" and workers > 1
+    scheduler = Scheduler.for_method(sampler, engine.inner, share_from=args.share_from) if shared else None
     pool, ticket = ChainPool(workers, len(todo), scheduler), Ticket(math.inf)
     try:
         futures = pool.submit(ticket, [functools.partial(one, *c) for c in todo], engine) or []

@@ -119,7 +119,9 @@ def _service(args: argparse.Namespace):
     if concurrency is None:
         concurrency = 8 if args.engine in ("sglang", "vllm") else 1
     pool = ChainPool(
-        concurrency, args.queue_size, Scheduler(engine) if args.scheduler == "shared" and concurrency > 1 else None
+        concurrency,
+        args.queue_size,
+        Scheduler(engine, share_from=args.share_from) if args.scheduler == "shared" and concurrency > 1 else None,
     )
     name = args.served_model_name or served_name(model_name(engine, args))
     return Service(engine, defaults, pool, name)

@@ -44,8 +44,8 @@ class Lane:
 
     def sharing(self) -> bool:
         """Whether this round's call is shared: the scheduler weighs the chain's ranked offer
-        (its values and own pick) against the others'. False: the chain plans alone and its
-        plan is sent whole (the per-chain rule, through the scheduler's dispatch)."""
+        (its values and own pick) against the others'. False: the chain plans and calls its
+        engine alone (the per-chain rule)."""
         return self.shares()
 
     def submit(self, offer: Offer) -> Served:

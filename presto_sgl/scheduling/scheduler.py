@@ -19,9 +19,9 @@ without values is sent whole (and counts one transition: its first group's). Wit
 chain waiting the chain's own choice stands (the per-chain cost-aware budget: its rollout
 on this same model), so one chain in flight is the per-chain rule. The first calls
 explore fixed fractions of every offer, as the per-chain planners do. With the concurrent
-dispatch (a server engine) the offers are weighed only from :data:`SHARE_FROM` chains in
-flight; below it each chain plans alone and sends its own plan whole (the per-chain rule,
-which the measurements found at least as fast there).
+dispatch (a server engine) the offers are weighed only from ``share_from`` chains in flight,
+by default never (:data:`SHARE_FROM`): each chain plans and calls its engine alone
+(:meth:`Lane.sharing`), the per-chain rule, which the measurements found at least as fast.
 
 Exactness: a chain gets a prefix of its own batch with at least its first group (the
 decision its walk needs next); which prefix depends only on cuts, predictions and call
@@ -47,11 +47,13 @@ from .offers import Lane, Offer, Served
 if TYPE_CHECKING:
     from ..methods import Method
 
-SHARE_FROM = 16
+SHARE_FROM: int | None = None
 """Chains in flight from which the concurrent dispatch weighs the chains' offers against the
-server's load (:class:`LoadModel`); below it each chain plans alone, the per-chain rule. Measured
-on the CPU SGLang and vLLM servers (benchmarks/RESULTS.md, scheduler_load.py): the load cap cost
-5-15% of throughput at 2-8 in flight on SGLang and tied on vLLM, and gained 11-12% at 16 on both."""
+server's load (:class:`LoadModel`); None (the default): never, each chain plans and calls its
+engine alone, the per-chain rule. Measured on the CPU SGLang and vLLM servers
+(benchmarks/RESULTS.md, scheduler_load.py): the load cap cost 5-15% of throughput at 2-8 in
+flight on SGLang and tied on vLLM, and at 16 in flight it ranged from -14% to +12% from run to
+run, so it is opt-in (``share_from``, the CLI's ``--load-cap-from``)."""
 
 DISPATCH = ("merged", "concurrent")
 """``auto`` (the default) picks by the engine (:func:`dispatch_for`). merged: one engine call
@@ -156,13 +158,17 @@ class Scheduler:
         max_wait_s: float = 0.05,
         explore: Sequence[float] = EXPLORE,
         dispatch: str = "auto",
-        share_from: int = SHARE_FROM,
+        share_from: int | None = SHARE_FROM,
     ) -> None:
         if dispatch not in (*DISPATCH, "auto"):
             raise ConfigError("dispatch", dispatch, f"{{dispatch}} (={dispatch!r}) must be one of {DISPATCH} or 'auto'")
-        if isinstance(share_from, bool) or not isinstance(share_from, int) or share_from < 1:
+        if share_from is not None and (
+            isinstance(share_from, bool) or not isinstance(share_from, int) or share_from < 1
+        ):
             raise ConfigError(
-                "share_from", share_from, f"{{share_from}} (={share_from!r}) must be an integer >= 1 (chains in flight)"
+                "share_from",
+                share_from,
+                f"{{share_from}} (={share_from!r}) must be an integer >= 1 (chains in flight) or None (never)",
             )
         self.share_from = share_from
         self.dispatch = dispatch_for(engine) if dispatch == "auto" else dispatch
@@ -217,8 +223,11 @@ class Scheduler:
     def sharing(self) -> bool:
         """Whether the chains' offers are weighed now: always with the merged dispatch (one call
         per round for every chain), from ``share_from`` chains in flight with the concurrent one
-        (:data:`SHARE_FROM`; below it each chain plans alone: the per-chain rule)."""
-        return self.dispatch == "merged" or self._active >= self.share_from
+        (:data:`SHARE_FROM`; below it, or with None, each chain plans and calls alone: the
+        per-chain rule)."""
+        if self.dispatch == "merged":
+            return True
+        return self.share_from is not None and self._active >= self.share_from
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         """Every request, in the next round (a call the chain cannot split: extensions, scoring)."""

@@ -40,8 +40,8 @@ def engine(reference_engine):
 @pytest.mark.parametrize("rule", PRESTO_RULES, ids=str)
 @pytest.mark.parametrize("kernel_case", KERNELS, ids=str)
 def test_scheduled_chains_are_the_sequential_chains(engine, kernel_case, rule, dispatch):
-    """merged: one call per round; concurrent: 8 chains in flight, below SHARE_FROM, each plans
-    and calls alone (the per-chain rule); concurrent-shared: the load cap weighs the offers from 1 chain."""
+    """merged: one call per round; concurrent: the default (SHARE_FROM), each chain plans and calls
+    alone (the per-chain rule); concurrent-shared: the load cap weighs the offers from 1 chain."""
     cfg, presto = rule.configs(10, **kernel_case.options(**POWER))
     sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
     share_from = 1 if dispatch == "concurrent-shared" else SHARE_FROM
@@ -51,7 +51,7 @@ def test_scheduled_chains_are_the_sequential_chains(engine, kernel_case, rule, d
     for i, (r, p) in enumerate(zip(scheduled, PROMPTS)):
         assert r.state == seq.run(p, seed=SEED, prompt_id=i).state, f"chain {i} differs"
     s = scheduler.stats
-    if dispatch == "concurrent":  # 8 in flight, below SHARE_FROM: each chain called its engine alone
+    if dispatch == "concurrent":  # the default: each chain called its engine alone
         assert s.calls == 0
         return
     # every request a chain records went through the scheduler (an extension is one request;
@@ -201,6 +201,9 @@ def test_the_concurrent_dispatch_shares_from_share_from_chains_in_flight():
         with s.chain() as c:
             assert a.sharing() and c.sharing()  # 3: the offers are weighed
         assert not a.sharing()
+    default = Scheduler(engine=None, dispatch="concurrent")
+    with default.chain() as a, default.chain(), default.chain(), default.chain() as d:
+        assert SHARE_FROM is None and not a.sharing() and not d.sharing()  # the default: never
     with pytest.raises(ValueError, match="share_from"):
         Scheduler(engine=None, share_from=0)
 
