@@ -86,8 +86,16 @@ def test_presto_visits_the_sequential_states_on_the_server(engine, kernel_case, 
     assert {acc for *_, acc in seq} == {True, False}
 
 
+def test_eos_target_on_the_server(engine, hf_model):
+    """target='eos' on a real vLLM server (:func:`tests.support.eos.check_eos_target`)."""
+    from tests.support.eos import check_eos_target
+
+    check_eos_target(engine, hf_model, entropy=True)
+
+
 def test_a_chain_survives_a_server_restart(engine, server_url, hf_model):
-    """The shared server when scripts/vllm_server.sh started it (else one of its own), stopped
+    """(Last in the file: it restarts the shared server.) The shared server when
+    scripts/vllm_server.sh started it (else one of its own), stopped
     while the chain's third call is in flight (the fourth waits until it is down) and started
     again: the chain waits, re-draws what was pending with the same seeds, and ends in exactly
     the state of an uninterrupted run."""
@@ -108,10 +116,3 @@ def test_a_chain_survives_a_server_restart(engine, server_url, hf_model):
         prompt, seed=2
     )  # the shared server: same model, same seeds
     assert uninterrupted.state.tokens == result.state.tokens
-
-
-def test_eos_target_on_the_server(engine, hf_model):
-    """target='eos' on a real vLLM server (:func:`tests.support.eos.check_eos_target`)."""
-    from tests.support.eos import check_eos_target
-
-    check_eos_target(engine, hf_model, entropy=True)

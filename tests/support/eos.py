@@ -16,7 +16,8 @@ def check_eos_target(engine, hf_model, entropy: bool) -> None:
     prompt = tuple(engine.chat_prompt("What is 2 + 3? Reply with the number only."))
     comps = engine.generate([Request(prompt, 48, 0.25, None, entropy, (), None, stop) for _ in range(4)])
     ended = [c for c in comps if c.tokens[-1] in stop]
-    assert ended and all(len(c.tokens) < 48 for c in ended)
+    seen = [(len(c.tokens), c.tokens[-3:]) for c in comps]
+    assert ended and all(len(c.tokens) < 48 for c in ended), f"no draw ended at a stop token {stop}: {seen}"
     for c in comps:
         assert all(t not in stop for t in c.tokens[:-1])
         assert_scores_match(hf_model, prompt, c.tokens, c.logp)
