@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import registry
-from ..config import PowerConfig, PrestoConfig, parameters
+from ..config import PowerConfig, PrestoConfig, config_options, parameters
 from ..errors import ConfigError
 from ..fields import TEMPERATURE_RANGE, Param, params_of
 from .schema import NULL, describe, integer, jsonable, nullable, valid
@@ -312,17 +312,14 @@ OPENAI: tuple[Field, ...] = (
         "only 1: the chain samples the full vocabulary; else 400",
         unsupported=" (the chain samples the full vocabulary); drop it",
     ),
-    Field(
-        "presence_penalty",
-        _fixed({"type": "number", "minimum": 0, "maximum": 0}),
-        "only 0: a penalty would change the target; else 400",
-        unsupported=" (a penalty would change the target); drop it",
-    ),
-    Field(
-        "frequency_penalty",
-        _fixed({"type": "number", "minimum": 0, "maximum": 0}),
-        "only 0: a penalty would change the target; else 400",
-        unsupported=" (a penalty would change the target); drop it",
+    *(
+        Field(
+            name,
+            _fixed({"type": "number", "minimum": 0, "maximum": 0}),
+            "only 0: a penalty would change the target; else 400",
+            unsupported=" (a penalty would change the target); drop it",
+        )
+        for name in ("presence_penalty", "frequency_penalty")
     ),
     Field(
         "logit_bias",
@@ -394,13 +391,9 @@ def _power_schema(param: Param) -> Schema:
 
 def served_default(defaults: Defaults, name: str) -> Any:
     """The server's value of a library parameter (``method``: the kernel), or None."""
-    config, presto = defaults.config, defaults.presto
     if name == "method":
-        return config.kernel
-    for holder in (config, config.params, presto):
-        if name in {p.name for p in params_of(type(holder))}:
-            return getattr(holder, name)
-    return None
+        return defaults.config.kernel
+    return config_options(defaults.config, defaults.presto).get(name)
 
 
 def power_fields() -> tuple[Field, ...]:
