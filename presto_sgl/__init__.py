@@ -8,7 +8,8 @@ engine), the front ends (``cli``, ``serve``, ``program``: SGLang's ``power_gen``
 ``config``, ``fields`` and ``registry`` declare every parameter, kernel, rule and baseline,
 and the front ends are generated from them.
 
-One public way to build a sampler: ``Sampler(engine, *sampling_configs(rule, **options))``;
+One public way to build a sampler: ``Sampler(engine, *sampling_configs(rule, **options))``, or
+``Sampler(engine, PowerConfig(Target(...), KernelConfig(...)), PrestoConfig(rule, ...))``;
 ``make_method(engine, options)`` builds any method (a sampler or a baseline) from flat options.
 """
 
@@ -19,7 +20,7 @@ from .chain.metrics import PromptMetrics
 from .chain.samplers import Sampler
 from .chain.state import ChainState
 from .chain.trace import TraceWriter, metrics_from_trace, read_trace
-from .config import PowerConfig, PrestoConfig, sampling_configs
+from .config import BaselineConfig, KernelConfig, PowerConfig, PrestoConfig, Target, sampling_configs
 from .engines.base import Completion, Engine, EngineCapabilities, Request
 from .errors import BackendUnavailable, CapabilityError, ConfigError, EngineError
 from .kernels import EntropyCutKernel, Kernel, MultiTryKernel, PowerMHKernel, accepts, log_acceptance, mh_step
@@ -28,6 +29,7 @@ from .registry import BaselineSpec, KernelSpec, RuleSpec, make_kernel, register_
 
 __all__ = [
     "BackendUnavailable",
+    "BaselineConfig",
     "BaselineSpec",
     "CapabilityError",
     "ChainState",
@@ -38,6 +40,7 @@ __all__ = [
     "EngineError",
     "EntropyCutKernel",
     "Kernel",
+    "KernelConfig",
     "KernelSpec",
     "Method",
     "MultiTryKernel",
@@ -49,6 +52,7 @@ __all__ = [
     "RuleSpec",
     "SampleResult",
     "Sampler",
+    "Target",
     "TraceWriter",
     "accepts",
     "log_acceptance",

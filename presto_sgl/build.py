@@ -14,7 +14,7 @@ from typing import Any
 
 from . import registry
 from .chain.samplers import Sampler
-from .config import PRESTO, PowerConfig, PrestoConfig, sampling_configs, split_options
+from .config import PRESTO, BaselineConfig, PowerConfig, PrestoConfig, baseline_config, sampling_configs
 from .engines.base import Engine
 from .errors import ConfigError
 from .methods import Method
@@ -22,13 +22,12 @@ from .methods import Method
 
 @dataclass(frozen=True)
 class MethodConfig:
-    """A validated method: its name and schedule, and for an MH kernel its PrestoConfig (None
-    for a baseline) or for a baseline its own parameters."""
+    """A validated method: its name and, for an MH kernel, its PowerConfig and PrestoConfig,
+    for a baseline its BaselineConfig (``presto`` None)."""
 
     method: str
-    config: PowerConfig
+    config: PowerConfig | BaselineConfig
     presto: PrestoConfig | None = None
-    params: Any = None
 
     @property
     def is_kernel(self) -> bool:
@@ -42,29 +41,22 @@ def method_config(options: Mapping[str, Any]) -> MethodConfig:
     if isinstance(method, str) and method in registry.KERNELS:
         config, presto = sampling_configs(opts.pop("rule", "step"), kernel=method, **opts)
         return MethodConfig(method, config, presto)
-    spec = registry.spec_of(method)
-    assert isinstance(spec, registry.BaselineSpec)  # a kernel returned above
+    registry.spec_of(method)  # a ConfigError naming the method unless it is a baseline
     for name in ("rule", *PRESTO):
-        if name in opts:
+        if name in opts and name != "keying":  # a schedule field before PrestoConfig had it: ignored, as it was
             raise ConfigError(
                 name,
                 opts[name],
                 f"{{{name}}} applies to the MH kernels {list(registry.KERNELS)}, not "
                 f"to the baseline {method!r}; drop it",
             )
-    schedule, params = split_options(method, opts)
-    if "block_size" not in spec.uses:  # one block: the whole response
-        schedule["block_size"] = schedule.get("max_new_tokens", PowerConfig.max_new_tokens)
-    config = PowerConfig(**schedule)
-    if spec.check is not None:
-        spec.check(config, params)
-    return MethodConfig(method, config, params=params)
+    return MethodConfig(method, baseline_config(method, opts))
 
 
 def make_method(engine: Engine, spec: MethodConfig | Mapping[str, Any]) -> Method:
     """The method of ``spec`` (a :class:`MethodConfig`, or flat options) on ``engine``: a
     :class:`~presto_sgl.chain.samplers.Sampler` for a kernel, the baseline's class otherwise."""
     m = spec if isinstance(spec, MethodConfig) else method_config(spec)
-    if m.presto is not None:
+    if isinstance(m.config, PowerConfig):
         return Sampler(engine, m.config, m.presto)
-    return registry.BASELINES[m.method].make(engine, m.config, m.params)
+    return registry.BASELINES[m.method].make(engine, m.config)

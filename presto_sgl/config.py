@@ -1,6 +1,14 @@
-"""Frozen, validated configuration: the schedule (:class:`PowerConfig`, with its kernel's own
-parameters) and how its transitions run (:class:`PrestoConfig`); and the front ends' flat
-options (:func:`parameters`, :func:`sampling_configs`).
+"""Frozen, validated configuration, one object per concept:
+
+* :class:`Target`: what a chain samples (alpha, the length T, the block size B, fixed or eos);
+* :class:`KernelConfig`: the MH transition (the kernel, its own parameters, tau, K per stage);
+* :class:`PowerConfig`: a chain, the two of them;
+* :class:`PrestoConfig`: how the transitions run (rule, budget, cost policy; the keys derived
+  from the rule), which never changes the chain (paper Prop. 1);
+* :class:`BaselineConfig`: a baseline's own (its target, tau, its parameters).
+
+The front ends' flat options (:func:`parameters`, :func:`sampling_configs`) map onto them once;
+an override is a typed replace (:func:`with_options`).
 
 Every field is declared with :func:`~presto_sgl.fields.option` (its default, help and
 check); a bad value is a :class:`~presto_sgl.errors.ConfigError` naming the parameter, its
@@ -12,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import registry
@@ -23,6 +31,7 @@ from .fields import (
     Validated,
     boolean,
     integer,
+    is_int,
     nonempty_text,
     number,
     one_of,
@@ -44,15 +53,26 @@ def _rules() -> tuple[str, ...]:
     return tuple(registry.RULES)
 
 
-@dataclass(frozen=True)
-class PowerConfig(Validated):
-    """PowerMH's schedule: target pi_alpha(x) ∝ p0(x)^alpha, n/B stages of K steps each, run
-    by the MH ``kernel`` with its own ``params`` (default: the kernel's defaults).
+def _tau() -> Any:
+    return option(
+        None,
+        "proposal temperature (default: 1/alpha)",
+        number(TEMPERATURE_RANGE[0], strict=False, high=TEMPERATURE_RANGE[1], optional="the default 1/alpha"),
+    )
 
-    ``tau`` is the proposal temperature and defaults to 1/alpha. ``max_new_tokens`` must
-    be a positive multiple of ``block_size`` (stage l targets the first l*B tokens).
-    ``target``: "fixed" samples responses of exactly T tokens (the paper's); "eos" samples
-    responses that end at the model's first stop token or at T (docs/design.md §2.1).
+
+def _temperature(tau: float | None, alpha: float) -> float:
+    return float(tau) if tau is not None else 1.0 / float(alpha)
+
+
+@dataclass(frozen=True)
+class Target(Validated):
+    """What a chain samples: pi_alpha(x) ∝ p0(x)^alpha, approached in stages of ``block_size``
+    tokens (stage l targets the first l*B; None: one stage, the whole response).
+
+    ``target``: "fixed" samples responses of exactly ``max_new_tokens`` tokens (the paper's);
+    "eos" responses that end at the model's first stop token or at T (docs/design.md §2.1).
+    ``max_new_tokens`` is a positive multiple of ``block_size``.
     """
 
     alpha: float = option(
@@ -67,20 +87,7 @@ class PowerConfig(Validated):
         ),
     )
     max_new_tokens: int = option(64, "response length, a multiple of --block-size")  # checked in _check
-    block_size: int = option(16, "tokens per stage", integer(1, example=16))
-    steps: int = option(10, "MH transitions per stage, K", integer(0, "MH transitions per block"))
-    tau: float | None = option(
-        None,
-        "proposal temperature (default: 1/alpha)",
-        number(TEMPERATURE_RANGE[0], strict=False, high=TEMPERATURE_RANGE[1], optional="the default 1/alpha"),
-    )
-    keying: Keying = option(
-        "step",
-        "decision keys; for --rule sequential (default: step); bfs and step imply path and step",
-        one_of(("path", "step")),
-        choices=("path", "step"),
-    )
-    kernel: str = option("powermh", "the MH kernel", one_of(_kernels), choices=_kernels)
+    block_size: int | None = option(16, "tokens per stage", integer(1, example=16, optional="one stage"))
     target: str = option(
         "fixed",
         "the response space: fixed = exactly --max-new-tokens tokens (the paper's); eos = "
@@ -89,45 +96,118 @@ class PowerConfig(Validated):
         one_of(TARGETS),
         choices=TARGETS,
     )
-    params: Any = None  # the kernel's parameters (its registry entry's dataclass); None: its defaults
 
     def _check(self) -> None:
-        if not self.max_new_tokens_ok():
-            n, b = self.max_new_tokens, self.block_size
-            hint = b * (max(1, -(-n // b)) if isinstance(n, int) and not isinstance(n, bool) else 1)
+        n, b = self.max_new_tokens, self.block_size
+        if not is_int(n) or n < 1 or (b is not None and n % b):
+            hint = (b or 1) * (max(1, -(-n // (b or 1))) if is_int(n) else 1)
             raise ConfigError(
                 "max_new_tokens",
                 n,
                 f"{{max_new_tokens}} (={n!r}) must be a positive multiple of "
                 f"{{block_size}} (={b}); use e.g. {{max_new_tokens={hint}}}",
             )
-        kind = registry.KERNELS[self.kernel].params
-        if self.params is None:
-            object.__setattr__(self, "params", kind())
-        elif not isinstance(self.params, kind):
-            raise ConfigError(
-                "params",
-                self.params,
-                f"{{params}} must be a {kind.__name__} for kernel {self.kernel!r}, got a {type(self.params).__name__}",
-            )
-
-    def max_new_tokens_ok(self) -> bool:
-        n = self.max_new_tokens
-        return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and n % self.block_size == 0
 
     @property
-    def temperature(self) -> float:
-        """The proposal temperature tau (1/alpha unless given)."""
-        return float(self.tau) if self.tau is not None else 1.0 / float(self.alpha)
+    def block(self) -> int:
+        """B: the tokens of a stage."""
+        return self.block_size if self.block_size is not None else self.max_new_tokens
 
     @property
     def num_stages(self) -> int:
-        return self.max_new_tokens // self.block_size
+        return self.max_new_tokens // self.block
 
     @property
     def ends(self) -> bool:
         """The EOS-terminated target: responses end at their first stop token."""
         return self.target == "eos"
+
+
+@dataclass(frozen=True)
+class KernelConfig(Validated):
+    """The MH transition: the registered ``kernel`` with its own ``params`` (default: its
+    defaults), run ``steps`` (K) times per stage, proposing from q_tau (``tau`` defaults to 1/alpha)."""
+
+    kernel: str = option("powermh", "the MH kernel", one_of(_kernels), choices=_kernels)
+    steps: int = option(10, "MH transitions per stage, K", integer(0, "MH transitions per block"))
+    tau: float | None = _tau()
+    params: Any = None  # the kernel's parameters (its registry entry's dataclass); None: its defaults
+
+    def _check(self) -> None:
+        object.__setattr__(self, "params", _own_params(self.kernel, registry.KERNELS[self.kernel].params, self.params))
+
+
+def _own_params(method: str, kind: type, params: Any) -> Any:
+    if params is None:
+        return kind()
+    if not isinstance(params, kind):
+        raise ConfigError(
+            "params",
+            params,
+            f"{{params}} must be a {kind.__name__} for {method!r}, got a {type(params).__name__}",
+        )
+    return params
+
+
+@dataclass(frozen=True, init=False)
+class PowerConfig:
+    """A power-sampling chain: its :class:`Target` and the :class:`KernelConfig` that moves it.
+    (How the transitions run, which never changes the chain, is :class:`PrestoConfig`.)"""
+
+    target: Target
+    kernel: KernelConfig
+
+    def __init__(self, target: Target | None = None, kernel: KernelConfig | None = None, **flat: Any) -> None:
+        if flat:
+            warnings.warn(
+                "PowerConfig(alpha=..., ...) with flat fields is deprecated; use "
+                "PowerConfig(Target(...), KernelConfig(...)) or sampling_configs(rule, **options)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if target is not None or kernel is not None:
+                raise TypeError("PowerConfig takes a Target and a KernelConfig, or (deprecated) flat fields; not both")
+            target, kernel = _flat_power(flat)
+        target = Target() if target is None else target
+        kernel = KernelConfig() if kernel is None else kernel
+        if not isinstance(target, Target) or not isinstance(kernel, KernelConfig):
+            raise TypeError(
+                "PowerConfig takes a Target and a KernelConfig, "
+                f"got {type(target).__name__} and {type(kernel).__name__}"
+            )
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "kernel", kernel)
+
+    @property
+    def temperature(self) -> float:
+        """The proposal temperature tau (1/alpha unless given)."""
+        return _temperature(self.kernel.tau, self.target.alpha)
+
+
+@dataclass(frozen=True)
+class BaselineConfig(Validated):
+    """A baseline (a method that is not MH): its name, its :class:`Target` (the fields it
+    ``uses``), the temperature ``tau`` of its draws (default 1/alpha) and its own ``params``."""
+
+    baseline: str
+    target: Target = field(default_factory=Target)
+    tau: float | None = _tau()
+    params: Any = None
+
+    def _check(self) -> None:
+        spec = registry.BASELINES.get(self.baseline)
+        if spec is None:
+            raise ConfigError(
+                "method", self.baseline, f"{{method}} (={self.baseline!r}) must be one of {list(registry.BASELINES)}"
+            )
+        object.__setattr__(self, "params", _own_params(self.baseline, spec.params, self.params))
+        if spec.check is not None:
+            spec.check(self)
+
+    @property
+    def temperature(self) -> float:
+        """tau (1/alpha unless given)."""
+        return _temperature(self.tau, self.target.alpha)
 
 
 def capped_blocks(cap: int, block: int) -> tuple[int, int]:
@@ -152,7 +232,8 @@ class PrestoConfig(Validated):
     number of depths that minimizes the predicted call time to finish the stage (a rollout),
     where rounds renew (``bfs``, ``predictive``) the best predicted transitions per second. ``predictor`` is
     "default" (shipped with the package) or the path of a saved predictor; ``online``
-    refits it on the decisions the run has already scored.
+    refits it on the decisions the run has already scored. ``keying`` is derived from the rule
+    (sequential, which couples with either, takes it from the caller; default step).
     """
 
     rule: str = option(
@@ -186,6 +267,14 @@ class PrestoConfig(Validated):
         boolean,
     )
 
+    keying: Keying = option(
+        None,
+        "decision keys: the rule's (bfs, predictive: path; step: step); --rule sequential, which "
+        "couples with either, takes path or step (default: step)",
+        one_of(("path", "step"), optional=True),
+        choices=("path", "step"),
+    )
+
     def _check(self) -> None:
         if self.cost_aware and self.rule == "sequential":
             raise ConfigError(
@@ -193,21 +282,22 @@ class PrestoConfig(Validated):
                 True,
                 "{cost_aware} applies to the PreSTO rules (bfs, predictive, step), not rule='sequential'",
             )
-
-    @property
-    def keying(self) -> Keying | None:
-        """The keys the rule needs (None: sequential runs with either)."""
-        return registry.RULES[self.rule].keying
+        need = registry.RULES[self.rule].keying
+        check_keying(need, self.keying, f"`rule` {self.rule!r}")
+        object.__setattr__(self, "keying", self.keying or need or "step")
 
     @property
     def sequential(self) -> bool:
         return self.rule == "sequential"
 
 
-SCHEDULE = tuple(p.name for p in params_of(PowerConfig))
-"""PowerConfig's declared parameters (the kernel's own come from its registry entry)."""
+TARGET = tuple(p.name for p in params_of(Target))
+"""Target's declared parameters."""
+KERNEL = tuple(p.name for p in params_of(KernelConfig) if p.name != "kernel")
+"""KernelConfig's declared parameters but the kernel's name (``method``); its own come from its registry entry."""
+SCHEDULE = (*TARGET, *KERNEL)
 PRESTO = tuple(f.name for f in fields(PrestoConfig))
-registry.RESERVED.update(SCHEDULE, PRESTO, ("params",))
+registry.RESERVED.update(SCHEDULE, PRESTO, ("kernel", "params"))
 
 METHOD = Param(
     "method",
@@ -220,9 +310,11 @@ METHOD = Param(
 
 
 def parameters() -> list[Param]:
-    """Every declared parameter front ends expose, once each: ``method``, the schedule
-    (PowerConfig), PrestoConfig's, then each registered kernel's and baseline's own."""
-    out = [METHOD, *(p for p in params_of(PowerConfig) if p.name != "kernel"), *params_of(PrestoConfig)]
+    """Every declared parameter front ends expose, once each: ``method``, the target's, the
+    kernel's shared ones (steps, tau), PrestoConfig's, then each registered kernel's and
+    baseline's own."""
+    out = [METHOD, *params_of(Target), *(p for p in params_of(KernelConfig) if p.name != "kernel")]
+    out += params_of(PrestoConfig)
     specs: tuple[registry.KernelSpec | registry.BaselineSpec, ...] = (
         *registry.KERNELS.values(),
         *registry.BASELINES.values(),
@@ -232,18 +324,25 @@ def parameters() -> list[Param]:
     return out
 
 
-def _route(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(schedule fields, the method's own fields) of flat ``options`` for ``method``;
-    PrestoConfig's are left out. An option nobody declares, or one of another method, is a
-    ConfigError naming it."""
-    own = {p.name for p in params_of(registry.spec_of(method).params)}
+def _route(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(the target's fields, the kernel's shared fields or a baseline's tau, the method's own
+    fields) of flat ``options`` for ``method``; PrestoConfig's are left out, and so are the
+    schedule fields a baseline does not use (one set of options runs every method). An option
+    nobody declares, or one of another method, is a ConfigError naming it."""
+    spec = registry.spec_of(method)
+    own = {p.name for p in params_of(spec.params)}
+    baseline = isinstance(spec, registry.BaselineSpec)
+    shared = ("tau",) if baseline else KERNEL
+    uses = spec.uses if isinstance(spec, registry.BaselineSpec) else TARGET
     belongs = registry.declared()
-    schedule, mine = {}, {}
+    target, common, mine = {}, {}, {}
     for name, value in options.items():
         if name in own:
             mine[name] = value
-        elif name in SCHEDULE:
-            schedule[name] = value
+        elif name in uses:
+            target[name] = value
+        elif name in shared:
+            common[name] = value
         elif name in belongs:
             raise ConfigError(
                 name,
@@ -251,20 +350,47 @@ def _route(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], dic
                 f"{{{name}}} is a parameter of {belongs[name]}, not of {method!r}; drop it "
                 f"or use {{method={belongs[name]}}}",
             )
-        elif name not in PRESTO and name != "method":
+        elif name not in SCHEDULE and name not in PRESTO and name != "method":
             raise ConfigError(
                 name, value, f"unknown parameter {{{name}}}; the parameters are {[p.name for p in parameters()]}"
             )
-    return schedule, mine
+    return target, common, mine
 
 
-def split_options(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
-    """(schedule fields, the method's own params instance) of flat ``options`` for ``method``
-    (:func:`_route`)."""
-    schedule, mine = _route(method, options)
-    if method in registry.KERNELS:
-        schedule["kernel"] = method
-    return schedule, registry.spec_of(method).params(**mine)
+def _kernel_name(kernel: Any) -> str:
+    if not isinstance(kernel, str) or kernel not in registry.KERNELS:
+        raise ConfigError("kernel", kernel, f"{{kernel}} (={kernel!r}) must be one of {list(registry.KERNELS)}")
+    return kernel
+
+
+def power_config(kernel: str, options: Mapping[str, Any]) -> PowerConfig:
+    """The PowerConfig of flat ``options`` (the target's, steps, tau and the kernel's own) for ``kernel``."""
+    target, common, mine = _route(_kernel_name(kernel), options)
+    return PowerConfig(Target(**target), KernelConfig(kernel, **common, params=registry.KERNELS[kernel].params(**mine)))
+
+
+def baseline_config(baseline: str, options: Mapping[str, Any]) -> BaselineConfig:
+    """The BaselineConfig of flat ``options`` for ``baseline``: the target fields it uses
+    (the rest at their defaults; one stage unless it uses ``block_size``), tau and its own."""
+    target, common, mine = _route(baseline, options)
+    spec = registry.BASELINES[baseline]
+    target.setdefault("block_size", Target.block_size if "block_size" in spec.uses else None)
+    return BaselineConfig(baseline, Target(**target), **common, params=spec.params(**mine))
+
+
+def _flat_power(flat: Mapping[str, Any]) -> tuple[Target, KernelConfig]:
+    """The deprecated flat ``PowerConfig(alpha=..., keying=..., ...)``: ``keying`` now belongs to
+    PrestoConfig (a ConfigError says so)."""
+    if "keying" in flat:
+        raise ConfigError(
+            "keying",
+            flat["keying"],
+            "{keying} is PrestoConfig's now (derived from its rule); use PrestoConfig(rule, keying=...)",
+        )
+    options = dict(flat)
+    params = options.pop("params", None)
+    config = power_config(options.pop("kernel", "powermh"), options)
+    return config.target, config.kernel if params is None else dataclasses.replace(config.kernel, params=params)
 
 
 def check_keying(need: Keying | None, keying: str | None, subject: str) -> None:
@@ -280,29 +406,26 @@ def check_keying(need: Keying | None, keying: str | None, subject: str) -> None:
 
 
 def sampling_configs(rule: str = "step", **options: Any) -> tuple[PowerConfig, PrestoConfig]:
-    """The validated (PowerConfig, PrestoConfig) of flat ``options``: the schedule's fields
-    (alpha, tau, max_new_tokens, block_size, steps, keying, kernel), the kernel's own
-    (e.g. ``beta`` for entropycut), and PrestoConfig's (budget, predictor, online,
+    """The validated (PowerConfig, PrestoConfig) of flat ``options``: the target's fields
+    (alpha, max_new_tokens, block_size, target), the kernel's (kernel, steps, tau and its own,
+    e.g. ``beta`` for entropycut) and PrestoConfig's (keying, budget, predictor, online,
     cost_aware). ``keying`` defaults to the rule's own (``step`` for ``sequential``, which
     runs with either). An option that belongs to no one, or to another kernel, is a
-    ConfigError naming it (:func:`split_options`)."""
+    ConfigError naming it."""
     if "sampler" in options:  # the pre-registry name of `kernel`
         warnings.warn("sampling_configs(sampler=...) is deprecated; use kernel=...", DeprecationWarning, stacklevel=2)
         options["kernel"] = options.pop("sampler")
     presto = PrestoConfig(rule=rule, **{k: options.pop(k) for k in PRESTO if k in options and k != "rule"})
-    check_keying(presto.keying, options.get("keying"), f"`rule` {rule!r}")
-    kernel = options.get("kernel", "powermh")
-    if not isinstance(kernel, str) or kernel not in registry.KERNELS:
-        raise ConfigError("kernel", kernel, f"{{kernel}} (={kernel!r}) must be one of {list(registry.KERNELS)}")
-    schedule, params = split_options(kernel, options)
-    schedule.setdefault("keying", presto.keying or "step")
-    return PowerConfig(**schedule, params=params), presto
+    return power_config(options.pop("kernel", "powermh"), options), presto
 
 
 def config_options(config: PowerConfig, presto: PrestoConfig | None = None) -> dict[str, Any]:
-    """The flat options of configs, rule included: what a run's description reports."""
-    out: dict[str, Any] = {name: getattr(config, name) for name in SCHEDULE}
-    out |= {p.name: getattr(config.params, p.name) for p in params_of(type(config.params))}
+    """The flat options of configs (the kernel by name, its parameters flat), PrestoConfig's
+    included when given: what a run's description reports."""
+    kernel = config.kernel
+    out: dict[str, Any] = {name: getattr(config.target, name) for name in TARGET}
+    out |= {"kernel": kernel.kernel, **{name: getattr(kernel, name) for name in KERNEL}}
+    out |= {p.name: getattr(kernel.params, p.name) for p in params_of(type(kernel.params))}
     if presto is not None:
         out |= {name: getattr(presto, name) for name in PRESTO}
     return out
@@ -315,15 +438,13 @@ def with_options(
     object checked again as it is built: a kernel change starts from the new kernel's default
     parameters, a rule change from the new rule's keys (unless ``keying`` is given)."""
     options = dict(overrides)
-    rule = options.pop("rule", presto.rule)
-    new_presto = dataclasses.replace(presto, rule=rule, **{k: options.pop(k) for k in PRESTO if k in options})
-    check_keying(new_presto.keying, options.get("keying"), f"`rule` {rule!r}")
-    if rule != presto.rule:
-        options.setdefault("keying", new_presto.keying or "step")
-    kernel = options.pop("kernel", config.kernel)
-    if not isinstance(kernel, str) or kernel not in registry.KERNELS:
-        raise ConfigError("kernel", kernel, f"{{kernel}} (={kernel!r}) must be one of {list(registry.KERNELS)}")
-    schedule, mine = _route(kernel, options)
+    changes = {k: options.pop(k) for k in PRESTO if k in options}
+    if changes.get("rule", presto.rule) != presto.rule:
+        changes.setdefault("keying", None)  # the new rule's keys
+    new_presto = dataclasses.replace(presto, **changes)
+    kernel = _kernel_name(options.pop("kernel", config.kernel.kernel))
+    target, common, mine = _route(kernel, options)
     own = registry.KERNELS[kernel].params
-    params = dataclasses.replace(config.params, **mine) if kernel == config.kernel else own(**mine)
-    return dataclasses.replace(config, kernel=kernel, params=params, **schedule), new_presto
+    params = dataclasses.replace(config.kernel.params, **mine) if kernel == config.kernel.kernel else own(**mine)
+    new_kernel = dataclasses.replace(config.kernel, kernel=kernel, params=params, **common)
+    return PowerConfig(dataclasses.replace(config.target, **target), new_kernel), new_presto

@@ -1,7 +1,7 @@
 """Declared parameters: dataclass fields that carry their help and their check.
 
-Every configuration class (:class:`~presto_sgl.config.PowerConfig`, each kernel's and each
-baseline's parameters, :class:`~presto_sgl.config.PrestoConfig`) declares its fields with
+Every configuration class (:class:`~presto_sgl.config.Target`, ``KernelConfig``,
+``PrestoConfig``, each kernel's and each baseline's parameters) declares its fields with
 :func:`option`. The front ends (CLI flags, ``serve`` request fields, ``power_gen`` keyword
 arguments) are generated from these declarations by :mod:`presto_sgl.registry`, and the
 checks run at construction (:class:`Validated`), raising a :class:`ConfigError` that names
@@ -46,7 +46,7 @@ class Param:
     name: str
     default: Any
     doc: str
-    owner: str  # the class that declares it, e.g. "PowerConfig", "EntropyCutParams"
+    owner: str  # the class that declares it, e.g. "Target", "EntropyCutParams"
     check: Check | None = None
     kind: str = "str"  # "bool", "tuple" (of floats), "float", "int" or "str": from the annotation
     flag: str | None = None
@@ -139,12 +139,16 @@ def is_finite_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def integer(low: int, what: str = "", example: int | None = None) -> Check:
-    """An integer >= ``low`` (``what`` says what it counts; ``example`` a good value)."""
+def integer(low: int, what: str = "", example: int | None = None, optional: str = "") -> Check:
+    """An integer >= ``low`` (``what`` says what it counts; ``example`` a good value); None
+    allowed when ``optional`` says what None means."""
 
-    def check(name: str, value: Any) -> int:
+    def check(name: str, value: Any) -> int | None:
+        if value is None and optional:
+            return None
         if not is_int(value) or value < low:
             hint = (f" ({what})" if what else "") + (f", e.g. {{{name}={example}}}" if example is not None else "")
+            hint += f", or None for {optional}" if optional else ""
             kind = "a positive integer" if low == 1 and not what else f"an integer >= {low}"
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be {kind}{hint}")
         return int(value)
@@ -182,10 +186,13 @@ def number(
     return Rule(check, bounds | ({"maximum": high} if high is not None else {}))
 
 
-def one_of(choices: Callable[[], Sequence[str]] | Sequence[str]) -> Check:
-    """One of ``choices`` (a sequence, or a callable read at check time: a registry)."""
+def one_of(choices: Callable[[], Sequence[str]] | Sequence[str], optional: bool = False) -> Check:
+    """One of ``choices`` (a sequence, or a callable read at check time: a registry); None
+    too when ``optional``."""
 
-    def check(name: str, value: Any) -> str:
+    def check(name: str, value: Any) -> str | None:
+        if value is None and optional:
+            return None
         allowed = list(choices() if callable(choices) else choices)
         if value not in allowed:
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be one of {allowed}")

@@ -56,10 +56,10 @@ class RuleSpec:
 class BaselineSpec:
     name: str
     params: type  # a frozen Validated dataclass of the baseline's own parameters
-    make: Callable[[Any, Any, Any], Any]  # (engine, PowerConfig schedule, params) -> the Method
-    uses: tuple[str, ...]  # the schedule fields it reads (alpha, tau, max_new_tokens, ...)
+    make: Callable[[Any, Any], Any]  # (engine, BaselineConfig) -> the Method
+    uses: tuple[str, ...]  # the Target fields it reads (alpha, max_new_tokens, ...); others are refused
     doc: str
-    check: Callable[[Any, Any], None] | None = None  # (schedule, params): checks across both
+    check: Callable[[Any], None] | None = None  # (BaselineConfig): checks across its fields
 
 
 KERNELS: dict[str, KernelSpec] = {}
@@ -128,17 +128,18 @@ def spec_of(method: str) -> KernelSpec | BaselineSpec:
 
 
 def make_kernel(config: Any) -> Any:
-    """The MH kernel of a PowerConfig's ``kernel`` with its ``params``, for its ``target``
+    """The MH kernel of a PowerConfig's ``kernel`` (its name and ``params``), for its ``target``
     (an EOS-terminated one needs a kernel with an ``ends`` field)."""
-    kernel = KERNELS[config.kernel].make(float(config.alpha), config.temperature, config.params)
-    if not config.ends:
+    name, target = config.kernel.kernel, config.target
+    kernel = KERNELS[name].make(float(target.alpha), config.temperature, config.kernel.params)
+    if not target.ends:
         return kernel
     names = {f.name for f in dataclasses.fields(kernel)} if dataclasses.is_dataclass(kernel) else set()
     if "ends" not in names:
         raise ConfigError(
             "target",
-            config.target,
-            f"kernel {config.kernel!r} has no EOS-terminated form (no `ends` "
+            target.target,
+            f"kernel {name!r} has no EOS-terminated form (no `ends` "
             "field); use {target='fixed'} or a kernel that has one (powermh, entropycut, multitry)",
         )
     return dataclasses.replace(kernel, ends=True)

@@ -1,5 +1,6 @@
-"""What the baselines share: the method protocol (:mod:`presto_sgl.methods`), their config
-from the schedule (alpha, tau, max_new_tokens) and their declared parameters.
+"""What the baselines share: the method protocol (:mod:`presto_sgl.methods`) and their
+config (:class:`~presto_sgl.config.BaselineConfig`: the target fields they use, tau, their
+declared parameters).
 
 Their calls are plain generation calls, recorded as block extensions (``kind="extend"``):
 ``extend_calls`` and ``extend_time_s`` of their metrics are the whole cost, and
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..chain.executor import OnTransition, Recorder
 from ..chain.resume import Checkpoint
 from ..chain.state import ChainState
 from ..chain.trace import TraceWriter
-from ..config import PowerConfig
+from ..config import BaselineConfig
 from ..engines.base import Engine
 from ..methods import MethodBase, SampleResult, check_seed
 
@@ -29,26 +30,25 @@ if TYPE_CHECKING:
 
 
 class Baseline(MethodBase):
-    """A method that is not MH, on ``engine`` with the schedule ``config`` (alpha, tau,
-    max_new_tokens; Power-SMC also block_size) and its own ``params``."""
+    """A method that is not MH, on ``engine`` with its ``config`` (default: the baseline's
+    defaults): the target fields it ``uses`` (alpha, max_new_tokens; Power-SMC also
+    block_size), tau and its own parameters."""
 
     name = "baseline"
-    uses: tuple[str, ...] = ("alpha", "tau", "max_new_tokens")
-    params_type: type
+    uses: tuple[str, ...] = ("alpha", "max_new_tokens")
 
-    def __init__(self, engine: Engine, config: PowerConfig | None = None, params: Any = None) -> None:
-        self.engine = engine
-        self.config = config if config is not None else PowerConfig()
-        self.params = params if params is not None else self.params_type()
-        if not isinstance(self.params, self.params_type):
-            raise TypeError(f"`params` must be a {self.params_type.__name__}, got {type(self.params).__name__}")
-        self.max_new_tokens = self.config.max_new_tokens
-        self.alpha = float(self.config.alpha)
-        self.temperature = self.config.temperature
+    def __init__(self, engine: Engine, config: BaselineConfig | None = None) -> None:
+        config = config if config is not None else BaselineConfig(self.name)
+        if not isinstance(config, BaselineConfig) or config.baseline != self.name:
+            raise TypeError(f"`config` must be a BaselineConfig of {self.name!r}, got {config!r}")
+        self.engine, self.config, self.params = engine, config, config.params
+        self.max_new_tokens = config.target.max_new_tokens
+        self.alpha = float(config.target.alpha)
+        self.temperature = config.temperature
 
     def describe(self) -> dict[str, object]:
-        schedule = {name: getattr(self.config, name) for name in self.uses}
-        out = {"method": self.name, **schedule, "tau": self.temperature, **asdict(self.params)}
+        target = {name: getattr(self.config.target, name) for name in self.uses}
+        out = {"method": self.name, **target, "tau": self.temperature, **asdict(self.params)}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
     def run(

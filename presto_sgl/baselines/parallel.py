@@ -15,15 +15,14 @@ from collections.abc import Sequence
 from ..chain.executor import Recorder
 from ..chain.keys import ChainKeys
 from ..chain.state import ChainState
+from ..config import BaselineConfig
 from ..engines.base import Completion, Engine, Request
 from ..methods import extend
 from .base import Baseline
-from .params import BestOfNParams, LowTemperatureParams
 
 
 class LowTemperature(Baseline):
     name = "lowtemp"
-    params_type = LowTemperatureParams
 
     def draw(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
         req = Request(prompt, self.max_new_tokens, self.temperature, ChainKeys(seed, prompt_id).extension_seed(1))
@@ -35,12 +34,11 @@ class BestOfN(Baseline):
     """``stop_token_ids`` end each draw's answer (default: the engine text view's)."""
 
     name = "bestofn"
-    params_type = BestOfNParams
 
     def __init__(
-        self, engine: Engine, config=None, params=None, *, stop_token_ids: Sequence[int] | None = None
+        self, engine: Engine, config: BaselineConfig | None = None, *, stop_token_ids: Sequence[int] | None = None
     ) -> None:
-        super().__init__(engine, config, params)
+        super().__init__(engine, config)
         self.stop_token_ids = frozenset(engine.text.stop_ids if stop_token_ids is None else stop_token_ids)
 
     def score(self, comp: Completion) -> float:

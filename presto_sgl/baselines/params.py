@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..fields import Validated, integer, number, one_of, option
+
+if TYPE_CHECKING:
+    from ..config import BaselineConfig
 
 SELECT = ("logq", "logp")
 
@@ -50,14 +54,15 @@ class PowerSMCParams(Validated):
             )
 
 
-def ramp_tokens(config, params: PowerSMCParams) -> int:
+def ramp_tokens(config: BaselineConfig) -> int:
     """Power-SMC's ramp: as given, or the paper's 400 of 1024 scaled to ``max_new_tokens``."""
-    return params.ramp_tokens if params.ramp_tokens is not None else config.max_new_tokens * 400 // 1024
+    given = config.params.ramp_tokens
+    return given if given is not None else config.target.max_new_tokens * 400 // 1024
 
 
-def check_smc(config, params: PowerSMCParams) -> None:
-    """ConfigError unless the blocks tile the response and the ramp ends within it."""
-    n, _b, ramp = config.max_new_tokens, config.block_size, ramp_tokens(config, params)
+def check_smc(config: BaselineConfig) -> None:
+    """ConfigError unless the ramp ends within the response (the target checks that the blocks tile it)."""
+    n, ramp = config.target.max_new_tokens, ramp_tokens(config)
     if ramp > n:
         raise ConfigError(
             "ramp_tokens",

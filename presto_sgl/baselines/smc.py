@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from ..chain.executor import Recorder
 from ..chain.keys import ChainKeys
 from ..chain.state import ChainState
-from ..engines.base import Request
+from ..config import BaselineConfig
+from ..engines.base import Engine, Request
 from ..methods import extend
 from .base import Baseline
-from .params import PowerSMCParams, check_smc, ramp_tokens
+from .params import ramp_tokens
 
 
 def systematic(weights: Sequence[float], u: float) -> list[int]:
@@ -62,15 +63,13 @@ class PowerSMC(Baseline):
     """Power-SMC; ``ramp_tokens`` None is the paper's 400 of 1024, scaled to ``max_new_tokens``."""
 
     name = "powersmc"
-    uses = ("alpha", "tau", "max_new_tokens", "block_size")
-    params_type = PowerSMCParams
+    uses = ("alpha", "max_new_tokens", "block_size")
 
-    def __init__(self, engine, config=None, params=None) -> None:
-        super().__init__(engine, config, params)
-        check_smc(self.config, self.params)
+    def __init__(self, engine: Engine, config: BaselineConfig | None = None) -> None:
+        super().__init__(engine, config)
         p = self.params
-        self.particles, self.block_size, self.ess_fraction = p.particles, self.config.block_size, p.ess_fraction
-        self.ramp_tokens = ramp_tokens(self.config, p)
+        self.particles, self.block_size, self.ess_fraction = p.particles, self.config.target.block, p.ess_fraction
+        self.ramp_tokens = ramp_tokens(self.config)
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "ramp_tokens": self.ramp_tokens}

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..config import PowerConfig
+from ..config import PrestoConfig
 from ..engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
 from ..errors import EngineError
 from ..kernels.base import Kernel, Proposal, SuffixDraw, Transition
@@ -102,8 +102,9 @@ class StageExecutor:
     def __init__(
         self,
         kernel: Kernel,
-        config: PowerConfig,
-        budget: int,
+        horizon: int,
+        steps: int,
+        presto: PrestoConfig,
         planner: Planner,
         stage: int,
         keys: ChainKeys,
@@ -111,10 +112,10 @@ class StageExecutor:
         on_transition: OnTransition | None,
         stop: tuple[int, ...] = (),
     ) -> None:
-        self.kernel, self.config, self.budget, self.planner = kernel, config, budget, planner
+        self.kernel, self.steps, self.presto, self.planner = kernel, steps, presto, planner
         self.stage, self.keys, self.rec, self.on_transition = stage, keys, rec, on_transition
         self.stop = stop  # the EOS-terminated target's stop tokens: every draw ends at the first
-        self.horizon = stage * config.block_size  # H: a draw at cut c has at most H - c tokens
+        self.horizon = horizon  # H = stage * B: a draw at cut c has at most H - c tokens
         self.store = ProposalStore(check=rec.check)
         self._draws: dict[DecisionId, DecisionDraws] = {}
 
@@ -125,7 +126,7 @@ class StageExecutor:
 
     def run(self, state: ChainState, path: str = "", k: int = 0) -> ChainState:
         """The stage's transitions from ``k`` done (walk path ``path``) to K."""
-        while k < self.config.steps:
+        while k < self.steps:
             state, path, k = self.round(state, path, k)
             self.rec.record_state(self.stage, k, path, state)
         return state
@@ -134,17 +135,17 @@ class StageExecutor:
         """One round from root ``state``: plan, send the planned draws in one call, store them,
         walk the MH path through them, record; returns the walk's (state, path, k)."""
         t0 = time.perf_counter()
-        remaining = self.config.steps - k
+        remaining = self.steps - k
         ctx = RoundContext(
             root=state,
             root_path=path,
             k0=k,
             remaining=remaining,
-            budget=self.budget,
+            budget=self.presto.budget,
             draws=self.draws,
             store=self.store,
             kernel=self.kernel,
-            keying=self.config.keying,
+            keying=self.presto.keying,
             horizon=self.horizon,
         )
         batch = self.plan(ctx)

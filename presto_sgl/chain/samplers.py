@@ -14,7 +14,6 @@ visits exactly the same states (paper Prop. 1; docs/design.md §4).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from ..config import PowerConfig, PrestoConfig, check_keying, config_options
@@ -66,14 +65,15 @@ class Sampler(MethodBase):
         self.presto = presto
         self.kernel = kernel if kernel is not None else make_kernel(config)
         self.planner = planner if planner is not None else make_planner(presto)
-        self.max_new_tokens = config.max_new_tokens
-        self.transitions_per_run = config.steps * config.num_stages
+        target = config.target
+        self.max_new_tokens = target.max_new_tokens
+        self.transitions_per_run = config.kernel.steps * target.num_stages
         self.stop: tuple[int, ...] = ()  # the EOS-terminated target's stop tokens
-        if config.ends:
+        if target.ends:
             if not self.kernel.ends:
                 raise ConfigError(
                     "target",
-                    config.target,
+                    target.target,
                     f"the injected {self.kernel.name} kernel samples fixed-length "
                     "responses; build it with ends=True for {target='eos'}",
                 )
@@ -90,10 +90,10 @@ class Sampler(MethodBase):
                 )
         elif self.kernel.ends:
             raise ConfigError(
-                "target", config.target, f"the injected {self.kernel.name} kernel has ends=True; use {{target='eos'}}"
+                "target", target.target, f"the injected {self.kernel.name} kernel has ends=True; use {{target='eos'}}"
             )
-        rule = type(planner).__name__ if planner is not None else f"`rule` {presto.rule!r}"
-        check_keying(self.planner.keying, config.keying, rule)  # the rule's keys, or an injected planner's
+        if planner is not None:  # the rule's keys were checked by PrestoConfig; an injected planner's here
+            check_keying(planner.keying, presto.keying, type(planner).__name__)
         if self.kernel.needs_entropy and not engine.capabilities.entropy:
             raise CapabilityError(
                 f"the {self.kernel.name} kernel needs per-token entropy, which this engine cannot return; "
@@ -120,12 +120,12 @@ class Sampler(MethodBase):
     def describe(self) -> dict[str, object]:
         """The run's config: method (the kernel), rule, the schedule and the kernel's parameters,
         and for a PreSTO rule its PrestoConfig (tuples as lists, as JSON keeps them)."""
-        c = config_options(self.config)
+        c = config_options(self.config, self.presto)
         c.pop("kernel")
-        out = {"method": self.name, "rule": self.presto.rule, **c, "tau": self.config.temperature}
-        presto = asdict(self.presto)
-        presto.pop("rule")
-        out = out if self.presto.sequential else {**out, **presto}
+        out = {"method": self.name, **c, "tau": self.config.temperature}
+        if self.presto.sequential:  # how a PreSTO rule runs, which a sequential run does not use
+            for name in ("budget", "predictor", "online", "cost_aware"):
+                out.pop(name)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
     def run(
@@ -150,7 +150,7 @@ class Sampler(MethodBase):
         prompt_ids = self.check_prompt(prompt)
         keys = ChainKeys(seed, prompt_id)
         rec = Recorder(self.engine, trace, lane)
-        cfg = self.config
+        target, steps = self.config.target, self.config.kernel.steps
         planner = self.planner.for_run()
         entropy, temps = self.kernel.needs_entropy, self.kernel.score_temperatures
         state = ChainState(prompt_ids, entropy=() if entropy else None, logq_at=() if temps else None)
@@ -160,14 +160,14 @@ class Sampler(MethodBase):
             rec.calls, rec.nodes = list(resume.calls), list(resume.nodes)
             start, path, k = resume.stage, resume.path, resume.k
             state = resume.state if resume.state is not None else state
-        for stage in range(max(start, 1), cfg.num_stages + 1):
+        for stage in range(max(start, 1), target.num_stages + 1):
             if stage > start:
                 L = state.length
                 if not self.ended(state):
                     req = Request(
                         state.context(L),
-                        cfg.block_size,
-                        cfg.temperature,
+                        target.block,
+                        self.config.temperature,
                         keys.extension_seed(stage),
                         entropy,
                         temps,
@@ -179,6 +179,15 @@ class Sampler(MethodBase):
                 path, k = "", 0
                 rec.record_state(stage, k, path, state)
             state = StageExecutor(
-                self.kernel, cfg, self.presto.budget, planner, stage, keys, rec, on_transition, self.stop
+                self.kernel,
+                stage * target.block,
+                steps,
+                self.presto,
+                planner,
+                stage,
+                keys,
+                rec,
+                on_transition,
+                self.stop,
             ).run(state, path, k)
         return self.close_trace(rec, state)

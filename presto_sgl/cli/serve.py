@@ -97,6 +97,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _service(args: argparse.Namespace):
     """The service and its timeout, or a UsageError naming the flag."""
+    from ..config import PowerConfig
     from ..scheduling.pool import ChainPool
     from ..scheduling.scheduler import Scheduler
     from ..serve.request import Defaults
@@ -107,7 +108,7 @@ def _service(args: argparse.Namespace):
         raise ValueError(
             f"`--method` {spec.method!r} is a baseline; serve runs the MH kernels ({', '.join(registry.KERNELS)})"
         )
-    assert spec.presto is not None  # a kernel's
+    assert isinstance(spec.config, PowerConfig) and spec.presto is not None  # a kernel's
     for flag, value in (("--port", args.port), ("--request-timeout", args.request_timeout)):
         if not value > 0:
             raise ValueError(f"`{flag}` (={value!r}) must be > 0")

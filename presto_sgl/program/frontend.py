@@ -55,10 +55,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .. import registry
 from ..build import MethodConfig, make_method
 from ..build import method_config as _method_config
 from ..chain.keys import SEED_MASK, hash64
-from ..config import PowerConfig, capped_blocks, parameters
+from ..config import Target, capped_blocks, parameters
 from ..engines.sglang.http import SGLangEngine
 from ..errors import ConfigError
 from ..methods import Method
@@ -189,8 +190,13 @@ def gen_spec(
                 "the response is rounded up to whole blocks) or {max_new_tokens} (the exact response "
                 "length), not both",
             )
-        block = options.setdefault("block_size", PowerConfig.block_size)
-        if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
+        method = options.get("method", "powermh")
+        baseline = registry.BASELINES.get(method) if isinstance(method, str) else None
+        staged = baseline is None or "block_size" in baseline.uses
+        block = options.setdefault("block_size", Target.block_size) if staged else None
+        if block is None:  # one stage: the cap itself
+            options["max_new_tokens"] = max_tokens
+        elif isinstance(block, int) and not isinstance(block, bool) and block >= 1:
             options["max_new_tokens"], options["block_size"] = capped_blocks(max_tokens, block)
     return GenSpec(
         name, method_config(options), max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed, chain_id, engine

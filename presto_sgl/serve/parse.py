@@ -102,10 +102,10 @@ def _length(cap: int | None, field: str, defaults: Defaults, overrides: dict[str
                 "scored in one pass (no power sampling), plus the greedy next token when 1",
             )
         return cap
-    cap = defaults.config.max_new_tokens if cap is None else cap
+    cap = defaults.config.target.max_new_tokens if cap is None else cap
     if cap < 1:
         raise ParamError(field, f"`{field}` (={cap}) must be an integer >= 1 (0 only with `echo` and `logprobs`)")
-    block = overrides.setdefault("block_size", defaults.config.block_size)
+    block = overrides.setdefault("block_size", defaults.config.target.block)
     if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
         overrides[LENGTH], overrides["block_size"] = capped_blocks(cap, block)
     else:

@@ -162,7 +162,7 @@ def messages_schema(served: Served | None = None, kind: str = "chat") -> dict[st
 
 
 def _max_tokens(served: Served, kind: str) -> dict[str, Any]:
-    return integer(0 if kind == "completions" else 1, default=served.defaults.config.max_new_tokens)
+    return integer(0 if kind == "completions" else 1, default=served.defaults.config.target.max_new_tokens)
 
 
 def _logprobs(served: Served, kind: str) -> dict[str, Any]:
@@ -392,7 +392,7 @@ def _power_schema(param: Param) -> Schema:
 def served_default(defaults: Defaults, name: str) -> Any:
     """The server's value of a library parameter (``method``: the kernel), or None."""
     if name == "method":
-        return defaults.config.kernel
+        return defaults.config.kernel.kernel
     return config_options(defaults.config, defaults.presto).get(name)
 
 

@@ -1,6 +1,6 @@
 """The tokenizer endpoints in vLLM's shapes (what lm-eval's ``tokenizer_backend=remote``
 uses): ``/tokenize``, ``/detokenize``, ``/tokenizer_info``. Each takes the request body and
-returns the answer's, or raises a :class:`~.params.ParamError` naming the field (400)."""
+returns the answer's, or raises a :class:`~.request.ParamError` naming the field (400)."""
 
 from __future__ import annotations
 

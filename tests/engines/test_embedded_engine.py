@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from presto_sgl import PowerConfig, PrestoConfig, Sampler  # noqa: E402
+from presto_sgl import KernelConfig, PowerConfig, PrestoConfig, Sampler, Target  # noqa: E402
 from presto_sgl.engines.base import Request  # noqa: E402
 from presto_sgl.engines.embedded import EmbeddedEngine  # noqa: E402
 
@@ -264,10 +264,10 @@ def test_coupling_on_the_embedded_engine(which, rule, budget):
         model, tok = tiny_model()
         prompt, tau = tok.encode("Q:47+385=", add_special_tokens=False), 3.0
     keying = PrestoConfig(rule).keying
-    cfg = PowerConfig(alpha=4.0, tau=tau, max_new_tokens=16, block_size=8, steps=6, keying=keying)
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=16, block_size=8), KernelConfig(tau=tau, steps=6))
     runs = []
     for sampler in (
-        Sampler(EmbeddedEngine(model), cfg, PrestoConfig("sequential")),
+        Sampler(EmbeddedEngine(model), cfg, PrestoConfig("sequential", keying=keying)),
         Sampler(EmbeddedEngine(model), cfg, PrestoConfig(rule, budget)),
     ):
         seen: list = []

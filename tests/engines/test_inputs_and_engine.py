@@ -12,10 +12,12 @@ import pytest
 
 from presto_sgl import (
     EngineError,
+    KernelConfig,
     PowerConfig,
     PrestoConfig,
     Request,
     Sampler,
+    Target,
     TraceWriter,
     metrics_from_trace,
     read_trace,
@@ -39,18 +41,19 @@ from presto_sgl.planners import BFSPlanner, SequentialPlanner, StepPlanner
         ({"max_new_tokens": 20, "block_size": 16}, "max_new_tokens"),
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"block_size": 0}, "block_size"),
-        ({"keying": "tree"}, "keying"),
     ],
 )
 def test_power_config_errors_name_the_argument(kwargs, name):
+    """Each object checks its own fields: the target's, the kernel's."""
+    owner = KernelConfig if name in ("tau", "steps") else Target
     with pytest.raises(ValueError, match=f"`{name}`") as err:
-        PowerConfig(**kwargs)
+        owner(**kwargs)
     assert repr(next(iter(kwargs.values())))[:3] in str(err.value)  # the bad value is shown
 
 
 def test_remainder_message_suggests_a_fix():
     with pytest.raises(ValueError, match="max_new_tokens=32"):
-        PowerConfig(max_new_tokens=20, block_size=16)
+        PowerConfig(Target(max_new_tokens=20, block_size=16))
 
 
 @pytest.mark.parametrize(
@@ -62,6 +65,7 @@ def test_remainder_message_suggests_a_fix():
         ({"rule": "sequential", "cost_aware": True}, "cost_aware"),
         ({"online": 1}, "online"),
         ({"predictor": ""}, "predictor"),
+        ({"keying": "tree"}, "keying"),
     ],
 )
 def test_presto_config_errors(kwargs, name):
@@ -71,7 +75,8 @@ def test_presto_config_errors(kwargs, name):
 
 def test_rule_and_keying_must_match():
     with pytest.raises(ValueError, match="keying='path'"):
-        Sampler(ReferenceEngine(), PowerConfig(keying="step"), PrestoConfig("bfs"))
+        PrestoConfig("bfs", keying="step")
+    assert PrestoConfig("bfs").keying == "path" and PrestoConfig("sequential").keying == "step"
 
 
 @pytest.mark.parametrize(
@@ -98,11 +103,11 @@ def test_sampling_configs_pick_the_rule_keying_and_make_sampler_its_planner():
         ("step", "step", StepPlanner),
     ]:
         config, presto = sampling_configs(rule, budget=5, max_new_tokens=8, block_size=4, steps=3)
-        assert (config.keying, presto.rule, presto.budget, config.max_new_tokens) == (keying, rule, 5, 8)
+        assert (presto.keying, presto.rule, presto.budget, config.target.max_new_tokens) == (keying, rule, 5, 8)
         sampler = Sampler(engine, config, presto)
         assert type(sampler.planner) is planner and sampler.name == "powermh" and sampler.describe()["rule"] == rule
     config, presto = sampling_configs("sequential", keying="path")  # sequential runs with either keying
-    assert config.keying == "path" and presto.sequential
+    assert presto.keying == "path" and presto.sequential
 
 
 def test_injected_planner_and_configs_are_checked():
@@ -124,14 +129,18 @@ def test_injected_planner_and_configs_are_checked():
 def test_prompt_errors(prompt, match):
     with pytest.raises(ValueError, match=match):
         Sampler(
-            ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1), PrestoConfig("sequential")
+            ReferenceEngine(),
+            PowerConfig(Target(max_new_tokens=4, block_size=4), KernelConfig(steps=1)),
+            PrestoConfig("sequential"),
         ).run(prompt, seed=0)
 
 
 def test_seed_must_be_an_integer():
     with pytest.raises(ValueError, match="`seed`"):
         Sampler(
-            ReferenceEngine(), PowerConfig(max_new_tokens=4, block_size=4, steps=1), PrestoConfig("sequential")
+            ReferenceEngine(),
+            PowerConfig(Target(max_new_tokens=4, block_size=4), KernelConfig(steps=1)),
+            PrestoConfig("sequential"),
         ).run([1], seed="x")
 
 
@@ -209,8 +218,7 @@ class FaultyEngine:
 
 
 def _faulty_sampler(rule, engine):
-    keying = "step" if rule in (None, "step") else "path"
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, keying=keying)
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=16, block_size=8), KernelConfig(steps=6))
     return (
         Sampler(engine, cfg, PrestoConfig("sequential"))
         if rule is None
@@ -264,8 +272,7 @@ def test_bad_values_are_caught_where_the_walk_uses_them(mode, rule):
 
 @pytest.mark.parametrize("rule", [None, "bfs", "step"])
 def test_trace_reproduces_metrics(rule):
-    keying = "path" if rule == "bfs" else "step"
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=32, block_size=16, steps=12, keying=keying)
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=32, block_size=16), KernelConfig(steps=12))
     eng = ReferenceEngine()
     sampler = (
         Sampler(eng, cfg, PrestoConfig("sequential"))

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from presto_sgl import EngineError, PowerConfig, PrestoConfig, Sampler
+from presto_sgl import EngineError, KernelConfig, PowerConfig, PrestoConfig, Sampler, Target
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import NEUTRAL, SGLangEngine
 from tests.support.sglang_standin import StandIn
@@ -120,8 +120,8 @@ def test_samplers_run_on_the_http_engine(stand_in, rule):
     """End to end through HTTP (unseeded, like SGLang on CPU): metrics add up, no errors."""
     eng = SGLangEngine(stand_in().url)
     keying = PrestoConfig(rule).keying
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=5, keying=keying)
-    seq = Sampler(eng, cfg, PrestoConfig("sequential")).run([1, 2, 3], seed=0)
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=16, block_size=8), KernelConfig(steps=5))
+    seq = Sampler(eng, cfg, PrestoConfig("sequential", keying=keying)).run([1, 2, 3], seed=0)
     pre = Sampler(eng, cfg, PrestoConfig(rule, budget=6)).run([1, 2, 3], seed=0)
     assert seq.metrics.transitions == pre.metrics.transitions == 10
     assert pre.metrics.model_calls < seq.metrics.model_calls
@@ -136,7 +136,7 @@ def test_many_prompts_in_flight_keep_every_chain_exact(stand_in, tmp_path):
     from presto_sgl.engines.reference import ReferenceEngine
     from presto_sgl.scheduling.runner import run_prompts
 
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=5, keying="step")
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=16, block_size=8), KernelConfig(steps=5))
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [2, 2]]
     sampler = Sampler(ReferenceEngine(), cfg, PrestoConfig("step", budget=4))
     one_by_one = [sampler.run(p, seed=3, prompt_id=i).state for i, p in enumerate(prompts)]
@@ -165,7 +165,7 @@ def _assert_exact_scores(lm, state, tau):
 def test_a_server_restart_mid_call_is_waited_out_and_redrawn(stand_in, one_pass):
     srv = stand_in(one_pass=one_pass)
     eng = SGLangEngine(srv.url, restart_timeout_s=30)
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=4, keying="step")
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=8, block_size=4), KernelConfig(steps=4))
     sampler = Sampler(eng, cfg, PrestoConfig("step", budget=3))
     calls = []
     real_generate = eng.generate
@@ -199,7 +199,7 @@ def test_a_server_that_does_not_come_back_fails_naming_the_url(stand_in):
 def test_the_monitor_samples_kv_use_and_prefix_hits(stand_in):
     srv = stand_in()
     eng = SGLangEngine(srv.url)
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=8, block_size=8), KernelConfig(steps=4))
     srv.polls_per_post = 2  # from now on each call is answered once the monitor has seen it twice
     with eng.monitor(interval_s=0.01) as mon:
         result = Sampler(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0)
@@ -235,7 +235,7 @@ def test_a_router_url_works_with_shared_sampling_params(stand_in):
     )
     assert decode == [(1, 2), (2, 5)]  # the two equal requests share a body
     assert eng.server_loads()[0]["max_total_num_tokens"] == 1000  # the worker's /v1/loads
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=3, keying="step")
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=8, block_size=4), KernelConfig(steps=3))
     assert Sampler(eng, cfg, PrestoConfig("step", budget=4)).run([1, 2, 3], seed=0).metrics.transitions == 6
     worker.go_away(1.0)  # the router answers HTTP 500 until its worker is back
     assert len(eng.generate(reqs)) == 3 and eng.stats.reconnects == 1 and not worker.down
@@ -274,7 +274,7 @@ def test_each_chain_sends_its_calls_under_one_routing_key(stand_in):
     router = stand_in(worker=worker)
     eng = SGLangEngine(router.url)
     n = len(router.bodies)
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=4, steps=3, keying="step")
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=8, block_size=4), KernelConfig(steps=3))
     prompts = [[1, 2, 3], [4, 5]]
     run_prompts(Sampler(eng, cfg, PrestoConfig("step", budget=4)).run, prompts, seed=3, workers=2)
     sent = list(zip(router.bodies[n:], router.routes[n:]))

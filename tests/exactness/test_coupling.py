@@ -171,7 +171,7 @@ def test_presto_visits_the_sequential_states(request, case: Case):
     env = setup(request, case)
     cfg, presto = rule.configs(budget, **kernel_case.options(max_new_tokens=n, block_size=B, steps=K, **env.power))
     kernel = kernel_case.make(cfg)
-    seq_sampler = sequential_sampler(env.engine, cfg, kernel)
+    seq_sampler = sequential_sampler(env.engine, cfg, kernel, presto.keying)
     outcomes = set()
     for seed in SEEDS:
         if case["scheduler"] != "off":
@@ -225,7 +225,7 @@ def test_some_chains_accept_and_reject(kernel_case, reference_engine, lm12):
     cfg, _ = RULES["sequential-step"].configs(
         **kernel_case.options(alpha=4.0, max_new_tokens=24, block_size=8, steps=12)
     )
-    seen, _ = run_states(sequential_sampler(reference_engine(lm12), cfg, kernel_case.make(cfg)), [1, 2, 3], 0)
+    seen, _ = run_states(sequential_sampler(reference_engine(lm12), cfg, kernel_case.make(cfg), "step"), [1, 2, 3], 0)
     outcomes = {acc for *_, acc in seen}
     assert outcomes == {True, False}
 
@@ -239,7 +239,7 @@ def test_keyings_give_different_chains(kernel_case, reference_engine, lm12):
         cfg, _ = RULES[f"sequential-{keying}"].configs(
             **kernel_case.options(alpha=4.0, max_new_tokens=24, block_size=8, steps=12)
         )
-        states[keying] = sequential_sampler(engine, cfg, kernel_case.make(cfg)).run([1, 2, 3], seed=0).state
+        states[keying] = sequential_sampler(engine, cfg, kernel_case.make(cfg), keying).run([1, 2, 3], seed=0).state
     assert states["path"] != states["step"]
 
 

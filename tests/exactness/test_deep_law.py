@@ -128,7 +128,7 @@ def test_deep_unseeded_chains_follow_the_exact_law(reference_engine, rule_name):
     }[rule_name]
     for event in want:
         assert seen[event] > chains // 20, f"{event} occurred only {seen[event]} times in {chains} chains: {dict(seen)}"
-    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), chains)
+    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.target.max_new_tokens), chains)
     assert p > SIGNIFICANCE, (
         f"chi-square p={p:.2e} (TV={tv:.4f}; this test detects TV >= {tv_min:.4f}) rejects "
         f"the exact law; events {dict(seen)}"

@@ -66,9 +66,9 @@ def exact_law(kernel_case: KernelCase, cfg: PowerConfig, sabotaged: bool = False
     return exact.ending_chain_law(
         model,
         PROMPT,
-        cfg.max_new_tokens,
-        cfg.block_size,
-        cfg.steps,
+        cfg.target.max_new_tokens,
+        cfg.target.block,
+        cfg.kernel.steps,
         cfg.temperature,
         stop,
         lambda H: kernel_case.ending(model, PROMPT, H, stop, kernel, sabotaged),

@@ -95,7 +95,7 @@ def test_final_states_follow_exact_law(reference_engine, kernel_case, sampler_na
         kernel_case, sampler_name, reference_engine(model, seeded=seeded), cfg, presto, scheduled=scheduled
     )
     law = exact_law(kernel_case, cfg)
-    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), CHAINS)
+    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.target.max_new_tokens), CHAINS)
     level = SIGNIFICANCE / 10 if scheduled else SIGNIFICANCE  # thread order: not a fixed draw
     assert p > level, f"chi-square p={p:.2e} (TV={tv:.3f}) rejects the exact K-step law"
 
@@ -120,7 +120,7 @@ def test_wrong_acceptance_fails_the_chi_square(monkeypatch, reference_engine, ke
     law = exact_law(kernel_case, cfg)  # computed with the correct kernel
     kernel_case.sabotage(monkeypatch)
     counts = sample_counts(kernel_case, sampler_name, reference_engine(model), cfg, presto)
-    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), CHAINS)
+    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.target.max_new_tokens), CHAINS)
     assert p < SIGNIFICANCE and not math.isnan(tv), f"wrong acceptance not detected: p={p:.2e}, TV={tv:.3f}"
 
 

@@ -116,7 +116,7 @@ def test_a_run_interrupted_anywhere_resumes_to_the_same_chain(
         stages_seen.add(checkpoint.stage if checkpoint is not None else "none")
         assert result.state == full.state, f"point {i}: the resumed chain ended elsewhere"
         assert nodes(text) == nodes(full_text), f"point {i}: transitions lost, repeated or changed"
-        assert result.metrics.transitions == full.metrics.transitions == cfg.steps * cfg.num_stages
+        assert result.metrics.transitions == full.metrics.transitions == cfg.kernel.steps * cfg.target.num_stages
     assert stages_seen >= {1, 2} or points < 20, f"interruptions did not cover every stage: {stages_seen}"
 
 
@@ -157,13 +157,13 @@ def test_unseeded_resume_follows_the_exact_law(tmp_path, reference_engine):
         except Interrupted:
             path.write_text(stream.getvalue())
             checkpoint = read_checkpoint(path)
-            resumed_mid_stage += 0 < checkpoint.k < cfg.steps
+            resumed_mid_stage += 0 < checkpoint.k < cfg.kernel.steps
             fresh = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
             result = fresh.run(PROMPT, seed=1000 + i, resume=checkpoint)
         counts[result.state.tokens] += 1
     assert resumed_mid_stage > CHAINS // 5, f"only {resumed_mid_stage} chains were resumed in the middle of a stage"
     law = exact_law(kernel_case, cfg)
-    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.max_new_tokens), CHAINS)
+    p, tv = chi_square_pvalue(counts, law, exact.sequences(model.vocab_size, cfg.target.max_new_tokens), CHAINS)
     assert p > SIGNIFICANCE, f"chi-square p={p:.2e} (TV={tv:.3f}): resumed chains do not follow the exact law"
 
 

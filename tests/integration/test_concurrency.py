@@ -59,7 +59,9 @@ def test_threaded_chains_equal_one_at_a_time_and_sequential(engine, rule):
     sampler = sampler_of(engine, rule)
     threaded = run_prompts(sampler.run, PROMPTS, seed=SEED, workers=4)
     alone = one_at_a_time(sampler_of(engine, rule))
-    sequential = one_at_a_time(Sampler(engine, sampler.config, PrestoConfig("sequential")))  # same keying, same keys
+    sequential = one_at_a_time(
+        Sampler(engine, sampler.config, PrestoConfig("sequential", keying=sampler.presto.keying))
+    )
     assert len(threaded) == len(alone) == len(sequential) == len(PROMPTS)
     for i, (t, a, s) in enumerate(zip(threaded, alone, sequential)):
         assert t.state.prompt == tuple(PROMPTS[i])

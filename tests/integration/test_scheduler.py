@@ -47,7 +47,7 @@ def test_scheduled_chains_are_the_sequential_chains(engine, kernel_case, rule, d
     share_from = 1 if dispatch == "concurrent-shared" else SHARE_FROM
     scheduler = Scheduler.for_method(sampler, dispatch=dispatch.split("-")[0], share_from=share_from)
     scheduled = run_prompts(sampler.run, PROMPTS, seed=SEED, workers=8, scheduler=scheduler)
-    seq = sequential_sampler(engine, cfg, kernel_case.make(cfg))
+    seq = sequential_sampler(engine, cfg, kernel_case.make(cfg), presto.keying)
     for i, (r, p) in enumerate(zip(scheduled, PROMPTS)):
         assert r.state == seq.run(p, seed=SEED, prompt_id=i).state, f"chain {i} differs"
     s = scheduler.stats

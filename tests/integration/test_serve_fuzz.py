@@ -352,7 +352,7 @@ def test_the_document_lists_every_request_field_and_is_served(served):
     assert "tries" in multitry and "beta" not in multitry  # a kernel's own parameters, no other kernel's
     assert {"type": ["integer", "null"], "minimum": 0, "default": 3} | {
         "description": multitry["steps"]["description"]
-    } == multitry["steps"]  # generated from PowerConfig.steps: integer(0) and the server's default
+    } == multitry["steps"]  # generated from KernelConfig.steps: integer(0) and the server's default
     schema = schemathesis.openapi.from_dict(openapi_schema(service, limits=LIMITS))
     assert all(result.ok() for result in schema.get_all_operations())
 

@@ -105,9 +105,9 @@ class TestInProcessEngine:
         assert engine.stats.calls >= 1 and engine.stats.cached_tokens > 0
 
     def test_sequential_and_presto(self, engine):
-        from presto_sgl import PowerConfig, PrestoConfig
+        from presto_sgl import KernelConfig, PowerConfig, PrestoConfig, Target
 
-        cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
+        cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=8, block_size=8), KernelConfig(steps=4))
         prompt = engine.chat_prompt("Name a prime number.")
         seq = Sampler(engine, cfg, PrestoConfig("sequential")).run(prompt, seed=1)
         pre = Sampler(engine, cfg, PrestoConfig("step", budget=4)).run(prompt, seed=1)

@@ -53,14 +53,14 @@ def test_text_round_trip_changes_tokens_but_the_engine_keeps_ids(server_url):
 
 @pytest.mark.parametrize("rule", ["bfs", "step"])
 def test_power_sampling_on_the_server(server_url, rule):
-    from presto_sgl import PowerConfig
+    from presto_sgl import KernelConfig, PowerConfig, Target
     from presto_sgl.engines.sglang.http import SGLangEngine
 
     eng = SGLangEngine(server_url)
     keying = PrestoConfig(rule).keying
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying=keying)
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=16, block_size=16), KernelConfig(steps=6))
     prompt = eng.chat_prompt("Name a prime number.")
-    seq = Sampler(eng, cfg, PrestoConfig("sequential")).run(prompt, seed=1)
+    seq = Sampler(eng, cfg, PrestoConfig("sequential", keying=keying)).run(prompt, seed=1)
     pre = Sampler(eng, cfg, PrestoConfig(rule, budget=6)).run(prompt, seed=1)
     assert seq.metrics.transitions == pre.metrics.transitions == 6
     assert pre.metrics.model_calls < seq.metrics.model_calls == 6
@@ -125,13 +125,13 @@ def router_url(server_url):
 
 def test_sampling_through_the_router(router_url, hf_model):
     """sglang-router takes one sampling_params per body: requests go grouped, concurrently."""
-    from presto_sgl import PowerConfig
+    from presto_sgl import KernelConfig, PowerConfig, Target
     from presto_sgl.engines.sglang.http import SGLangEngine
     from presto_sgl.scheduling.runner import run_prompts
 
     eng = SGLangEngine(router_url)
     assert eng.server_loads() and eng.server_info()["model_path"] == eng.model_path  # from the worker
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=8, block_size=8, steps=4, keying="step")
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=8, block_size=8), KernelConfig(steps=4))
     prompts = [eng.chat_prompt(q) for q in ("Name a prime number.", "What is 6 times 7?", "Say hi.")]
     seq = Sampler(eng, cfg, PrestoConfig("sequential")).run(prompts[0], seed=1)
     presto = Sampler(eng, cfg, PrestoConfig("step", budget=4))

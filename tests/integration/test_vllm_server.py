@@ -75,7 +75,7 @@ def test_presto_visits_the_sequential_states_on_the_server(engine, kernel_case, 
     cfg, presto = rule.configs(6, **kernel_case.options(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, tau=0.5))
     kernel = kernel_case.make(cfg)
     prompt = engine.chat_prompt("Name a prime number.")
-    seq, seq_result = run_states(sequential_sampler(engine, cfg, kernel), prompt, 1)
+    seq, seq_result = run_states(sequential_sampler(engine, cfg, kernel, presto.keying), prompt, 1)
     pre, pre_result = run_states(rule.sampler(engine, cfg, presto, kernel), prompt, 1)
     if kernel_case.state_cut and [s[3] for s in seq] != [s[3] for s in pre]:
         pytest.xfail("EntropyCut's race flipped on float32 batch numerics (KernelCase.state_cut)")
@@ -99,10 +99,10 @@ def test_a_chain_survives_a_server_restart(engine, server_url, hf_model):
     while the chain's third call is in flight (the fourth waits until it is down) and started
     again: the chain waits, re-draws what was pending with the same seeds, and ends in exactly
     the state of an uninterrupted run."""
-    from presto_sgl import PowerConfig
+    from presto_sgl import KernelConfig, PowerConfig, Target
     from presto_sgl.engines.vllm.http import VLLMEngine
 
-    cfg = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=16, steps=6, keying="step")
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=16, block_size=16), KernelConfig(steps=6))
     prompt = engine.chat_prompt("Name a prime number.")
     result = run_through_a_restart(
         "vllm_server.sh",

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from presto_sgl import PowerConfig, PrestoConfig, Sampler, registry, sampling_configs
-from presto_sgl.config import split_options
+from presto_sgl.config import Keying, power_config
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.kernels import (
@@ -65,8 +65,8 @@ class KernelCase:
 
     def config(self, **power: object) -> PowerConfig:
         """The PowerConfig of this kernel with ``power`` (the schedule and, of kernels' parameters, its own)."""
-        schedule, params = split_options(self.name, self.options(**power))
-        return PowerConfig(**schedule, params=params)
+        options = self.options(**power)
+        return power_config(str(options.pop("kernel")), options)
 
 
 def _flip_powermh_q_term(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,7 +131,7 @@ def _multitry_ending(lm, prompt, H, stop, kernel, sabotaged=False):
 KERNELS = [
     KernelCase(
         "powermh",
-        lambda cfg: PowerMHKernel(cfg.alpha, cfg.temperature, ends=cfg.ends),
+        lambda cfg: PowerMHKernel(cfg.target.alpha, cfg.temperature, ends=cfg.target.ends),
         exact.powermh_matrix,  # type: ignore[arg-type]  # takes the PowerMHKernel that make() builds
         _flip_powermh_q_term,
         lambda lm, prompt, T, kernel: exact.powermh_matrix(lm, prompt, T, kernel, flipped=True),  # type: ignore[arg-type]  # takes the PowerMHKernel that make() builds
@@ -140,7 +140,7 @@ KERNELS = [
     ),
     KernelCase(
         "entropycut",
-        lambda cfg: EntropyCutKernel(cfg.alpha, cfg.temperature, cfg.params.beta, ends=cfg.ends),
+        lambda cfg: EntropyCutKernel(cfg.target.alpha, cfg.temperature, cfg.kernel.params.beta, ends=cfg.target.ends),
         exact.entropycut_matrix,
         _flip_entropycut_cut_term,
         lambda lm, prompt, T, kernel: exact.entropycut_matrix(lm, prompt, T, kernel, inverted=True),
@@ -150,7 +150,9 @@ KERNELS = [
     ),
     KernelCase(
         "multitry",
-        lambda cfg: MultiTryKernel(cfg.alpha, cfg.params.try_temperatures, cfg.params.tries, ends=cfg.ends),
+        lambda cfg: MultiTryKernel(
+            cfg.target.alpha, cfg.kernel.params.try_temperatures, cfg.kernel.params.tries, ends=cfg.target.ends
+        ),
         exact.multitry_matrix,
         _wrong_multitry_weight,
         lambda lm, prompt, T, kernel: exact.multitry_matrix(lm, prompt, T, kernel, wrong_weight=True),
@@ -203,6 +205,6 @@ PRESTO_RULES = [r for r in RULES.values() if not r.sequential]
 """The rules that prefetch (coupled against sequential PowerMH with their keying)."""
 
 
-def sequential_sampler(engine: Engine, config: PowerConfig, kernel: Kernel) -> Sampler:
-    """Sequential PowerMH (one call per transition) with ``kernel`` and ``config``'s keying."""
-    return Sampler(engine, config, PrestoConfig("sequential"), kernel=kernel)
+def sequential_sampler(engine: Engine, config: PowerConfig, kernel: Kernel, keying: Keying) -> Sampler:
+    """Sequential PowerMH (one call per transition) with ``kernel`` and ``keying``."""
+    return Sampler(engine, config, PrestoConfig("sequential", keying=keying), kernel=kernel)

@@ -54,9 +54,9 @@ def exact_law(kernel_case: KernelCase, cfg: PowerConfig) -> np.ndarray:
     return exact.chain_law(
         model,
         PROMPT,
-        cfg.max_new_tokens,
-        cfg.block_size,
-        cfg.steps,
+        cfg.target.max_new_tokens,
+        cfg.target.block,
+        cfg.kernel.steps,
         cfg.temperature,
         lambda T: kernel_case.matrix(model, PROMPT, T, kernel),
     )

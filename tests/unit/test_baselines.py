@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from presto_sgl import ConfigError, make_method
+from presto_sgl import BaselineConfig, ConfigError, Target, make_method
 from presto_sgl.baselines import BestOfN, BestOfNParams
 from presto_sgl.baselines.smc import pick, systematic
 from presto_sgl.chain.keys import ChainKeys
@@ -40,12 +40,10 @@ def test_low_temperature_is_one_keyed_draw_at_one_over_alpha():
 def test_best_of_n_keeps_the_highest_score_over_the_answer(select):
     eng = engine()
     stop = 3
-    bon = BestOfN(
-        eng,
-        baseline(eng, "bestofn", max_new_tokens=8).config,
-        BestOfNParams(best_of=6, select=select),
-        stop_token_ids=[stop],
+    config = BaselineConfig(
+        "bestofn", Target(max_new_tokens=8, block_size=None), params=BestOfNParams(best_of=6, select=select)
     )
+    bon = BestOfN(eng, config, stop_token_ids=[stop])
     keys = ChainKeys(1, 0)
     draws = eng.generate([Request(PROMPT, 8, 0.25, keys.decision(1, f"best-of:{i}").seed) for i in range(6)])
 

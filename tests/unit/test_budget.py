@@ -10,7 +10,7 @@ import pytest
 
 from presto_sgl import PrestoConfig, planners
 from presto_sgl.chain.samplers import Sampler
-from presto_sgl.config import PowerConfig
+from presto_sgl.config import KernelConfig, PowerConfig, Target
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.planners import (
     BFSPlanner,
@@ -154,8 +154,8 @@ def accept_chain():
 
 def test_a_new_rule_gets_the_cost_aware_budget_without_a_class_and_stays_exact(accept_chain):
     engine = ReferenceEngine(ReferenceLM(16, sharpness=2.0, seed=3), seeded=True)
-    config = PowerConfig(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, keying="path")
-    reference = Sampler(engine, config, PrestoConfig("sequential")).run([1, 2, 3], seed=5)
+    config = PowerConfig(Target(alpha=4.0, max_new_tokens=16, block_size=8), KernelConfig(steps=6))
+    reference = Sampler(engine, config, PrestoConfig("sequential", keying="path")).run([1, 2, 3], seed=5)
     for cost_aware in (False, True):
         presto = PrestoConfig("acceptchain", budget=4, cost_aware=cost_aware)
         sampler = Sampler(engine, config, presto, planner=make_planner(presto, predictor=PRED))

@@ -333,7 +333,7 @@ def test_rate_on_a_cpu_like_clock():
     power = dict(alpha=4.0, max_new_tokens=30, block_size=10, steps=25)
     one = synthetic_rate(Sampler(engine, *sampling_configs("step", budget=1, **power)), range(4))
     cfg, presto = sampling_configs("step", budget=20, cost_aware=True, **power)
-    assert cfg.keying == "step"
+    assert presto.keying == "step"
     sampler = presto_sampler(engine, cfg, presto)
     assert isinstance(sampler, Sampler) and isinstance(sampler.planner, CostAware)
     cost = synthetic_rate(sampler, range(4))

@@ -134,7 +134,7 @@ def test_cli_and_serve_take_the_target(capsys):
     assert main([*args, "--engine", "reference", "--target", "eos"]) != 0
     assert "stop tokens" in capsys.readouterr().err
     defaults = Defaults(*sampling_configs("step", max_new_tokens=16, block_size=16, steps=2))
-    assert parse({"prompt": [1, 2], "target": "eos"}, "completions", defaults).config.target == "eos"
+    assert parse({"prompt": [1, 2], "target": "eos"}, "completions", defaults).config.target.target == "eos"
 
 
 def test_compare_answer_tests_the_answer_statistics(tmp_path, capsys):

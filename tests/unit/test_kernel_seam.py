@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from presto_sgl import CapabilityError, PowerConfig, PowerMHKernel, Sampler, sampling_configs
+from presto_sgl import CapabilityError, PowerMHKernel, Sampler, sampling_configs
 from presto_sgl.chain.keys import hash64
 from presto_sgl.engines.base import EngineCapabilities
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
@@ -56,7 +56,9 @@ def test_multi_draw_kernel_runs_through_every_rule(rule):
     engine = _engine()
     prompt = [1, 2, 3]
     plain = Sampler(engine, config, presto).run(prompt, seed=5)
-    two = Sampler(engine, config, presto, kernel=TwoDrawKernel(config.alpha, config.temperature)).run(prompt, seed=5)
+    two = Sampler(engine, config, presto, kernel=TwoDrawKernel(config.target.alpha, config.temperature)).run(
+        prompt, seed=5
+    )
     assert two.state.tokens == plain.state.tokens and two.state.logp == plain.state.logp
     assert two.metrics.transitions == plain.metrics.transitions
     assert two.metrics.model_calls == plain.metrics.model_calls
@@ -82,7 +84,7 @@ def test_entropy_kernel_on_an_engine_without_entropy_fails_before_any_call():
     engine = NoEntropy()
     config, presto = sampling_configs("step", alpha=4.0, max_new_tokens=4, block_size=4, steps=2)
     with pytest.raises(CapabilityError, match="entropy"):
-        Sampler(engine, config, presto, kernel=TwoDrawKernel(config.alpha, config.temperature))
+        Sampler(engine, config, presto, kernel=TwoDrawKernel(config.target.alpha, config.temperature))
     assert engine.calls == 0
 
 
@@ -104,10 +106,9 @@ def test_prefetch_cut_is_condition_1():
 def test_keying_must_fit_the_rule():
     with pytest.raises(ValueError, match="keying"):
         sampling_configs("bfs", keying="step")
-    with pytest.raises(ValueError, match="keying"):
-        Sampler(_engine(), PowerConfig(keying="step"), sampling_configs("bfs")[1])
-    assert sampling_configs("sequential")[0].keying == "step"
-    assert sampling_configs("sequential", keying="path")[0].keying == "path"
+    assert sampling_configs("bfs")[1].keying == "path"
+    assert sampling_configs("sequential")[1].keying == "step"
+    assert sampling_configs("sequential", keying="path")[1].keying == "path"
     assert math.isclose(sampling_configs("step", alpha=2.0)[0].temperature, 0.5)
 
 

@@ -38,8 +38,8 @@ def test_temperature_set_is_validated(temps):
 
 def test_config_defaults_are_the_papers():
     cfg = sampling_configs(kernel="multitry")[0]
-    assert (cfg.params.tries, cfg.params.try_temperatures) == (4, (0.25, 0.5, 1.0))
-    assert sampling_configs(kernel="multitry", try_temperatures=[1, 2])[0].params.try_temperatures == (1.0, 2.0)
+    assert (cfg.kernel.params.tries, cfg.kernel.params.try_temperatures) == (4, (0.25, 0.5, 1.0))
+    assert sampling_configs(kernel="multitry", try_temperatures=[1, 2])[0].kernel.params.try_temperatures == (1.0, 2.0)
 
 
 def test_draws_are_keyed_candidates_then_references():

@@ -20,6 +20,7 @@ from presto_sgl.chain.resume import EmptyTrace, read_checkpoint
 from presto_sgl.chain.samplers import Sampler
 from presto_sgl.chain.trace import StateReplay, metrics_from_trace, read_trace
 from presto_sgl.cli.sample import _prompt_ids
+from presto_sgl.config import config_options
 from presto_sgl.engines.reference import ReferenceEngine
 from radix.tree import RadixTree, TreeFullError
 
@@ -50,7 +51,7 @@ anything = st.one_of(
 
 # -- config validators ----------------------------------------------------------------
 def cfg_default(name: str):
-    return getattr(PowerConfig(), name, None)
+    return config_options(PowerConfig(), PrestoConfig("sequential")).get(name)
 
 
 @settings(RELAXED, max_examples=400)
@@ -59,16 +60,17 @@ def test_power_config_is_valid_or_names_the_bad_argument(kwargs):
     """Flat options (the schedule, a kernel and kernels' own parameters) make a valid config or
     a ConfigError whose ``param`` is one given, named first in its message."""
     try:
-        cfg, _ = sampling_configs("sequential", **kwargs)
+        cfg, presto = sampling_configs("sequential", **kwargs)
     except ConfigError as exc:
         named = re.findall(r"`(\w+)`", str(exc))
         given = kwargs.get(exc.param, cfg_default(exc.param))
         assert named[0] == exc.param and (exc.value is given or exc.value == given), str(exc)
         assert exc.param in kwargs or (exc.param == "max_new_tokens" and "block_size" in kwargs), str(exc)
         return
-    assert cfg.alpha > 0 and math.isfinite(cfg.alpha) and cfg.temperature > 0
-    assert cfg.max_new_tokens % cfg.block_size == 0 and cfg.num_stages >= 1 and cfg.steps >= 0
-    assert cfg.keying in ("path", "step")
+    t = cfg.target
+    assert t.alpha > 0 and math.isfinite(t.alpha) and cfg.temperature > 0
+    assert t.max_new_tokens % t.block == 0 and t.num_stages >= 1 and cfg.kernel.steps >= 0
+    assert presto.keying in ("path", "step")
 
 
 @settings(RELAXED, max_examples=300)

@@ -90,7 +90,7 @@ def test_a_registered_kernel_is_a_serve_field(toy):
     defaults = Defaults(*sampling_configs("step", max_new_tokens=16, block_size=16, steps=2))
     assert "toy_knob" in fields("completions") and "toy_knob" in fields("chat")
     job = parse({"prompt": [1, 2], "method": "toy", "toy_knob": 5}, "completions", defaults)
-    assert job.config.kernel == "toy" and job.config.params == ToyParams(5)
+    assert (job.config.kernel.kernel, job.config.kernel.params) == ("toy", ToyParams(5))
     with pytest.raises(ParamError) as err:
         parse({"prompt": [1, 2], "method": "toy", "toy_knob": 0}, "completions", defaults)
     assert err.value.param == "toy_knob" and "`toy_knob` (=0)" in str(err.value)
@@ -99,7 +99,7 @@ def test_a_registered_kernel_is_a_serve_field(toy):
 def test_a_registered_kernel_is_a_power_gen_argument(toy):
     params = inspect.signature(power_gen).parameters
     assert params["toy_knob"].default == 3 and params["method"].default == "powermh"
-    assert method_config({"method": "toy", "toy_knob": 4}).config.params == ToyParams(4)
+    assert method_config({"method": "toy", "toy_knob": 4}).config.kernel.params == ToyParams(4)
     with pytest.raises(ConfigError) as err:
         method_config({"method": "toy", "toy_knob": True})
     assert (err.value.param, err.value.value) == ("toy_knob", True)

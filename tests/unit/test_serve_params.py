@@ -27,7 +27,7 @@ def test_defaults_fill_what_the_request_leaves_out_or_sends_as_null():
         "completions",
         DEFAULTS,
     )
-    assert job.n == 1 and job.seed == 7 and job.config.max_new_tokens == 32 and job.config.steps == 5
+    assert job.n == 1 and job.seed == 7 and job.config.target.max_new_tokens == 32 and job.config.kernel.steps == 5
     assert job.presto.rule == "step" and job.presto.budget == 10 and job.stop == () and not job.stream
 
 
@@ -49,23 +49,34 @@ def test_request_fields_override_the_defaults():
         "chat",
         DEFAULTS,
     )
-    assert (job.config.max_new_tokens, job.config.block_size, job.config.steps, job.config.alpha) == (48, 8, 2, 2.0)
-    assert job.presto.rule == "sequential" and job.config.kernel == "multitry"
-    assert job.config.params.try_temperatures == (0.5, 1.0) and job.stop == ("\n",) and job.n == 3 and job.seed == 1
+    assert (
+        job.config.target.max_new_tokens,
+        job.config.target.block_size,
+        job.config.kernel.steps,
+        job.config.target.alpha,
+    ) == (48, 8, 2, 2.0)
+    assert job.presto.rule == "sequential" and job.config.kernel.kernel == "multitry"
+    assert (
+        job.config.kernel.params.try_temperatures == (0.5, 1.0) and job.stop == ("\n",) and job.n == 3 and job.seed == 1
+    )
     assert job.prompts == ([{"role": "user", "content": "hi"}],)
 
 
 def test_max_tokens_caps_the_answer_and_rounds_the_chain_up_to_whole_blocks():
     job = parse({"prompt": [1], "max_tokens": 20}, "completions", DEFAULTS)
-    assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (20, 32, 16)
+    assert (job.max_tokens, job.config.target.max_new_tokens, job.config.target.block_size) == (20, 32, 16)
     job = parse({"prompt": [1], "max_tokens": 5}, "completions", DEFAULTS)  # shorter than a block: one block of 5
-    assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (5, 5, 5)
+    assert (job.max_tokens, job.config.target.max_new_tokens, job.config.target.block_size) == (5, 5, 5)
     job = parse({"prompt": [1], "max_tokens": 9, "block_size": 4}, "completions", DEFAULTS)
-    assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (9, 12, 4)
+    assert (job.max_tokens, job.config.target.max_new_tokens, job.config.target.block_size) == (9, 12, 4)
     job = parse({"prompt": [1], "max_tokens": 9, "block_size": 439972}, "completions", DEFAULTS)  # one block of 9,
-    assert (job.max_tokens, job.config.max_new_tokens, job.config.block_size) == (9, 9, 9)  # not 439972 tokens
+    assert (job.max_tokens, job.config.target.max_new_tokens, job.config.target.block_size) == (
+        9,
+        9,
+        9,
+    )  # not 439972 tokens
     job = parse({"prompt": [1]}, "completions", DEFAULTS)  # the server's default length
-    assert (job.max_tokens, job.config.max_new_tokens) == (32, 32)
+    assert (job.max_tokens, job.config.target.max_new_tokens) == (32, 32)
     job = parse({"prompt": [1], "stop": ["a", "b", "c", "d", "e", "f"]}, "completions", DEFAULTS)
     assert job.stop == ("a", "b", "c", "d", "e", "f")  # any number of stop strings, as vLLM takes
 
@@ -76,15 +87,17 @@ def test_power_gen_rounds_the_chain_up_to_whole_blocks_of_at_most_max_tokens():
 
     for block, T, B in ((4, 12, 4), (439972, 9, 9), (None, 9, 9)):
         config = gen_spec("a", max_tokens=9, **({} if block is None else {"block_size": block})).method.config
-        assert (config.max_new_tokens, config.block_size) == (T, B)
+        assert (config.target.max_new_tokens, config.target.block_size) == (T, B)
 
 
 def test_temperature_is_the_targets_sequence_level_temperature_one_over_alpha():
-    assert parse({"prompt": [1], "temperature": 0.25}, "completions", DEFAULTS).config.alpha == 4.0
-    assert parse({"prompt": [1], "temperature": 0.5, "alpha": 2.0}, "completions", DEFAULTS).config.alpha == 2.0
-    default = DEFAULTS.config.alpha
-    assert parse({"prompt": [1], "temperature": 0}, "completions", DEFAULTS).config.alpha == default  # greedy: kept
-    assert parse({"prompt": [1], "temperature": 0, "alpha": 3.0}, "completions", DEFAULTS).config.alpha == 3.0
+    assert parse({"prompt": [1], "temperature": 0.25}, "completions", DEFAULTS).config.target.alpha == 4.0
+    assert parse({"prompt": [1], "temperature": 0.5, "alpha": 2.0}, "completions", DEFAULTS).config.target.alpha == 2.0
+    default = DEFAULTS.config.target.alpha
+    assert (
+        parse({"prompt": [1], "temperature": 0}, "completions", DEFAULTS).config.target.alpha == default
+    )  # greedy: kept
+    assert parse({"prompt": [1], "temperature": 0, "alpha": 3.0}, "completions", DEFAULTS).config.target.alpha == 3.0
 
 
 def test_logprobs_echo_and_stream_options():
@@ -102,7 +115,7 @@ def test_logprobs_echo_and_stream_options():
 
 def test_the_old_sampler_field_still_names_the_kernel():
     job = parse({"prompt": [1], "sampler": "entropycut", "beta": 2.0}, "completions", DEFAULTS)
-    assert job.config.kernel == "entropycut" and job.config.params.beta == 2.0
+    assert job.config.kernel.kernel == "entropycut" and job.config.kernel.params.beta == 2.0
     with pytest.raises(ParamError) as err:
         parse({"prompt": [1], "sampler": "beam"}, "completions", DEFAULTS)
     assert err.value.param == "sampler" and "`sampler` (='beam')" in str(err.value)
