@@ -1,0 +1,109 @@
+"""One typed object per concept (presto_sgl.config): what each holds, what each refuses, and
+that the flat options of every front end map onto them once."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from presto_sgl import (
+    BaselineConfig,
+    ConfigError,
+    KernelConfig,
+    PowerConfig,
+    PrestoConfig,
+    Target,
+    make_method,
+    method_config,
+    sampling_configs,
+)
+from presto_sgl.baselines import PowerSMCParams
+from presto_sgl.config import config_options, with_options
+from presto_sgl.engines.reference import ReferenceEngine
+from presto_sgl.kernels.entropycut import EntropyCutParams
+from presto_sgl.kernels.multitry import MultiTryParams
+
+
+def test_flat_options_map_onto_the_target_the_kernel_and_the_run():
+    config, presto = sampling_configs(
+        "bfs", alpha=2.0, max_new_tokens=24, block_size=8, target="eos", kernel="entropycut", beta=3.0, steps=4
+    )
+    assert config == PowerConfig(
+        Target(alpha=2.0, max_new_tokens=24, block_size=8, target="eos"),
+        KernelConfig("entropycut", steps=4, params=EntropyCutParams(beta=3.0)),
+    )
+    assert presto == PrestoConfig("bfs") and presto.keying == "path"
+    assert (config.target.num_stages, config.target.ends, config.temperature) == (3, True, 0.5)
+
+
+def test_keying_is_the_rules_and_only_sequential_chooses():
+    assert [PrestoConfig(rule).keying for rule in ("sequential", "bfs", "predictive", "step")] == [
+        "step",
+        "path",
+        "path",
+        "step",
+    ]
+    assert PrestoConfig("sequential", keying="path").keying == "path"
+    for rule, wrong in (("bfs", "step"), ("predictive", "step"), ("step", "path")):
+        with pytest.raises(ConfigError, match=f"keying='{'path' if wrong == 'step' else 'step'}'") as err:
+            PrestoConfig(rule, keying=wrong)
+        assert err.value.param == "keying"
+
+
+def test_an_override_is_a_typed_replace_and_a_new_rule_brings_its_keys():
+    config, presto = sampling_configs("sequential", keying="path", kernel="multitry", tries=3, steps=5)
+    new_config, new_presto = with_options(config, presto, {"rule": "step", "alpha": 2.0, "tries": 2})
+    assert new_presto == PrestoConfig("step") and new_presto.keying == "step"  # not the old path keys
+    assert new_config.target == dataclasses.replace(config.target, alpha=2.0)
+    assert new_config.kernel == KernelConfig("multitry", steps=5, params=MultiTryParams(tries=2))
+    same, kept = with_options(config, presto, {"budget": 4})
+    assert same == config and kept.keying == "path" and kept.budget == 4
+    with pytest.raises(ConfigError, match="`block_size`"):
+        with_options(config, presto, {"block_size": 0})
+
+
+def test_config_options_round_trip_through_sampling_configs():
+    config, presto = sampling_configs("predictive", kernel="entropycut", beta=2.5, budget=7, max_new_tokens=32)
+    flat = config_options(config, presto)
+    assert sampling_configs(flat.pop("rule"), **flat) == (config, presto)
+
+
+def test_each_object_checks_its_own_fields_and_kernel_params_their_kernel():
+    with pytest.raises(ConfigError, match=r"`max_new_tokens`.*max_new_tokens=48"):
+        Target(max_new_tokens=40, block_size=16)
+    assert Target(max_new_tokens=40, block_size=None).num_stages == 1  # one stage: the whole response
+    with pytest.raises(ConfigError, match="`params` must be a MultiTryParams"):
+        KernelConfig("multitry", params=EntropyCutParams())
+    with pytest.raises(ConfigError, match="`kernel`"):
+        KernelConfig("nosuch")
+    with pytest.raises(TypeError, match="a Target and a KernelConfig"):
+        PowerConfig(KernelConfig(), Target())  # type: ignore[arg-type]
+
+
+def test_the_flat_power_config_is_deprecated_and_names_where_keying_went():
+    with pytest.warns(DeprecationWarning, match=r"PowerConfig\(Target"):
+        old = PowerConfig(alpha=2.0, max_new_tokens=16, block_size=8, steps=3)
+    assert old == PowerConfig(Target(alpha=2.0, max_new_tokens=16, block_size=8), KernelConfig(steps=3))
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match=r"PrestoConfig\(rule, keying"):
+        PowerConfig(keying="path")
+
+
+def test_a_baseline_gets_its_own_config_without_a_placeholder_block():
+    """best-of-N draws whole responses: its target has no block size (before: block_size = T),
+    so a length that no default block divides is fine; Power-SMC grows blocks and keeps one."""
+    bon = method_config({"method": "bestofn", "max_new_tokens": 50, "best_of": 3})
+    assert isinstance(bon.config, BaselineConfig) and bon.presto is None
+    assert bon.config.target == Target(max_new_tokens=50, block_size=None)
+    smc = method_config({"method": "powersmc", "max_new_tokens": 32, "block_size": 8, "particles": 2})
+    assert isinstance(smc.config, BaselineConfig) and smc.config.target.block_size == 8
+    ignored = method_config({"method": "lowtemp", "max_new_tokens": 8, "block_size": 4, "steps": 3, "keying": "path"})
+    assert (
+        ignored.config == method_config({"method": "lowtemp", "max_new_tokens": 8}).config
+    )  # one set of flags for every method
+    for name, value in (("rule", "bfs"), ("budget", 4), ("beta", 2.0)):
+        with pytest.raises(ConfigError, match=f"`{name}`"):
+            method_config({"method": "bestofn", name: value})
+    with pytest.raises(ConfigError, match="`ramp_tokens`"):  # checked across the target and its params
+        BaselineConfig("powersmc", Target(max_new_tokens=16), params=PowerSMCParams(ramp_tokens=17))
+    assert make_method(ReferenceEngine(), bon).describe()["max_new_tokens"] == 50
