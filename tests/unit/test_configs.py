@@ -78,7 +78,7 @@ def test_each_object_checks_its_own_fields_and_kernel_params_their_kernel():
     with pytest.raises(ConfigError, match="`kernel`"):
         KernelConfig("nosuch")
     with pytest.raises(TypeError, match="a Target and a KernelConfig"):
-        PowerConfig(KernelConfig(), Target())  # type: ignore[arg-type]
+        PowerConfig(KernelConfig(), Target())
 
 
 def test_the_flat_power_config_is_deprecated_and_names_where_keying_went():
