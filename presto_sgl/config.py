@@ -31,6 +31,7 @@ from .fields import (
     Validated,
     boolean,
     integer,
+    is_finite_number,
     is_int,
     nonempty_text,
     number,
@@ -208,6 +209,33 @@ class BaselineConfig(Validated):
     def temperature(self) -> float:
         """tau (1/alpha unless given)."""
         return _temperature(self.tau, self.target.alpha)
+
+
+def alpha_of_temperature(temperature: Any, alpha: Any = None) -> float | None:
+    """The alpha a sampler's ``temperature`` asks for, as ``serve`` and ``power_gen`` read it: t > 0
+    sets alpha = 1/t (the target p0^alpha is p0 at sequence-level temperature 1/alpha); t = 0,
+    what harnesses and programs send for greedy decoding, or None keeps the configured alpha
+    (None is returned). A ConfigError names ``temperature`` outside the range, or when ``alpha``
+    is given too and differs."""
+    if temperature is None or (is_finite_number(temperature) and temperature == 0):
+        return None
+    low, high = TEMPERATURE_RANGE
+    if not is_finite_number(temperature) or not low <= temperature <= high:
+        raise ConfigError(
+            "temperature",
+            temperature,
+            f"{{temperature}} (={temperature!r}) must be 0 or in [{low:g}, {high:g}] (it sets alpha = "
+            "1/temperature, and the proposal temperature 1/alpha must be in that range)",
+        )
+    out = 1.0 / temperature
+    if alpha is not None and not (is_finite_number(alpha) and abs(float(alpha) - out) <= 1e-9 * out):
+        raise ConfigError(
+            "temperature",
+            temperature,
+            f"{{temperature}} (={temperature!r}) sets alpha = 1/temperature = {out:g}, but {{alpha}} "
+            f"(={alpha!r}) is given too; give one of them",
+        )
+    return out
 
 
 def capped_blocks(cap: int, block: int) -> tuple[int, int]:

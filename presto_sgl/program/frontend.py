@@ -24,8 +24,12 @@ strings, whichever comes first (``finish_reason`` in the meta info says which).
 ``return_logprob=True`` adds ``output_token_logprobs`` in SGLang's shape, ``[log p0, id, None]``
 per answer token. Left unset, ``max_tokens``, ``stop``, ``stop_token_ids`` and ``return_logprob``
 take the program's run-level values as ``sgl.gen``'s do (``program.run(max_new_tokens=128,
-stop=...)``; :data:`RUN_DEFAULTS`). Arguments ``sgl.gen`` has and a power-sampling chain cannot honour
-(``regex``, ``choices``, ``temperature``: use ``tau``, ...) are refused by name.
+stop=...)``; :data:`RUN_DEFAULTS`). ``name`` may be omitted, as for ``sgl.gen`` (the answer is
+appended to the text). ``temperature`` t > 0 sets alpha = 1/t, as ``serve`` reads it (0, greedy,
+keeps alpha). ``choices=[...]`` (or :func:`power_select`, ``sgl.select``'s drop-in) draws one
+choice c from p0(c | x)^alpha exactly, from one scoring pass. Arguments ``sgl.gen`` has and
+power_gen cannot honour exactly (``regex``, ``json_schema``, ``dtype``, ``min_tokens``,
+``top_p``, ...: :data:`REFUSED`) are refused by name with the reason; so is ``steps=0``.
 
 Randomness: without ``seed`` every call draws a seed from the OS; with one, the chain id
 is a hash of the call's place in the program (its :class:`~presto_sgl.program.interpreter.Lineage`:
@@ -49,6 +53,7 @@ import functools
 import inspect
 import secrets
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -58,34 +63,38 @@ from typing import Any
 from .. import registry
 from ..build import MethodConfig, make_method
 from ..build import method_config as _method_config
+from ..chain.choices import draw_choice
 from ..chain.keys import SEED_MASK, hash64
-from ..config import Target, capped_blocks, parameters
+from ..config import PowerConfig, Target, alpha_of_temperature, capped_blocks, parameters
+from ..engines.scoring import scorer
 from ..engines.sglang.http import SGLangEngine
 from ..errors import ConfigError
 from ..methods import Method
 from ..scheduling.scheduler import Scheduler
 from . import interpreter
-from .state import GenSpec, prompt_ids, record
+from .state import ChoiceSpec, GenSpec, prompt_ids, record, record_choice
 
-REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: what to do instead
-    "regex": "constrained decoding would change the target",
-    "json_schema": "constrained decoding would change the target",
-    "choices": "use sgl.select",
+_GRAMMAR = "a grammar constraint, which power_gen does not sample exactly yet (it is refused, never run inexactly)"
+REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: why, and what to do instead
+    "regex": _GRAMMAR,
+    "json_schema": _GRAMMAR,
+    "dtype": f"a typed answer is {_GRAMMAR}",
+    "min_tokens": f"a minimum length is {_GRAMMAR}",
+    "min_new_tokens": f"a minimum length is {_GRAMMAR}",
     "stop_regex": "use stop strings",
     "n": "fork the state: s.fork(n)",
-    "temperature": "the proposal temperature is tau (default 1/alpha)",
     "top_p": "the chain samples the full vocabulary",
     "top_k": "the chain samples the full vocabulary",
     "min_p": "the chain samples the full vocabulary",
     "frequency_penalty": "penalties would change the target",
     "presence_penalty": "penalties would change the target",
-    "min_new_tokens": "it would mask EOS and change the target",
     "ignore_eos": "the chain never stops at EOS; the answer does",
     "logprob_start_len": "return_logprob gives the answer's tokens",
     "top_logprobs_num": "not available",
     "return_text_in_logprobs": "not available",
-    "dtype": "not available",
 }
+"""``temperature`` is honoured (alpha = 1/temperature, as ``serve`` reads it), and ``choices``
+are drawn exactly from p0(c | x)^alpha (:func:`choice_spec`)."""
 
 
 _engines: dict[str, SGLangEngine] = {}
@@ -124,7 +133,7 @@ class PowerGen:
         return inspect.Signature([*head, *opts])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if args and not isinstance(args[0], str):  # power_gen(s, name, ...): the eager form
+        if args and args[0] is not None and not isinstance(args[0], str):  # power_gen(s, name, ...): the eager form
             warnings.warn(
                 "power_gen(s, name, ...) is deprecated; write s += power_gen(name, ...)",
                 DeprecationWarning,
@@ -141,6 +150,29 @@ class PowerGen:
 power_gen = PowerGen()
 
 
+def _check_name(name: Any) -> None:
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ConfigError(
+            "name",
+            name,
+            f"{{name}} (={name!r}) must be a non-empty string (the variable that receives the answer) or "
+            "None (anonymous, as sgl.gen: the answer is only appended to the text)",
+        )
+
+
+def _check_keys(seed: Any, chain_id: Any) -> None:
+    for arg, value in (("seed", seed), ("chain_id", chain_id)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MASK):
+            raise ConfigError(arg, value, f"{{{arg}}} (={value!r}) must be an integer in [0, 2**63) or None")
+
+
+def _with_temperature(temperature: Any, options: dict[str, Any]) -> None:
+    """``temperature`` as ``serve`` reads it: t > 0 sets alpha = 1/t, 0 (greedy) keeps alpha."""
+    alpha = alpha_of_temperature(temperature, options.get("alpha"))
+    if alpha is not None:
+        options["alpha"] = alpha
+
+
 def gen_spec(
     name: str | None = None,
     *,
@@ -151,13 +183,11 @@ def gen_spec(
     seed: int | None = None,
     chain_id: int | None = None,
     engine: Any = None,
+    temperature: float | None = None,
     **options: Any,
 ) -> GenSpec:
     """The validated :class:`GenSpec` of a power_gen call; a ConfigError names the bad argument."""
-    if not isinstance(name, str) or not name:
-        raise ConfigError(
-            "name", name, f"{{name}} (={name!r}) must be a non-empty string: the variable that receives the answer"
-        )
+    _check_name(name)
     for arg in REFUSED:
         if arg in options:
             raise ConfigError(
@@ -165,9 +195,8 @@ def gen_spec(
                 options[arg],
                 f"{{{arg}}} is an sgl.gen argument that power_gen cannot honour ({REFUSED[arg]}); drop it",
             )
-    for arg, value in (("seed", seed), ("chain_id", chain_id)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MASK):
-            raise ConfigError(arg, value, f"{{{arg}}} (={value!r}) must be an integer in [0, 2**63) or None")
+    _check_keys(seed, chain_id)
+    _with_temperature(temperature, options)
     if isinstance(stop, str):
         stop = (stop,)
     if stop is not None and not all(isinstance(x, str) and x for x in stop):
@@ -198,17 +227,90 @@ def gen_spec(
             options["max_new_tokens"] = max_tokens
         elif isinstance(block, int) and not isinstance(block, bool) and block >= 1:
             options["max_new_tokens"], options["block_size"] = capped_blocks(max_tokens, block)
-    return GenSpec(
-        name, method_config(options), max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed, chain_id, engine
-    )
+    method = method_config(options)
+    if isinstance(method.config, PowerConfig) and method.config.kernel.steps == 0:
+        raise ConfigError(
+            "steps",
+            0,
+            "{steps} (=0) runs no MH transition: the answer would be a plain draw at tau, not power "
+            "sampling; use steps >= 1 (default 10), or method='lowtemp' for that draw",
+        )
+    return GenSpec(name, method, max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed, chain_id, engine)
+
+
+CHAIN_ONLY = frozenset(p.name for p in parameters()) - {"alpha"}
+"""The chain's parameters, which a choice (drawn from one scoring pass) has no use for."""
+
+
+def choice_spec(
+    name: str | None = None,
+    *,
+    choices: Sequence[str] = (),
+    temperature: float | None = None,
+    choices_method: Any = None,
+    alpha: float | None = None,
+    seed: int | None = None,
+    chain_id: int | None = None,
+    engine: Any = None,
+    **ignored: Any,
+) -> ChoiceSpec:
+    """The validated :class:`ChoiceSpec` of ``power_gen(name, choices=[...])`` (or
+    :func:`power_select`): pi(c) ∝ p0(c | x)^alpha over the choices. The length, stop and
+    sampling arguments ``sgl.gen`` ignores next to ``choices`` are ignored here too; the chain's
+    parameters are refused by name."""
+    _check_name(name)
+    _check_keys(seed, chain_id)
+    if isinstance(choices, str) or not isinstance(choices, Sequence) or not choices:
+        raise ConfigError("choices", choices, f"{{choices}} (={choices!r}) must be a non-empty list of strings")
+    if not all(isinstance(c, str) and c for c in choices) or len(set(choices)) != len(choices):
+        raise ConfigError("choices", choices, f"{{choices}} (={list(choices)!r}) must be distinct non-empty strings")
+    if choices_method is not None:
+        raise ConfigError(
+            "choices_method",
+            choices_method,
+            "{choices_method} does not apply: power_gen draws a choice from p0(c | x)^alpha, exactly; drop it",
+        )
+    chain = sorted(CHAIN_ONLY & set(ignored))
+    if chain:
+        raise ConfigError(
+            chain[0],
+            ignored[chain[0]],
+            f"{{{chain[0]}}} does not apply to choices: they are drawn exactly from one scoring pass, with no "
+            "chain; drop it (alpha and temperature apply)",
+        )
+    alpha = alpha_of_temperature(temperature, alpha) or (Target.alpha if alpha is None else alpha)
+    return ChoiceSpec(name, tuple(choices), Target(alpha=alpha).alpha, seed, chain_id, engine)
+
+
+def spec_of(*args: Any, **kwargs: Any) -> GenSpec | ChoiceSpec:
+    """The validated spec of a power_gen call: a chain's, or with ``choices`` a choice's."""
+    return choice_spec(*args, **kwargs) if kwargs.get("choices") is not None else gen_spec(*args, **kwargs)
 
 
 def expression(*args: Any, **kwargs: Any) -> Any:
     """The ``SglGen`` of a power_gen call for ``s += ...``, validated now (installs the interpreter hooks)."""
-    spec = gen_spec(*args, **kwargs)
+    spec = spec_of(*args, **kwargs)
     cls = _expression_class()
     interpreter.install(_run_expression)
     return cls(spec.name, spec, {**kwargs, "name": spec.name})
+
+
+def power_select(
+    name: str | None = None,
+    choices: Sequence[str] = (),
+    temperature: float | None = None,
+    *,
+    alpha: float | None = None,
+    seed: int | None = None,
+    chain_id: int | None = None,
+    engine: Any = None,
+) -> Any:
+    """``sgl.select``'s drop-in: ``s += power_select("pick", ["yes", "no"])`` draws a choice c
+    from pi(c) ∝ p0(c | x)^alpha (alpha = 1/temperature when temperature > 0; default 4), exactly,
+    from one scoring pass (:mod:`presto_sgl.chain.choices`)."""
+    return power_gen(
+        name, choices=choices, temperature=temperature, alpha=alpha, seed=seed, chain_id=chain_id, engine=engine
+    )
 
 
 RUN_DEFAULTS = {
@@ -273,7 +375,25 @@ def _expression_class() -> type:
 def _run_expression(executor: Any, expr: Any) -> None:
     """What the interpreter hook runs for a power_gen expression (on the program's thread): its
     call with the program's run-level defaults where it left them unset."""
-    _run(executor, gen_spec(**with_run_defaults(expr.call, executor.default_sampling_para)))
+    if isinstance(expr.spec, ChoiceSpec):
+        _run_choice(executor, expr.spec)
+    else:
+        _run(executor, gen_spec(**with_run_defaults(expr.call, executor.default_sampling_para)))
+
+
+def _run_choice(executor: Any, spec: ChoiceSpec) -> None:
+    """Draw ``spec``'s choice after ``executor``'s text and record it."""
+    eng = spec.engine if spec.engine is not None else _engine_for(executor.backend)
+    text = executor.text_
+    ids, source = prompt_ids(executor.variables, text, eng)
+    if not ids:
+        raise ValueError(f"power_gen {spec.name!r}: the program text before it is empty; choices need a prompt")
+    place = interpreter.next_call(executor)
+    seed = spec.seed if spec.seed is not None else secrets.randbits(63)
+    chain_id = spec.chain_id if spec.chain_id is not None else hash64("power_gen", place.path, place.calls) & SEED_MASK
+    options = [tuple(eng.text.encode(c)) for c in spec.choices]
+    drawn = draw_choice(scorer(eng), ids, options, spec.alpha, seed=seed, prompt_id=chain_id)
+    record_choice(executor, spec, text, ids, source, options, drawn, seed, chain_id)
 
 
 def _run(executor: Any, spec: GenSpec) -> None:
@@ -289,9 +409,11 @@ def _run(executor: Any, spec: GenSpec) -> None:
     chain_id = spec.chain_id if spec.chain_id is not None else hash64("power_gen", place.path, place.calls) & SEED_MASK
     scheduler = _scheduler_for(eng)
     scheduler.adopt(chain)
+    start = time.perf_counter()
     with scheduler.chain() as lane:
         result = chain.run(ids, seed=seed, prompt_id=chain_id, lane=lane)
-    record(executor, spec, eng, chain, text, ids, source, result, seed, chain_id)
+    meta = {"e2e_latency": time.perf_counter() - start, "seed": seed, "chain_id": chain_id}
+    record(executor, spec, eng, chain, text, ids, source, result, meta)
 
 
 def _eager(s: Any, name: str, *, seed: int | None = None, chain_id: int = 0, **options: Any) -> None:
@@ -344,7 +466,7 @@ def _program_states(s: Any) -> list[Any]:
     return states
 
 
-def _check_prompt(method: Method, ids: Sequence[int], name: str) -> None:
+def _check_prompt(method: Method, ids: Sequence[int], name: str | None) -> None:
     """``method.check_prompt`` on the program text's ids; its ValueError says which power_gen and program text."""
     try:
         method.check_prompt(ids)

@@ -11,6 +11,7 @@ from ..engines.text import cut_at_stop, ids_of_prefix
 
 if TYPE_CHECKING:
     from ..build import MethodConfig
+    from ..chain.choices import ChoiceDraw
     from ..methods import Method, SampleResult
 
 TRACE_VAR = "_presto_token_ids"
@@ -27,14 +28,26 @@ class TokenTrace:
 
 @dataclass(frozen=True)
 class GenSpec:
-    """One power_gen call: the variable, the validated method and what shapes the answer."""
+    """One power_gen call: the variable (None: anonymous), the validated method and what shapes the answer."""
 
-    name: str
+    name: str | None
     method: MethodConfig
     max_tokens: int | None
     stop: tuple[str, ...]
     stop_token_ids: tuple[int, ...]
     return_logprob: bool
+    seed: int | None
+    chain_id: int | None
+    engine: Any
+
+
+@dataclass(frozen=True)
+class ChoiceSpec:
+    """One power_gen call with ``choices``: the variable, the choices and alpha."""
+
+    name: str | None
+    choices: tuple[str, ...]
+    alpha: float
     seed: int | None
     chain_id: int | None
     engine: Any
@@ -59,10 +72,10 @@ def record(
     ids: tuple[int, ...],
     source: str,
     result: SampleResult,
-    seed: int,
-    chain_id: int,
+    run: dict[str, Any],
 ) -> None:
-    """The answer into the program: text, variable, meta info, exact ids; as ``sgl.gen`` does."""
+    """The answer into the program: text, variable, meta info (``run``'s fields too: the keys,
+    ``e2e_latency``), exact ids; as ``sgl.gen`` does."""
     tokens = result.state.tokens
     capped = tokens[: spec.max_tokens] if spec.max_tokens is not None else tokens
     kept, stop_index = cut_at_stop(capped, (*eng.text.stop_ids, *spec.stop_token_ids))
@@ -93,16 +106,50 @@ def record(
         "finish_reason": finish,
         "prompt_tokens": len(ids),
         "completion_tokens": len(kept),
-        "seed": seed,
-        "chain_id": chain_id,
+        **run,
         "config": chain.describe(),
     }
     if spec.return_logprob:
         meta["output_token_logprobs"] = [[logp[i], t, None] for i, t in enumerate(kept)]
+        meta["output_token_logprobs_length"] = len(kept)
     executor.text_ += answer
     executor.variables[spec.name] = answer
     executor.meta_info[spec.name] = meta
     executor.variables[TRACE_VAR] = TokenTrace(text + kept_text, ids + tuple(kept))
     for events in (executor.variable_event, executor.stream_var_event or {}):  # a streamed program gets it whole
+        if spec.name in events:
+            events[spec.name].set()
+
+
+def record_choice(
+    executor: Any,
+    spec: ChoiceSpec,
+    text: str,
+    ids: tuple[int, ...],
+    source: str,
+    options: list[tuple[int, ...]],
+    drawn: ChoiceDraw,
+    seed: int,
+    chain_id: int,
+) -> None:
+    """The drawn choice into the program, as ``sgl.select`` records one (text, variable, meta info)."""
+    choice = spec.choices[drawn.index]
+    meta = {
+        "choices": list(spec.choices),
+        "index": drawn.index,
+        "choice_logp": list(drawn.logp),
+        "choice_probs": list(drawn.probs),
+        "alpha": spec.alpha,
+        "prompt_ids": list(ids),
+        "prompt_source": source,
+        "answer_ids": list(options[drawn.index]),
+        "seed": seed,
+        "chain_id": chain_id,
+    }
+    executor.text_ += choice
+    executor.variables[spec.name] = choice
+    executor.meta_info[spec.name] = meta
+    executor.variables[TRACE_VAR] = TokenTrace(text + choice, ids + options[drawn.index])
+    for events in (executor.variable_event, executor.stream_var_event or {}):
         if spec.name in events:
             events[spec.name].set()

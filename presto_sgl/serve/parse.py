@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import PowerConfig, PrestoConfig, capped_blocks, with_options
+from ..config import PowerConfig, PrestoConfig, alpha_of_temperature, capped_blocks, with_options
 from ..errors import ConfigError
-from ..fields import TEMPERATURE_RANGE
 from .request import LENGTH, OPENAI, Defaults, ParamError, Served, power_fields, request_fields
 from .schema import describe, token_ids, whole
 
@@ -66,26 +65,13 @@ def _checked(body: Mapping[str, Any], kind: str, served: Served) -> dict[str, An
 
 
 def _temperature(t: float | None, overrides: dict[str, Any], names: dict[str, str]) -> None:
-    """``temperature`` t > 0 sets alpha = 1/t (the target p0^alpha is p0 at sequence-level
-    temperature 1/alpha); t = 0, what harnesses send for greedy decoding, keeps the configured
-    alpha (the sharpest target configured); absent, likewise."""
-    if not t:
-        return
-    low, high = TEMPERATURE_RANGE
-    if not low <= t <= high:
-        raise ParamError(
-            "temperature",
-            f"`temperature` (={t!r}) must be 0 or in [{low:g}, {high:g}] (it sets alpha = "
-            "1/temperature, and the proposal temperature 1/alpha must be in that range)",
-        )
-    alpha = 1.0 / t
-    if "alpha" in overrides and abs(float(overrides["alpha"]) - alpha) > 1e-9 * alpha:
-        raise ParamError(
-            "temperature",
-            f"`temperature` (={t!r}) sets alpha = 1/temperature = {alpha:g}, but `alpha` "
-            f"(={overrides['alpha']!r}) is sent too; send one of them",
-        )
-    if "alpha" not in overrides:
+    """``temperature`` as :func:`~presto_sgl.config.alpha_of_temperature` reads it: t > 0 sets
+    alpha = 1/t; t = 0 (greedy) or absent keeps the configured alpha."""
+    try:
+        alpha = alpha_of_temperature(t, overrides.get("alpha"))
+    except ConfigError as exc:
+        raise request_error(exc, names) from None
+    if alpha is not None and "alpha" not in overrides:
         overrides["alpha"], names["alpha"] = alpha, "temperature"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.forward import assert_scores_match
+from tests.support.forward import assert_scores_match, reference
 
 pytestmark = pytest.mark.sglang
 
@@ -196,6 +196,7 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
     kept = capped["answer_ids"]
     assert len(kept) <= 10 and kept == capped["output_ids"][: len(kept)]
     assert capped["output_token_logprobs"] == [[capped["output_token_logp"][i], t, None] for i, t in enumerate(kept)]
+    assert capped["output_token_logprobs_length"] == len(kept) and capped["e2e_latency"] > 0
     full = run()
     text = full["a"]
     assert text == tiny.text.decode(full.get_meta_info("a")["answer_ids"])
@@ -223,6 +224,45 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
     assert (own_config["max_new_tokens"], own_config["block_size"]) == (4, 4) and len(
         own.get_meta_info("a")["answer_ids"]
     ) <= 4
+
+
+def test_drop_in_calls_anonymous_temperature_and_choices(backend, hf_model, tiny):
+    """What programs written for sgl.gen pass: a call without a name (the answer only appended,
+    as sgl.gen's), ``temperature`` (alpha = 1/temperature), ``choices`` and ``power_select``
+    (one choice drawn from p0(c | x)^alpha; its log p0 per choice is an fp32 forward's)."""
+    import sglang as sgl
+
+    from presto_sgl.program import power_gen, power_select
+
+    @sgl.function
+    def add(s):
+        s += "Q:47+385="
+        s += power_gen(max_tokens=4, temperature=0.5, seed=1, engine=tiny, **CHAIN)
+        s += "?"
+        s += power_select("pick", ["1", "2", "3"], seed=2, engine=tiny)
+
+    state = add.run(backend=backend)
+    anonymous = state.get_meta_info(None)
+    assert anonymous["config"]["alpha"] == 2.0 and anonymous["transitions"] == 2
+    answer = tiny.text.decode(anonymous["answer_ids"])
+    pick = state.get_meta_info("pick")
+    assert state["pick"] in ("1", "2", "3") and state["pick"] == pick["choices"][pick["index"]]
+    assert state.text().endswith("Q:47+385=" + answer + "?" + state["pick"])
+    assert math.isclose(sum(pick["choice_probs"]), 1.0) and pick["alpha"] == 4.0
+
+    @sgl.function
+    def yes_no(s):
+        s += sgl.user("Is Paris the capital of France? Answer yes or no.")
+        s += sgl.assistant_begin()
+        s += power_gen("answer", choices=["yes", "no"], temperature=0.25, seed=3)
+
+    asked = yes_no.run(backend=backend)
+    meta = asked.get_meta_info("answer")
+    assert asked["answer"] in ("yes", "no") and meta["alpha"] == 4.0
+    _, ref = reference(hf_model, meta["prompt_ids"], meta["answer_ids"], 1.0)  # the drawn choice's tokens
+    assert abs(sum(ref) - meta["choice_logp"][meta["index"]]) < 1e-3
+    weights = [math.exp(4.0 * v) for v in meta["choice_logp"]]
+    assert all(abs(p - w / sum(weights)) < 1e-9 for p, w in zip(meta["choice_probs"], weights))
 
 
 def test_the_papers_kernels_in_a_program(backend, hf_model):
@@ -260,7 +300,9 @@ def test_errors_name_the_argument(backend):
         ({"method": "multitry", "tries": 0}, r"`tries` \(=0\)"),
         ({"beta": 2.0}, "`beta` is a parameter of entropycut"),
         ({"regex": "[0-9]+"}, "`regex` is an sgl.gen argument"),
-        ({"temperature": 0.7}, "`temperature` is an sgl.gen argument.*tau"),
+        ({"temperature": -0.7}, r"`temperature` \(=-0.7\) must be 0 or in"),
+        ({"min_tokens": 2}, "`min_tokens` is an sgl.gen argument.*a minimum length is a grammar constraint"),
+        ({"steps": 0}, r"`steps` \(=0\) runs no MH transition"),
         ({"max_tokens": 4}, "`max_tokens`.*`max_new_tokens`.*not both"),
     ):
         with pytest.raises(ConfigError, match=match):

@@ -1,0 +1,110 @@
+"""``power_gen``'s arguments as ``sgl.gen``'s (without sglang: the validated spec of a call), and
+the exact draw of a choice (pi(c) ∝ p0(c | x)^alpha) on the reference engine."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from presto_sgl import ConfigError, PowerConfig
+from presto_sgl.chain.choices import draw_choice, power_probs
+from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.program.frontend import REFUSED, choice_spec, gen_spec, spec_of
+from presto_sgl.program.state import ChoiceSpec, GenSpec
+from tests.support.enumerated import chi_square_pvalue
+
+CHAIN = dict(max_tokens=8, block_size=4, steps=2)
+
+
+def test_an_anonymous_call_is_a_call_without_a_variable():
+    spec = gen_spec(**CHAIN)
+    assert isinstance(spec, GenSpec) and spec.name is None
+    assert choice_spec(choices=["a", "b"]).name is None
+    with pytest.raises(ConfigError, match=r"`name`.*or None"):
+        gen_spec("", **CHAIN)
+
+
+@pytest.mark.parametrize("temperature, alpha", [(0.25, 4.0), (0.5, 2.0), (1.0, 1.0), (0, 4.0), (None, 4.0)])
+def test_temperature_sets_alpha_as_serve_reads_it(temperature, alpha):
+    """t > 0: alpha = 1/t (p0^alpha is p0 at sequence-level temperature 1/alpha); 0 (greedy) or
+    unset keeps the default alpha."""
+    config = gen_spec("x", temperature=temperature, **CHAIN).method.config
+    assert isinstance(config, PowerConfig) and config.target.alpha == alpha
+    assert choice_spec("x", choices=["a", "b"], temperature=temperature).alpha == alpha
+
+
+def test_temperature_and_a_different_alpha_are_refused_by_name():
+    assert gen_spec("x", temperature=0.5, alpha=2.0, **CHAIN).method.config.target.alpha == 2.0
+    for bad in ({"temperature": 0.5, "alpha": 3.0}, {"temperature": -1.0}, {"temperature": 1e9}):
+        with pytest.raises(ConfigError, match="`temperature`"):
+            gen_spec("x", **bad, **CHAIN)
+
+
+@pytest.mark.parametrize("arg", sorted(REFUSED))
+def test_what_power_gen_cannot_honour_is_refused_by_name_with_the_reason(arg):
+    with pytest.raises(ConfigError, match=f"`{arg}` is an sgl.gen argument that power_gen cannot honour \\("):
+        gen_spec("x", **{arg: 1}, **CHAIN)
+
+
+def test_steps_zero_is_refused_rather_than_a_plain_draw():
+    with pytest.raises(ConfigError, match=r"`steps` \(=0\) runs no MH transition.*lowtemp"):
+        gen_spec("x", max_tokens=8, steps=0)
+
+
+def test_choices_make_a_choice_spec_and_refuse_the_chains_parameters():
+    spec = spec_of("pick", choices=["yes", "no"], alpha=2.0, max_tokens=16, stop="\n")  # sgl.gen ignores these too
+    assert spec == ChoiceSpec("pick", ("yes", "no"), 2.0, None, None, None)
+    for bad, match in (
+        ({"choices": []}, "`choices`"),
+        ({"choices": ["a", "a"]}, "distinct"),
+        ({"choices": "ab"}, "`choices`"),
+        ({"choices": ["a"], "rule": "bfs"}, "`rule` does not apply to choices"),
+        ({"choices": ["a"], "steps": 3}, "`steps` does not apply to choices"),
+        ({"choices": ["a"], "choices_method": "greedy"}, "`choices_method`"),
+        ({"choices": ["a"], "alpha": 0.0}, "`alpha`"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            spec_of("pick", **bad)
+
+
+def _lm() -> ReferenceLM:
+    return ReferenceLM(6, sharpness=1.5, seed=2)
+
+
+CHOICES = [(1,), (2, 3), (4, 0, 5), (3,)]
+PROMPT = (1, 2)
+
+
+def test_the_choice_law_is_p0_to_the_alpha_of_each_choice():
+    """log p0(c | x) summed from the exact reference LM; pi ∝ p0^alpha; keyed: the same seed and
+    id draw the same choice."""
+    lm, alpha = _lm(), 3.0
+    drawn = draw_choice(ReferenceEngine(lm), PROMPT, CHOICES, alpha, seed=1, prompt_id=0)
+    want = [lm.score(PROMPT, c)[0] for c in CHOICES]
+    assert np.allclose(drawn.logp, want, atol=1e-6)
+    weights = np.exp(alpha * np.array(want))
+    assert np.allclose(drawn.probs, weights / weights.sum(), atol=1e-9) and math.isclose(sum(drawn.probs), 1.0)
+    again = draw_choice(ReferenceEngine(lm), PROMPT, CHOICES, alpha, seed=1, prompt_id=0)
+    assert again == drawn
+
+
+def test_draws_follow_the_choice_law():
+    eng, alpha = ReferenceEngine(_lm()), 2.0
+    law = np.array(draw_choice(eng, PROMPT, CHOICES, alpha, seed=0).probs)
+    counts = Counter(draw_choice(eng, PROMPT, CHOICES, alpha, seed=s).index for s in range(4000))
+    p, tv = chi_square_pvalue(counts, law, list(range(len(CHOICES))), 4000)
+    assert p > 1e-3 and tv < 0.03, (p, tv, counts)
+    sabotaged = np.array(power_probs([math.log(x) for x in law], 0.5))  # a wrong exponent: rejected
+    p_bad, _ = chi_square_pvalue(counts, sabotaged, list(range(len(CHOICES))), 4000)
+    assert p_bad < 1e-6
+
+
+def test_a_choice_needs_a_prompt_and_non_empty_choices():
+    eng = ReferenceEngine(_lm())
+    with pytest.raises(ValueError, match="prompt is empty"):
+        draw_choice(eng, (), CHOICES, 2.0, seed=0)
+    with pytest.raises(ValueError, match="non-empty"):
+        draw_choice(eng, PROMPT, [(1,), ()], 2.0, seed=0)
