@@ -16,8 +16,11 @@ chains of one engine that run at once (forks, run_batch's threads) share its sch
 
 ``sgl.gen``'s vocabulary: ``max_tokens`` caps the answer. The chain's response length T is
 ``max_tokens`` rounded up to a multiple of ``min(block_size, max_tokens)`` (``block_size``
-default 16) and its response is cut back to ``max_tokens``; ``max_new_tokens`` instead sets
-T exactly.
+default 16) and its response is cut back to ``max_tokens``; under such a cap the default target
+is ``"eos"`` (the responses that end at the model's stop token: a short answer stops paying for
+the cap on every MH step; ``target="fixed"`` gives the paper's fixed length, and an engine
+whose model has no stop token falls back to it). ``max_new_tokens`` instead sets T exactly
+(the fixed target unless ``target`` says otherwise).
 The answer ends at the model's first stop token (an EOS id of the tokenizer or of the
 generation config), at any of ``stop_token_ids``, and before the first of the ``stop``
 strings, whichever comes first (``finish_reason`` in the meta info says which).
@@ -49,6 +52,7 @@ group or a list of states), still runs, with a DeprecationWarning.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import secrets
@@ -219,14 +223,17 @@ def gen_spec(
                 "the response is rounded up to whole blocks) or {max_new_tokens} (the exact response "
                 "length), not both",
             )
-        method = options.get("method", "powermh")
-        baseline = registry.BASELINES.get(method) if isinstance(method, str) else None
-        staged = baseline is None or "block_size" in baseline.uses
+        staged = not _is_baseline(options) or "block_size" in registry.BASELINES[options["method"]].uses
         block = options.setdefault("block_size", Target.block_size) if staged else None
         if block is None:  # one stage: the cap itself
             options["max_new_tokens"] = max_tokens
         elif isinstance(block, int) and not isinstance(block, bool) and block >= 1:
             options["max_new_tokens"], options["block_size"] = capped_blocks(max_tokens, block)
+    # a cap on an answer that ends at EOS: the responses that end (a short answer stops paying for
+    # the cap on every MH step); target="fixed" gives the paper's, max_new_tokens an exact length
+    default_eos = max_tokens is not None and "target" not in options and not _is_baseline(options)
+    if default_eos:
+        options["target"] = "eos"
     method = method_config(options)
     if isinstance(method.config, PowerConfig) and method.config.kernel.steps == 0:
         raise ConfigError(
@@ -235,7 +242,14 @@ def gen_spec(
             "{steps} (=0) runs no MH transition: the answer would be a plain draw at tau, not power "
             "sampling; use steps >= 1 (default 10), or method='lowtemp' for that draw",
         )
-    return GenSpec(name, method, max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed, chain_id, engine)
+    return GenSpec(
+        name, method, max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed, chain_id, engine, default_eos
+    )
+
+
+def _is_baseline(options: dict[str, Any]) -> bool:
+    method = options.get("method", "powermh")
+    return isinstance(method, str) and method in registry.BASELINES
 
 
 CHAIN_ONLY = frozenset(p.name for p in parameters()) - {"alpha"}
@@ -400,7 +414,7 @@ def _run(executor: Any, spec: GenSpec) -> None:
     """Run ``spec``'s chain on ``executor``'s text (on its thread, or with the executor idle) and
     record the answer."""
     eng = spec.engine if spec.engine is not None else _engine_for(executor.backend)
-    chain = make_method(eng, spec.method)
+    chain = make_method(eng, _on_engine(spec, eng))
     text = executor.text_
     ids, source = prompt_ids(executor.variables, text, eng)
     _check_prompt(chain, ids, spec.name)
@@ -414,6 +428,17 @@ def _run(executor: Any, spec: GenSpec) -> None:
         result = chain.run(ids, seed=seed, prompt_id=chain_id, lane=lane)
     meta = {"e2e_latency": time.perf_counter() - start, "seed": seed, "chain_id": chain_id}
     record(executor, spec, eng, chain, text, ids, source, result, meta)
+
+
+def _on_engine(spec: GenSpec, eng: Any) -> MethodConfig:
+    """``spec``'s method on ``eng``: the default EOS-terminated target falls back to the fixed one
+    where the engine cannot end at a stop token (its model has none)."""
+    m = spec.method
+    if not spec.default_eos or (eng.capabilities.stops and eng.text.stop_ids):
+        return m
+    assert isinstance(m.config, PowerConfig)  # a kernel's: default_eos is never set for a baseline
+    fixed = dataclasses.replace(m.config.target, target="fixed")
+    return dataclasses.replace(m, config=dataclasses.replace(m.config, target=fixed))
 
 
 def _eager(s: Any, name: str, *, seed: int | None = None, chain_id: int = 0, **options: Any) -> None:

@@ -39,6 +39,7 @@ class GenSpec:
     seed: int | None
     chain_id: int | None
     engine: Any
+    default_eos: bool = False  # the target is eos because max_tokens capped the answer and none was given
 
 
 @dataclass(frozen=True)

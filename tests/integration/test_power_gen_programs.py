@@ -176,9 +176,10 @@ def test_run_batch_draws_fresh_chains_and_one_replays_by_its_seed(backend, tiny)
 
 
 def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
-    """max_tokens (T rounded up to whole blocks, the answer cut back), stop strings (the answer
-    ends before the first; the exact ids kept are the longest prefix inside it), stop_token_ids
-    and return_logprob in SGLang's [logprob, id, None] shape."""
+    """max_tokens (T rounded up to whole blocks, the answer cut back; by default the responses
+    that end at EOS, target="fixed" the paper's fixed length), stop strings (the answer ends
+    before the first; the exact ids kept are the longest prefix inside it), stop_token_ids and
+    return_logprob in SGLang's [logprob, id, None] shape."""
     import sglang as sgl
 
     from presto_sgl.program import power_gen
@@ -189,7 +190,12 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
         s += power_gen("a", seed=4, chain_id=0, steps=2, engine=tiny, **kw)
 
     def run(**kw):
-        return add.run(kw={"max_tokens": 10, "block_size": 8, **kw}, backend=backend)
+        return add.run(kw={"max_tokens": 10, "block_size": 8, "target": "fixed", **kw}, backend=backend)
+
+    ending = add.run(kw={"max_tokens": 10, "block_size": 8}, backend=backend).get_meta_info("a")
+    assert ending["config"]["target"] == "eos" and ending["config"]["max_new_tokens"] == 16
+    ended = ending["eos_index"] is not None
+    assert len(ending["output_ids"]) == (ending["eos_index"] + 1 if ended else 16)  # the response stops at EOS
 
     capped = run(return_logprob=True).get_meta_info("a")
     assert len(capped["output_ids"]) == 16 and capped["config"]["max_new_tokens"] == 16
@@ -214,7 +220,7 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
     @sgl.function
     def bare(s, kw=None):  # what the call leaves unset comes from run(...), as for sgl.gen
         s += "Q:47+385="
-        s += power_gen("a", seed=4, chain_id=0, steps=2, block_size=8, engine=tiny, **(kw or {}))
+        s += power_gen("a", seed=4, chain_id=0, steps=2, block_size=8, target="fixed", engine=tiny, **(kw or {}))
 
     by_run = bare.run(max_new_tokens=10, stop=[stop, "never"], return_logprob=True, backend=backend)
     assert by_run["a"] == cut["a"] and by_run.get_meta_info("a")["config"]["max_new_tokens"] == 16

@@ -12,7 +12,7 @@ import pytest
 from presto_sgl import ConfigError, PowerConfig
 from presto_sgl.chain.choices import draw_choice, power_probs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
-from presto_sgl.program.frontend import REFUSED, choice_spec, gen_spec, spec_of
+from presto_sgl.program.frontend import REFUSED, _on_engine, choice_spec, gen_spec, spec_of
 from presto_sgl.program.state import ChoiceSpec, GenSpec
 from tests.support.enumerated import chi_square_pvalue
 
@@ -68,6 +68,23 @@ def test_choices_make_a_choice_spec_and_refuse_the_chains_parameters():
     ):
         with pytest.raises(ConfigError, match=match):
             spec_of("pick", **bad)
+
+
+def test_a_capped_answer_targets_the_responses_that_end():
+    """max_tokens caps an answer that ends at EOS: the default target is eos (a short answer stops
+    paying for the cap); an exact max_new_tokens, an explicit target and the baselines keep theirs;
+    an engine whose model has no stop token falls back to fixed."""
+    capped = gen_spec("x", **CHAIN)
+    assert capped.default_eos and capped.method.config.target.target == "eos"
+    exact = gen_spec("x", max_new_tokens=8, block_size=4, steps=2)
+    assert not exact.default_eos and exact.method.config.target.target == "fixed"
+    chosen = gen_spec("x", target="fixed", **CHAIN)
+    assert not chosen.default_eos and chosen.method.config.target.target == "fixed"
+    assert not gen_spec("x", method="bestofn", max_tokens=8).default_eos
+    no_stop = _on_engine(capped, ReferenceEngine(_lm()))
+    assert isinstance(no_stop.config, PowerConfig) and no_stop.config.target.target == "fixed"
+    stops = _on_engine(capped, ReferenceEngine(_lm(), stop_ids=(0,)))
+    assert stops is capped.method
 
 
 def _lm() -> ReferenceLM:
