@@ -322,6 +322,35 @@ def test_errors_name_the_argument(backend):
     assert isinstance(state.error(), ValueError) and "program text before" in str(state.error())
 
 
+EXITS = """
+import sglang as sgl
+from presto_sgl.program import power_gen
+
+@sgl.function
+def program(s):
+    s += sgl.user("Give a JSON object.")
+    s += sgl.assistant_begin()
+    s += power_gen("j", max_tokens=8, json_schema="{}")
+
+try:
+    program.run(backend=sgl.RuntimeEndpoint({url!r}))
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_an_error_in_a_program_ends_the_process(backend, server_url):
+    """A refused power_gen raises in the program as sgl.gen's errors do, and nothing it started
+    keeps the process alive (a user's script exits)."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS.format(url=server_url)], capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ConfigError `json_schema` is an sgl.gen argument" in done.stdout
+
+
 def test_the_eager_form_still_runs_with_a_deprecation(backend):
     import sglang as sgl
 
