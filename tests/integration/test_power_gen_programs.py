@@ -330,7 +330,7 @@ from presto_sgl.program import power_gen
 def program(s):
     s += sgl.user("Give a JSON object.")
     s += sgl.assistant_begin()
-    s += power_gen("j", max_tokens=8, json_schema="{}")
+    s += power_gen("j", max_tokens=8, json_schema="{{}}")
 
 try:
     program.run(backend=sgl.RuntimeEndpoint({url!r}))
