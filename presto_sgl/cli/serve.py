@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from .. import registry
 from ..errors import EngineError
@@ -114,8 +115,9 @@ def _service(args: argparse.Namespace):
             raise ValueError(f"`{flag}` (={value!r}) must be > 0")
     if not args.shutdown_grace >= 0:
         raise ValueError(f"`--shutdown-grace` (={args.shutdown_grace!r}) must be >= 0 (0: cancel at once)")
-    defaults = Defaults(spec.config, spec.presto, seed=args.seed, max_n=args.max_n)
     engine = ENGINES[args.engine](args)
+    config = spec.config if args.target is not None else ending_default(spec.config, engine)
+    defaults = Defaults(config, spec.presto, seed=args.seed, max_n=args.max_n)
     concurrency = args.concurrency
     if concurrency is None:
         concurrency = 8 if args.engine in ("sglang", "vllm") else 1
@@ -126,6 +128,26 @@ def _service(args: argparse.Namespace):
     )
     name = args.served_model_name or served_name(model_name(engine, args))
     return Service(engine, defaults, pool, name)
+
+
+def ending_default(config: Any, engine: Any) -> Any:
+    """The server's target when ``--target`` is not given: every request caps its answer
+    (``max_tokens``), so the responses that end at the model's stop token (a short answer stops
+    paying for the cap on every MH step), unless the engine cannot end there or the kernel has
+    no EOS-terminated form (then the paper's fixed length)."""
+    import dataclasses
+
+    from ..errors import ConfigError
+    from ..registry import make_kernel
+
+    ending = dataclasses.replace(config, target=dataclasses.replace(config.target, target="eos"))
+    if not (engine.capabilities.stops and engine.text.stop_ids):
+        return config
+    try:
+        make_kernel(ending)
+    except ConfigError:
+        return config
+    return ending
 
 
 def served_name(model: str) -> str:

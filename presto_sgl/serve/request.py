@@ -408,7 +408,8 @@ def power_fields() -> tuple[Field, ...]:
             continue
         doc = "the MH kernel" if p.name == "method" else p.doc
         owner = owners.get(p.name)
-        out.append(Field(p.name, _power_schema(p), f"{owner}: {doc}" if owner else doc, checked=False))
+        told = f"{owner}: {doc}" if owner and not doc.startswith(f"{owner}:") else doc
+        out.append(Field(p.name, _power_schema(p), told, checked=False))
     method = next(f for f in out if f.name == "method")
     out.append(Field("sampler", method.schema, "the old name of `method` (deprecated)", checked=False))
     return tuple(out)

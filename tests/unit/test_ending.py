@@ -12,6 +12,7 @@ import pytest
 
 from presto_sgl import CapabilityError, ConfigError, EngineError, Sampler, registry, sampling_configs
 from presto_sgl.cli.main import main
+from presto_sgl.cli.serve import ending_default
 from presto_sgl.engines.base import Completion, Request, check_lengths
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import PowerMHKernel
@@ -135,6 +136,14 @@ def test_cli_and_serve_take_the_target(capsys):
     assert "stop tokens" in capsys.readouterr().err
     defaults = Defaults(*sampling_configs("step", max_new_tokens=16, block_size=16, steps=2))
     assert parse({"prompt": [1, 2], "target": "eos"}, "completions", defaults).config.target.target == "eos"
+
+
+def test_serve_defaults_to_the_responses_that_end_where_the_model_can_end_them():
+    """``presto-sgl serve`` without ``--target``: every request caps its answer, so the default is
+    eos where the engine's model has a stop token, fixed where it has none."""
+    config, _ = sampling_configs("step", max_new_tokens=16, block_size=8, steps=2)
+    assert ending_default(config, ReferenceEngine(stop_ids=(0,))).target.target == "eos"
+    assert ending_default(config, ReferenceEngine()) == config  # no stop token: the fixed target
 
 
 def test_compare_answer_tests_the_answer_statistics(tmp_path, capsys):
