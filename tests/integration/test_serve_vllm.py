@@ -31,7 +31,8 @@ def test_served_chains_are_the_librarys_chains_on_the_same_server(server_url, en
             seed=4,
             extra_body={"budget": 6, "return_token_ids": True},
         )
-    config, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=3, budget=6)
+    assert r.model_extra["presto"]["config"]["target"] == "eos"  # serve's default: the responses that end
+    config, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=3, budget=6, target="eos")
     sampler = Sampler(engine, config, presto)
     prompt = engine.chat_prompt(MESSAGES[0]["content"])
     for ch in r.choices:
