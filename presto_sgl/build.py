@@ -9,7 +9,7 @@ and the method's own. :func:`method_config` validates them without touching an e
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import registry
@@ -18,6 +18,7 @@ from .config import PRESTO, BaselineConfig, PowerConfig, PrestoConfig, baseline_
 from .engines.base import Engine
 from .errors import ConfigError
 from .methods import Method
+from .registry import make_kernel
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,21 @@ def method_config(options: Mapping[str, Any]) -> MethodConfig:
                 f"to the baseline {method!r}; drop it",
             )
     return MethodConfig(method, baseline_config(method, opts))
+
+
+def ending_default(config: PowerConfig, engine: Engine) -> PowerConfig:
+    """``config`` with the responses that end at the model's stop token (``target="eos"``): the
+    default where ``max_tokens`` caps an answer (``serve`` without ``--target``, ``power_gen``),
+    so a short answer stops paying for the cap on every MH step. ``config`` unchanged where the
+    engine cannot end there (its model has no stop token) or the kernel has no EOS-terminated form."""
+    ending = replace(config, target=replace(config.target, target="eos"))
+    if not (engine.capabilities.stops and engine.text.stop_ids):
+        return config
+    try:
+        make_kernel(ending)
+    except ConfigError:
+        return config
+    return ending
 
 
 def make_method(engine: Engine, spec: MethodConfig | Mapping[str, Any]) -> Method:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..config import PowerConfig, PrestoConfig, check_keying, config_options
+from ..config import PRESTO, PowerConfig, PrestoConfig, check_keying, config_options
 from ..engines.base import Engine, Request
 from ..errors import CapabilityError, ConfigError
 from ..kernels.base import Kernel
@@ -124,7 +124,7 @@ class Sampler(MethodBase):
         c.pop("kernel")
         out = {"method": self.name, **c, "tau": self.config.temperature}
         if self.presto.sequential:  # how a PreSTO rule runs, which a sequential run does not use
-            for name in ("budget", "predictor", "online", "cost_aware"):
+            for name in set(PRESTO) - {"rule", "keying"}:
                 out.pop(name)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 

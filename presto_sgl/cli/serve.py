@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 from .. import registry
+from ..build import ending_default
 from ..errors import EngineError
 from .common import PROG, UsageError, cli_message
 from .engines import ENGINES
@@ -128,26 +128,6 @@ def _service(args: argparse.Namespace):
     )
     name = args.served_model_name or served_name(model_name(engine, args))
     return Service(engine, defaults, pool, name)
-
-
-def ending_default(config: Any, engine: Any) -> Any:
-    """The server's target when ``--target`` is not given: every request caps its answer
-    (``max_tokens``), so the responses that end at the model's stop token (a short answer stops
-    paying for the cap on every MH step), unless the engine cannot end there or the kernel has
-    no EOS-terminated form (then the paper's fixed length)."""
-    import dataclasses
-
-    from ..errors import ConfigError
-    from ..registry import make_kernel
-
-    ending = dataclasses.replace(config, target=dataclasses.replace(config.target, target="eos"))
-    if not (engine.capabilities.stops and engine.text.stop_ids):
-        return config
-    try:
-        make_kernel(ending)
-    except ConfigError:
-        return config
-    return ending
 
 
 def served_name(model: str) -> str:

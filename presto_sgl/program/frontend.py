@@ -65,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import registry
-from ..build import MethodConfig, make_method
+from ..build import MethodConfig, ending_default, make_method
 from ..build import method_config as _method_config
 from ..chain.choices import draw_choice
 from ..chain.keys import SEED_MASK, hash64
@@ -395,6 +395,15 @@ def _run_expression(executor: Any, expr: Any) -> None:
         _run(executor, gen_spec(**with_run_defaults(expr.call, executor.default_sampling_para)))
 
 
+def _keys(executor: Any, spec: GenSpec | ChoiceSpec) -> tuple[int, int]:
+    """The call's (seed, chain id): as given, else a fresh seed and the hash of the call's place
+    in the program (which this counts)."""
+    place = interpreter.next_call(executor)
+    seed = spec.seed if spec.seed is not None else secrets.randbits(63)
+    chain_id = spec.chain_id if spec.chain_id is not None else hash64("power_gen", place.path, place.calls) & SEED_MASK
+    return seed, chain_id
+
+
 def _run_choice(executor: Any, spec: ChoiceSpec) -> None:
     """Draw ``spec``'s choice after ``executor``'s text and record it."""
     eng = spec.engine if spec.engine is not None else _engine_for(executor.backend)
@@ -402,9 +411,7 @@ def _run_choice(executor: Any, spec: ChoiceSpec) -> None:
     ids, source = prompt_ids(executor.variables, text, eng)
     if not ids:
         raise ValueError(f"power_gen {spec.name!r}: the program text before it is empty; choices need a prompt")
-    place = interpreter.next_call(executor)
-    seed = spec.seed if spec.seed is not None else secrets.randbits(63)
-    chain_id = spec.chain_id if spec.chain_id is not None else hash64("power_gen", place.path, place.calls) & SEED_MASK
+    seed, chain_id = _keys(executor, spec)
     options = [tuple(eng.text.encode(c)) for c in spec.choices]
     drawn = draw_choice(scorer(eng), ids, options, spec.alpha, seed=seed, prompt_id=chain_id)
     record_choice(executor, spec, text, ids, source, options, drawn, seed, chain_id)
@@ -418,9 +425,7 @@ def _run(executor: Any, spec: GenSpec) -> None:
     text = executor.text_
     ids, source = prompt_ids(executor.variables, text, eng)
     _check_prompt(chain, ids, spec.name)
-    place = interpreter.next_call(executor)
-    seed = spec.seed if spec.seed is not None else secrets.randbits(63)
-    chain_id = spec.chain_id if spec.chain_id is not None else hash64("power_gen", place.path, place.calls) & SEED_MASK
+    seed, chain_id = _keys(executor, spec)
     scheduler = _scheduler_for(eng)
     scheduler.adopt(chain)
     start = time.perf_counter()
@@ -431,14 +436,15 @@ def _run(executor: Any, spec: GenSpec) -> None:
 
 
 def _on_engine(spec: GenSpec, eng: Any) -> MethodConfig:
-    """``spec``'s method on ``eng``: the default EOS-terminated target falls back to the fixed one
-    where the engine cannot end at a stop token (its model has none)."""
+    """``spec``'s method on ``eng``: the default EOS-terminated target where ``eng`` can end
+    there, else the fixed one (:func:`~presto_sgl.build.ending_default`)."""
     m = spec.method
-    if not spec.default_eos or (eng.capabilities.stops and eng.text.stop_ids):
+    if not spec.default_eos:
         return m
     assert isinstance(m.config, PowerConfig)  # a kernel's: default_eos is never set for a baseline
-    fixed = dataclasses.replace(m.config.target, target="fixed")
-    return dataclasses.replace(m, config=dataclasses.replace(m.config, target=fixed))
+    fixed = dataclasses.replace(m.config, target=dataclasses.replace(m.config.target, target="fixed"))
+    config = ending_default(fixed, eng)
+    return m if config == m.config else dataclasses.replace(m, config=config)
 
 
 def _eager(s: Any, name: str, *, seed: int | None = None, chain_id: int = 0, **options: Any) -> None:

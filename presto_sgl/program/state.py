@@ -113,13 +113,19 @@ def record(
     if spec.return_logprob:
         meta["output_token_logprobs"] = [[logp[i], t, None] for i, t in enumerate(kept)]
         meta["output_token_logprobs_length"] = len(kept)
+    _commit(executor, spec.name, answer, meta, TokenTrace(text + kept_text, ids + tuple(kept)))
+
+
+def _commit(executor: Any, name: str | None, answer: str, meta: dict[str, Any], trace: TokenTrace) -> None:
+    """``answer`` appended to the program's text, its variable and meta info set, the state's
+    exact ids kept and the variable's events set (a streamed program gets the answer whole)."""
     executor.text_ += answer
-    executor.variables[spec.name] = answer
-    executor.meta_info[spec.name] = meta
-    executor.variables[TRACE_VAR] = TokenTrace(text + kept_text, ids + tuple(kept))
-    for events in (executor.variable_event, executor.stream_var_event or {}):  # a streamed program gets it whole
-        if spec.name in events:
-            events[spec.name].set()
+    executor.variables[name] = answer
+    executor.meta_info[name] = meta
+    executor.variables[TRACE_VAR] = trace
+    for events in (executor.variable_event, executor.stream_var_event or {}):
+        if name in events:
+            events[name].set()
 
 
 def record_choice(
@@ -147,10 +153,4 @@ def record_choice(
         "seed": seed,
         "chain_id": chain_id,
     }
-    executor.text_ += choice
-    executor.variables[spec.name] = choice
-    executor.meta_info[spec.name] = meta
-    executor.variables[TRACE_VAR] = TokenTrace(text + choice, ids + options[drawn.index])
-    for events in (executor.variable_event, executor.stream_var_event or {}):
-        if spec.name in events:
-            events[spec.name].set()
+    _commit(executor, spec.name, choice, meta, TokenTrace(text + choice, ids + options[drawn.index]))
