@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import registry
+from .constraints import Constraint
 from .errors import ConfigError
 from .fields import (
     TEMPERATURE_RANGE,
@@ -73,7 +74,9 @@ class Target(Validated):
 
     ``target``: "fixed" samples responses of exactly ``max_new_tokens`` tokens (the paper's);
     "eos" responses that end at the model's first stop token or at T (docs/design.md §2.1).
-    ``max_new_tokens`` is a positive multiple of ``block_size``.
+    ``max_new_tokens`` is a positive multiple of ``block_size``. ``constraint``: pi_alpha
+    restricted to the responses a :class:`~presto_sgl.constraints.Constraint` allows
+    (structured power sampling, docs/design.md §2.2; EOS-terminated target only).
     """
 
     alpha: float = option(
@@ -97,8 +100,21 @@ class Target(Validated):
         one_of(TARGETS),
         choices=TARGETS,
     )
+    constraint: Constraint | None = None
 
     def _check(self) -> None:
+        c = self.constraint
+        if c is not None and not isinstance(c, Constraint):
+            raise ConfigError(
+                "constraint", c, f"{{constraint}} must be a presto_sgl.Constraint, got {type(c).__name__}"
+            )
+        if c is not None and self.target != "eos":
+            raise ConfigError(
+                "target",
+                self.target,
+                f"a constraint ({c.describe()}) needs {{target='eos'}}: a fixed-target response has exactly "
+                "max_new_tokens tokens and never ends, so it cannot end where the constraint allows",
+            )
         n, b = self.max_new_tokens, self.block_size
         if not is_int(n) or n < 1 or (b is not None and n % b):
             hint = (b or 1) * (max(1, -(-n // (b or 1))) if is_int(n) else 1)

@@ -16,6 +16,12 @@ SGLang (``meta_info`` of each ``/generate`` answer, one value per output token)
     (``raw_lognorm@0.25,0.5,1.0``): per token, the log-normalizers
     Z_t = log sum_u p0(u)^(1/t) at each of them.
 
+SGLang grammar resume (a ``/generate`` request)
+    ``sampling_params.custom_params[GRAMMAR_RESUME_KEY] = k`` (k >= 0) beside SGLang's own
+    ``regex`` / ``json_schema`` / ``ebnf``: the last k of ``input_ids`` are a response prefix,
+    and the grammar resumes after them (:mod:`presto_sgl.server_side.sglang.grammar`); a
+    prefix the grammar rejects aborts the request.
+
 vLLM (the logprobs of each output token, sampled id s in a vocabulary of V)
     A request that asks for ``logprobs = width(m)`` gets the sampled entry as log p0(s),
     raw, and top entry i (i = 0, 1, ...) under the token id (s + 1 + i) mod V
@@ -42,6 +48,8 @@ RAW_LOGPROB_KEY = "raw_logprob"
 RAW_ENTROPY_KEY = "raw_entropy"
 LOGNORM_KEY = "raw_lognorm@"
 """Prefix of the per-token log-normalizer key; the score temperatures follow it."""
+GRAMMAR_RESUME_KEY = "presto_resume"
+"""``custom_params`` key: how many trailing input ids the request's grammar consumes first."""
 
 SIGNATURE = 10000.0
 FIXED = 3  # signature, log q at the request's temperature, entropy

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ..config import PrestoConfig
+from ..constraints import Constraint
 from ..engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
 from ..errors import EngineError
 from ..kernels.base import Kernel, Proposal, SuffixDraw, Transition
@@ -111,10 +112,12 @@ class StageExecutor:
         rec: Recorder,
         on_transition: OnTransition | None,
         stop: tuple[int, ...] = (),
+        constraint: Constraint | None = None,
     ) -> None:
         self.kernel, self.steps, self.presto, self.planner = kernel, steps, presto, planner
         self.stage, self.keys, self.rec, self.on_transition = stage, keys, rec, on_transition
         self.stop = stop  # the EOS-terminated target's stop tokens: every draw ends at the first
+        self.constraint = constraint  # every draw from q_tau masked by C, resumed after its kept prefix
         self.horizon = horizon  # H = stage * B: a draw at cut c has at most H - c tokens
         self.store = ProposalStore(check=rec.check)
         self._draws: dict[DecisionId, DecisionDraws] = {}
@@ -194,6 +197,8 @@ class StageExecutor:
                     d.score_temperatures,
                     self.keys.route,
                     self.stop,
+                    self.constraint,
+                    p.cut,
                 )
                 for d in group
             )

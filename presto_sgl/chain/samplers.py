@@ -88,6 +88,12 @@ class Sampler(MethodBase):
                     "target='eos' needs the model's stop tokens, and this engine's model has none "
                     "(no EOS id in its tokenizer or generation config); use target='fixed'"
                 )
+            if target.constraint is not None and not engine.capabilities.constraints:
+                raise CapabilityError(
+                    f"the constraint {target.constraint.describe()} needs an engine that masks its draws by a grammar "
+                    "resumed at the kept prefix; this one cannot (use the embedded or reference engine, or an SGLang "
+                    "server with presto-sgl's plugin)"
+                )
         elif self.kernel.ends:
             raise ConfigError(
                 "target", target.target, f"the injected {self.kernel.name} kernel has ends=True; use {{target='eos'}}"
@@ -123,6 +129,8 @@ class Sampler(MethodBase):
         c = config_options(self.config, self.presto)
         c.pop("kernel")
         out = {"method": self.name, **c, "tau": self.config.temperature}
+        if self.config.target.constraint is not None:
+            out["constraint"] = self.config.target.constraint.describe()
         if self.presto.sequential:  # how a PreSTO rule runs, which a sequential run does not use
             for name in set(PRESTO) - {"rule", "keying"}:
                 out.pop(name)
@@ -173,6 +181,8 @@ class Sampler(MethodBase):
                         temps,
                         keys.route,
                         self.stop,
+                        target.constraint,
+                        L,
                     )
                     (comp,) = extend(rec, stage, L, [req])
                     state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)
@@ -189,5 +199,6 @@ class Sampler(MethodBase):
                 rec,
                 on_transition,
                 self.stop,
+                target.constraint,
             ).run(state, path, k)
         return self.close_trace(rec, state)

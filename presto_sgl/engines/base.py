@@ -7,7 +7,9 @@ entropy and log q at other temperatures (``score_temperatures``), all from the s
 forward pass, plus how many prefix tokens were cached.
 Generation never stops at EOS: exactly ``max_new_tokens`` tokens come back, unless the
 request names ``stop`` tokens (the EOS-terminated target, engines with ``capabilities.stops``):
-then it ends after the first of them, which is returned with its values.
+then it ends after the first of them, which is returned with its values. A request with a
+``constraint`` (engines with ``capabilities.constraints``) draws from q_tau masked by it and
+renormalized, and returns that masked log q; log p0 stays the model's own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from ..errors import EngineError
 
 if TYPE_CHECKING:
+    from ..constraints import Constraint
     from ..kernels.base import Proposal
     from .text import TextView
 
@@ -36,6 +39,8 @@ class Request:
     score_temperatures: tuple[float, ...] = ()  # also return log q of each new token at these
     route: str | None = None  # the chain's routing key: a router keeps a chain's requests on one worker
     stop: tuple[int, ...] = ()  # end after the first of these tokens (returned); () never stops early
+    constraint: Constraint | None = None  # mask q_tau by C (log p0 unmasked): engines with ``capabilities.constraints``
+    resume: int = 0  # the last ``resume`` prefix tokens are the response so far: C's matcher resumes over them
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,9 @@ class EngineCapabilities:
     """Temperatures at which log q of each new token can be returned: () none, None any."""
     stops: bool = False
     """Requests may end at their ``stop`` tokens (the EOS-terminated target)."""
+    constraints: bool = False
+    """Requests may carry a :class:`~presto_sgl.constraints.Constraint`: q_tau masked by it, resumed
+    at the request's response prefix (structured power sampling, docs/design.md §2.2)."""
 
     def scores_at(self, temperatures: Sequence[float]) -> bool:
         """Whether the engine returns log q at every one of ``temperatures``."""

@@ -9,9 +9,10 @@ always re-fed so the first new token's distribution comes from this pass. Rows t
 their tokens (all of them, or up to a stop token) leave the batch (:class:`~.forward.WorkingRows`), so a
 call's cost follows the tokens its rows decode, not rows x its longest row.
 
-Per new token the engine returns log q_tau = log_softmax(logits / tau), log p0 =
-log_softmax(logits), the p0 entropy and log q at any requested score temperatures, all
-from the same float32 logits row, over the full vocabulary. Seeded requests draw their
+Per new token the engine returns log q_tau = log_softmax(logits / tau) (masked by the
+request's constraint, if any: :mod:`.grammar`), log p0 = log_softmax(logits), the p0
+entropy and log q at any requested score temperatures, all from the same float32 logits
+row, over the full vocabulary. Seeded requests draw their
 uniforms from their own torch.Generator; unseeded ones from the engine's generator.
 Tokens are inverse-CDF draws of q_tau.
 """
@@ -26,14 +27,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from radix import RadixTree
 
-from ..errors import ConfigError
+from ..errors import CapabilityError, ConfigError
 from .base import Completion, EngineCapabilities, Request
 from .forward import BufferView, CausalLM, WorkingRows
+from .grammar import Grammars, RowMask
 from .scoring import Scored, from_logp_rows
 from .text import TokenizerText
 
@@ -72,6 +75,7 @@ class RowDraw:
     req: Request
     gen: torch.Generator
     cached: int  # prefix tokens whose KV came from the radix cache
+    mask: RowMask | None = None  # the request's constraint, resumed at its response prefix
     seq: list[int] = field(init=False)
     logq: list[float] = field(default_factory=list)
     logp: list[float] = field(default_factory=list)
@@ -84,6 +88,8 @@ class RowDraw:
     def append(
         self, token: int, logq: float, logp: float, entropy: float | None, logq_at: tuple[float, ...] | None
     ) -> None:
+        if self.mask is not None:
+            self.mask.accept(token)
         self.seq.append(token)
         self.logq.append(logq)
         self.logp.append(logp)
@@ -147,7 +153,9 @@ class EmbeddedEngine(TokenizerText):
             context_length=self.lm.max_positions,
             score_temperatures=None,
             stops=True,
+            constraints=tokenizer is not None,
         )
+        self._grammars: Grammars | None = None
         if cache_bytes < 0:
             raise ConfigError("cache_bytes", cache_bytes, f"{{cache_bytes}} (={cache_bytes}) must be >= 0")
         budget = cache_bytes // self.lm.kv_bytes_per_token
@@ -200,7 +208,8 @@ class EmbeddedEngine(TokenizerText):
         bufs = lm.new_buffers(len(reqs), max(width, 1))
         stats = CallStats(requests=len(reqs))
         draws = [
-            RowDraw(r, self._generator(r), self._load_history(row, r.prefix, bufs, stats)) for row, r in enumerate(reqs)
+            RowDraw(r, self._generator(r), self._load_history(row, r.prefix, bufs, stats), self._mask(r))
+            for row, r in enumerate(reqs)
         ]
         seqs = [d.seq for d in draws]
         temps = torch.tensor([r.temperature for r in reqs], dtype=torch.float32, device=lm.device)
@@ -234,6 +243,18 @@ class EmbeddedEngine(TokenizerText):
         return completions  # type: ignore[return-value]  # the loop above fills every slot
 
     # -- pieces ------------------------------------------------------------------------------
+    def _mask(self, req: Request) -> RowMask | None:
+        """The request's constraint mask (grammars compiled over the tokenizer on first use)."""
+        if req.constraint is None:
+            return None
+        if self._grammars is None:
+            if self.tokenizer is None:
+                raise CapabilityError(
+                    "constraints need the model's tokenizer; this embedded engine was built without one"
+                )
+            self._grammars = Grammars.for_tokenizer(self.tokenizer, self.lm.vocab_size, self.text.stop_ids)
+        return self._grammars.start(req)
+
     def _generator(self, req: Request) -> torch.Generator:
         if self.capabilities.seeded and req.seed is not None:
             g = torch.Generator(device="cpu")
@@ -252,6 +273,9 @@ class EmbeddedEngine(TokenizerText):
         rows = [r for _, r in live]
         z = logits[idx]
         zq = z / temps[torch.tensor(rows, device=temps.device), None]
+        allowed = self._allowed([draws[r].mask for r in rows], z)
+        if allowed is not None:  # q_tau masked by C and renormalized; log p0 (from z) stays unmasked
+            zq = zq.masked_fill(~allowed, float("-inf"))
         lse_p = torch.logsumexp(z, dim=-1)
         lse_q = torch.logsumexp(zq, dim=-1)
         u = 1.0 - torch.stack([torch.rand((), generator=draws[r].gen, dtype=torch.float64) for r in rows])  # (0, 1]
@@ -263,19 +287,31 @@ class EmbeddedEngine(TokenizerText):
         if any(want_entropy):
             logp = z - lse_p[:, None]
             en = (-(logp.exp() * logp).sum(-1)).tolist()
-        at = self._logq_at(z, tok, [draws[r].req.score_temperatures for r in rows])
+        at = self._logq_at(z, tok, [draws[r].req.score_temperatures for r in rows], allowed)
         for j, (r, t) in enumerate(zip(rows, tok[:, 0].tolist())):
             draws[r].append(t, lq[j], lp[j], en[j] if en is not None and want_entropy[j] else None, at[j])
 
     @staticmethod
-    def _logq_at(z: torch.Tensor, tok: torch.Tensor, wanted: list[tuple[float, ...]]) -> list[tuple[float, ...] | None]:
+    def _allowed(masks: list[RowMask | None], z: torch.Tensor) -> torch.Tensor | None:
+        """Per live row, the tokens its constraint allows next (None: no row has one)."""
+        if all(m is None for m in masks):
+            return None
+        rows = [m.allowed() if m is not None else np.ones(z.shape[-1], dtype=bool) for m in masks]
+        return torch.from_numpy(np.stack(rows)).to(z.device)
+
+    @staticmethod
+    def _logq_at(
+        z: torch.Tensor, tok: torch.Tensor, wanted: list[tuple[float, ...]], allowed: torch.Tensor | None = None
+    ) -> list[tuple[float, ...] | None]:
         """Per live row, log_softmax(z / t)[token] at each of its score temperatures t (one
-        pass per distinct temperature, over the rows that ask for it)."""
+        pass per distinct temperature, over the rows that ask for it; masked by ``allowed``)."""
         scored: dict[tuple[int, float], float] = {}
         for t in {t for ts in wanted for t in ts}:
             rows = [j for j, ts in enumerate(wanted) if t in ts]
             idx = torch.tensor(rows, device=z.device)
             zt = z[idx] / t
+            if allowed is not None:
+                zt = zt.masked_fill(~allowed[idx], float("-inf"))
             values = (zt.gather(1, tok[idx])[:, 0] - torch.logsumexp(zt, dim=-1)).tolist()
             scored.update(((j, t), v) for j, v in zip(rows, values))
         return [tuple(scored[j, t] for t in ts) if ts else None for j, ts in enumerate(wanted)]

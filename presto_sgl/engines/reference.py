@@ -24,6 +24,7 @@ from radix import RadixTree
 from ..chain.keys import hash64, uniform01
 from ..errors import ConfigError
 from .base import Completion, EngineCapabilities, Request
+from .grammar import Grammars
 from .scoring import Scored, from_logp_rows
 from .text import TextView
 
@@ -90,7 +91,8 @@ class ReferenceEngine:
 
     ``seeded=False`` ignores request seeds (like SGLang on CPU): every request is then a
     fresh draw from the engine's own generator (``rng_seed`` makes that reproducible).
-    ``stop_ids`` are the model's stop tokens (its text view's; none by default).
+    ``stop_ids`` are the model's stop tokens (its text view's; none by default); ``alphabet``:
+    the text of each token id (default :data:`ALPHABET`), which constraints match against.
     """
 
     def __init__(
@@ -101,12 +103,21 @@ class ReferenceEngine:
         rng_seed: int | None = None,
         cache_tokens: int = 1 << 20,
         stop_ids: Sequence[int] = (),
+        alphabet: str | None = None,
     ) -> None:
         self.lm = lm if lm is not None else ReferenceLM()
         self.capabilities = EngineCapabilities(
-            seeded=seeded, entropy=True, vocab_size=self.lm.vocab_size, score_temperatures=None, stops=True
+            seeded=seeded,
+            entropy=True,
+            vocab_size=self.lm.vocab_size,
+            score_temperatures=None,
+            stops=True,
+            constraints=True,
         )
-        self.text = ReferenceView(self.lm.vocab_size, stop_ids)
+        self.text = ReferenceView(self.lm.vocab_size, stop_ids, alphabet)
+        self.grammars = Grammars.for_strings(
+            [self.text.decode([i]) for i in range(self.lm.vocab_size)], self.text.stop_ids
+        )
         self._rng = np.random.default_rng(rng_seed)
         self._cache = RadixTree(max_tokens=cache_tokens)
         self._lock = threading.Lock()  # one call at a time: chains may share the engine across threads
@@ -128,8 +139,13 @@ class ReferenceEngine:
         logp: list[float] = []
         entropy: list[float] = []
         logq_at: list[tuple[float, ...]] = []
+        mask = self.grammars.start(request)
         for _ in range(request.max_new_tokens):
             lp, lq, cdf = lm.distribution(ctx, request.temperature)
+            allowed = mask.allowed() if mask is not None else None
+            if allowed is not None:  # q_tau masked by C and renormalized (log p0 stays the model's)
+                lq = masked(lq, allowed)
+                cdf = np.cumsum(np.exp(lq))
             if self.capabilities.seeded and request.seed is not None:
                 u = uniform01(hash64(request.seed, len(ctx)))
             else:
@@ -141,7 +157,12 @@ class ReferenceEngine:
             if request.return_entropy:
                 entropy.append(float(-np.sum(np.exp(lp) * lp)))
             if request.score_temperatures:
-                logq_at.append(tuple(float(lm.distribution(ctx, t)[1][tok]) for t in request.score_temperatures))
+                at = [lm.distribution(ctx, t)[1] for t in request.score_temperatures]
+                if allowed is not None:
+                    at = [masked(row, allowed) for row in at]
+                logq_at.append(tuple(float(row[tok]) for row in at))
+            if mask is not None:
+                mask.accept(tok)
             ctx.append(tok)
             if tok in request.stop:
                 break
@@ -164,14 +185,22 @@ class ReferenceEngine:
         return self.text.decode(ids)
 
 
+def masked(logq: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """log q restricted to ``allowed`` and renormalized (-inf elsewhere)."""
+    out = np.where(allowed, logq, -np.inf)
+    return out - np.logaddexp.reduce(out[allowed])
+
+
 class ReferenceView(TextView):
-    """The reference LM's text: one character of :data:`ALPHABET` per token; no stop token
-    unless ``stop_ids`` are given."""
+    """The reference LM's text: one character of ``alphabet`` (default :data:`ALPHABET`) per
+    token; no stop token unless ``stop_ids`` are given."""
 
     has_tokenizer = True
 
-    def __init__(self, vocab_size: int, stop_ids: Sequence[int] = ()) -> None:
-        self.alphabet = ALPHABET[:vocab_size]
+    def __init__(self, vocab_size: int, stop_ids: Sequence[int] = (), alphabet: str | None = None) -> None:
+        if alphabet is not None and len(set(alphabet)) != len(alphabet):
+            raise ConfigError("alphabet", alphabet, "{alphabet} must not repeat a character")
+        self.alphabet = (alphabet if alphabet is not None else ALPHABET)[:vocab_size]
         self.stop_ids = tuple(stop_ids)
 
     def encode(self, text: str, *, special: bool = False) -> list[int]:
@@ -185,4 +214,5 @@ class ReferenceView(TextView):
         return [self.alphabet.index(ch) for ch in text.lower()]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return "".join(ALPHABET[i] if i < len(ALPHABET) else f"<{i}>" for i in ids)
+        a = self.alphabet
+        return "".join(a[i] if i < len(a) else f"<{i}>" for i in ids)

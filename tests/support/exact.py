@@ -17,26 +17,38 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
-from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.kernels import PowerMHKernel
+
+
+class LM(Protocol):
+    """What the laws read of a model: the reference LM, or one whose q is masked by a constraint."""
+
+    vocab_size: int
+
+    def distribution(
+        self, context: Sequence[int], temperature: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def score(self, prefix: Sequence[int], tokens: Sequence[int], temperature: float = 1.0) -> tuple[float, float]: ...
 
 
 def sequences(vocab: int, length: int) -> list[tuple[int, ...]]:
     return list(itertools.product(range(vocab), repeat=length))
 
 
-def target(lm: ReferenceLM, prompt: tuple[int, ...], length: int, alpha: float) -> np.ndarray:
+def target(lm: LM, prompt: tuple[int, ...], length: int, alpha: float) -> np.ndarray:
     """pi_alpha over all responses of ``length`` tokens (normalized)."""
     logw = np.array([alpha * lm.score(prompt, x)[0] for x in sequences(lm.vocab_size, length)])
     w = np.exp(logw - logw.max())
     return w / w.sum()
 
 
-def per_token(lm: ReferenceLM, context: tuple[int, ...], tokens: tuple[int, ...], tau: float):
+def per_token(lm: LM, context: tuple[int, ...], tokens: tuple[int, ...], tau: float):
     """(log q_tau, log p0) of each of ``tokens`` after ``context``."""
     ctx, lq, lp = list(context), [], []
     for t in tokens:
@@ -48,7 +60,7 @@ def per_token(lm: ReferenceLM, context: tuple[int, ...], tokens: tuple[int, ...]
 
 
 def powermh_matrix(
-    lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel: PowerMHKernel, flipped: bool = False
+    lm: LM, prompt: tuple[int, ...], length: int, kernel: PowerMHKernel, flipped: bool = False
 ) -> np.ndarray:
     """PowerMH's transition matrix over responses of ``length`` tokens at the kernel's alpha
     and tau, from the definition above. ``flipped``: the proposal terms swapped (the law of
@@ -78,7 +90,7 @@ def powermh_matrix(
 
 
 def chain_law(
-    lm: ReferenceLM,
+    lm: LM,
     prompt: tuple[int, ...],
     max_new_tokens: int,
     block_size: int,
@@ -102,9 +114,7 @@ def chain_law(
     return law
 
 
-def entropycut_matrix(
-    lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel, inverted: bool = False
-) -> np.ndarray:
+def entropycut_matrix(lm: LM, prompt: tuple[int, ...], length: int, kernel, inverted: bool = False) -> np.ndarray:
     """EntropyCut's transition matrix from its definition: cut c ~ lambda(c; x) ∝
     max(0, h_c - h_{c-1})^beta + FLOOR (Delta_0 = 0, h the p0 entropies along x), suffix from
     q_tau, and
@@ -141,7 +151,7 @@ def entropycut_matrix(
 
 
 def _mixture_weights(
-    lm: ReferenceLM, prefix: tuple[int, ...], length: int, alpha: float, temps: tuple[float, ...], wrong: bool
+    lm: LM, prefix: tuple[int, ...], length: int, alpha: float, temps: tuple[float, ...], wrong: bool
 ) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
     """(suffixes, Q(suffix), w(suffix)) after ``prefix``, from the definitions: Q the uniform
     mixture over ``temps`` of whole-suffix q_tau, w = p0(suffix)^alpha / Q(suffix). ``wrong``
@@ -181,9 +191,7 @@ def _expected_inverse_max(a: float, b: np.ndarray, vals: np.ndarray, probs: np.n
     return (b_le_a * (probs / A)[None, :]).sum(1) + (a_lt_b * probs[None, :] / B).sum(1)
 
 
-def multitry_matrix(
-    lm: ReferenceLM, prompt: tuple[int, ...], length: int, kernel, wrong_weight: bool = False
-) -> np.ndarray:
+def multitry_matrix(lm: LM, prompt: tuple[int, ...], length: int, kernel, wrong_weight: bool = False) -> np.ndarray:
     """MultiTryMH's transition matrix from its definition (never the library's acceptance):
     cut c ~ Unif{0..T-1}; m candidates and m - 1 references i.i.d. from the temperature
     mixture Q after x_{0:c}; select y w.p. w(y) / W; accept w.p. min(1, W / W*). Summed
@@ -235,7 +243,13 @@ def continuations(vocab: int, n: int, stop: frozenset[int]) -> list[tuple[int, .
     return out + frontier
 
 
-def _scored(lm: ReferenceLM, context: tuple[int, ...], tokens: tuple[int, ...], tau: float):
+def reachable(lm, context: tuple[int, ...], suffixes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The ``suffixes`` q_tau can draw after ``context``: all of them, unless ``lm`` masks q (a
+    structured target's :class:`tests.support.structured.MaskedLM`: log q = -inf off the language)."""
+    return [s for s in suffixes if math.isfinite(lm.score(context, s)[1])]
+
+
+def _scored(lm: LM, context: tuple[int, ...], tokens: tuple[int, ...], tau: float):
     """(log q_tau, log p0, p0 entropy) of each of ``tokens`` after ``context``."""
     ctx, lq, lp, h = list(context), [], [], []
     for t in tokens:
@@ -264,7 +278,7 @@ def entropy_cut_law(beta: float) -> Callable[[tuple[float, ...]], np.ndarray]:
 
 
 def ending_matrix(
-    lm: ReferenceLM,
+    lm: LM,
     prompt: tuple[int, ...],
     horizon: int,
     stop: frozenset[int],
@@ -278,7 +292,7 @@ def ending_matrix(
     definition above. ``reverse_law(h_y, h_x)``: the law the *acceptance* uses for lambda(.; y)
     (default: ``cut_law(h_y)``; a sabotage passes another), the move itself always cuts by
     ``cut_law(h_x)``."""
-    seqs = continuations(lm.vocab_size, horizon, stop)
+    seqs = reachable(lm, prompt, continuations(lm.vocab_size, horizon, stop))
     index = {s: i for i, s in enumerate(seqs)}
     full = {x: _scored(lm, prompt, x, tau) for x in seqs}
     P = np.zeros((len(seqs), len(seqs)))
@@ -286,7 +300,7 @@ def ending_matrix(
         lq_x, lp_x, h_x = full[x]
         lam = cut_law(h_x)
         for c in range(len(x)):
-            for z in continuations(lm.vocab_size, horizon - c, stop):
+            for z in reachable(lm, prompt + x[:c], continuations(lm.vocab_size, horizon - c, stop)):
                 y = x[:c] + z
                 lq_y, lp_y, h_y = full[y]
                 lam_y = cut_law(h_y) if reverse_law is None else reverse_law(h_y, h_x)
@@ -304,7 +318,7 @@ def ending_matrix(
 
 
 def ending_multitry_matrix(
-    lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], kernel, length_term: bool = True
+    lm: LM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], kernel, length_term: bool = True
 ) -> np.ndarray:
     """MultiTryMH's matrix under the EOS-terminated target: cut c ~ Unif{0..L(x)-1}; the m
     candidates and m - 1 references from the temperature mixture Q after x_{0:c} (each until
@@ -315,13 +329,13 @@ def ending_multitry_matrix(
 
     ``length_term=False``: weights without lambda (the sabotage's law)."""
     m, temps, alpha = kernel.tries, kernel.temperatures, kernel.alpha
-    seqs = continuations(lm.vocab_size, horizon, stop)
+    seqs = reachable(lm, prompt, continuations(lm.vocab_size, horizon, stop))
     index = {s: i for i, s in enumerate(seqs)}
     P = np.zeros((len(seqs), len(seqs)))
     prefixes = {x[:c] for x in seqs for c in range(len(x))}
     for prefix in prefixes:
         c = len(prefix)
-        sufs = continuations(lm.vocab_size, horizon - c, stop)
+        sufs = reachable(lm, prompt + prefix, continuations(lm.vocab_size, horizon - c, stop))
         Q, W = np.zeros(len(sufs)), np.zeros(len(sufs))
         for i, s in enumerate(sufs):
             lp = lm.score(prompt + prefix, s)[0]
@@ -337,17 +351,16 @@ def ending_multitry_matrix(
     return P
 
 
-def ending_target(
-    lm: ReferenceLM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], alpha: float
-) -> np.ndarray:
-    """pi_alpha over ``continuations(V, horizon, stop)`` (normalized)."""
-    logw = np.array([alpha * lm.score(prompt, x)[0] for x in continuations(lm.vocab_size, horizon, stop)])
+def ending_target(lm: LM, prompt: tuple[int, ...], horizon: int, stop: frozenset[int], alpha: float) -> np.ndarray:
+    """pi_alpha over ``continuations(V, horizon, stop)`` that q can reach (normalized)."""
+    seqs = reachable(lm, prompt, continuations(lm.vocab_size, horizon, stop))
+    logw = np.array([alpha * lm.score(prompt, x)[0] for x in seqs])
     w = np.exp(logw - logw.max())
     return w / w.sum()
 
 
 def ending_chain_law(
-    lm: ReferenceLM,
+    lm: LM,
     prompt: tuple[int, ...],
     max_new_tokens: int,
     block_size: int,
@@ -363,14 +376,14 @@ def ending_chain_law(
     law = np.array([1.0])
     prev: list[tuple[int, ...]] = [()]
     for H in range(block_size, max_new_tokens + 1, block_size):
-        seqs = continuations(V, H, stop)
+        seqs = reachable(lm, prompt, continuations(V, H, stop))
         index = {s: i for i, s in enumerate(seqs)}
         ext = np.zeros(len(seqs))
         for x, p in zip(prev, law):
             if x and x[-1] in stop:
                 ext[index[x]] += p
                 continue
-            for z in continuations(V, block_size, stop):
+            for z in reachable(lm, prompt + x, continuations(V, block_size, stop)):
                 ext[index[x + z]] += p * math.exp(lm.score(prompt + x, z, tau)[1])
         law = ext @ np.linalg.matrix_power(matrix(H), steps)
         prev = seqs

@@ -36,14 +36,16 @@ _RAW = "presto_raw_log_softmax"  # the attribute of the LogitsProcessorOutput th
 
 
 def register() -> None:
-    """The entry point SGLang calls in each process (also installs the optional CPU patches
-    their environment variables enable, :mod:`.cpu`; none is imported otherwise)."""
+    """The entry point SGLang calls in each process (also registers the grammar resume hooks,
+    :mod:`.grammar`, and installs the optional CPU patches their environment variables enable,
+    :mod:`.cpu`; none is imported otherwise)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from . import cpu
+    from . import cpu, grammar
 
     HookRegistry.register(PREPROCESS, around_preprocess_logits, HookType.AROUND)
     HookRegistry.register(TARGET, around_sampler_forward, HookType.AROUND)
+    grammar.register()
     cpu.install()
 
 

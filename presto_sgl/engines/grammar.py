@@ -1,0 +1,165 @@
+"""The mask of a constraint C (:mod:`presto_sgl.constraints`) over an engine's vocabulary.
+
+Per request, a matcher (xgrammar's ``GrammarMatcher``, the grammar library SGLang uses) is
+resumed over the response tokens the request's prefix already holds (``Request.resume``:
+its last tokens), so the first new token is masked by the grammar state after the kept
+prefix, never by the grammar's start. Each step's allowed set is
+
+* without a stop token: the tokens that keep the response a prefix of C's language;
+* a request's stop token: allowed iff the response so far is a complete string of the
+  language (the grammar may end here) and has at least ``min_tokens`` tokens;
+* any other stop token of the tokenizer: never (it would end the grammar, not the response).
+
+The engine masks q_tau by it and renormalizes; log p0 stays unmasked (docs/design.md §2.2).
+A step with no allowed token (a grammar the vocabulary cannot complete) is an EngineError.
+xgrammar is imported when the first grammar is compiled.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import CapabilityError, EngineError
+
+if TYPE_CHECKING:
+    from ..constraints import Constraint
+    from .base import Request
+
+
+def xgrammar() -> Any:
+    """The xgrammar module, or CapabilityError naming the package to install."""
+    try:
+        import xgrammar
+    except ImportError:  # pragma: no cover - installed with the embedded extra
+        raise CapabilityError(
+            "regex / json_schema / dtype constraints need the grammar library xgrammar: "
+            "pip install 'presto-sgl[embedded]' (or pip install xgrammar)"
+        ) from None
+    return xgrammar
+
+
+class Grammars:
+    """Compiled grammars for one vocabulary (``info``: a function that builds xgrammar's
+    ``TokenizerInfo``, called once, when the first grammar is compiled)."""
+
+    def __init__(self, info: Callable[[Any], Any], vocab_size: int, stop_ids: Sequence[int]) -> None:
+        self._info = info
+        self.vocab_size = vocab_size
+        self.stop_ids = frozenset(stop_ids)
+        self._compiler: Any = None
+        self._compiled: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any, vocab_size: int, stop_ids: Sequence[int]) -> Grammars:
+        """A Hugging Face tokenizer's vocabulary (padded to the model's ``vocab_size``)."""
+        ids = sorted(set(stop_ids))
+        return cls(
+            lambda xgr: xgr.TokenizerInfo.from_huggingface(
+                tokenizer, vocab_size=vocab_size, stop_token_ids=ids or None
+            ),
+            vocab_size,
+            ids,
+        )
+
+    @classmethod
+    def for_strings(cls, vocabulary: Sequence[str], stop_ids: Sequence[int]) -> Grammars:
+        """A vocabulary of literal strings (token id = index; the reference engine's)."""
+        ids = sorted(set(stop_ids))
+        vocab = list(vocabulary)
+        return cls(
+            lambda xgr: xgr.TokenizerInfo(
+                vocab, vocab_type=xgr.VocabType.RAW, vocab_size=len(vocab), stop_token_ids=ids or None
+            ),
+            len(vocab),
+            ids,
+        )
+
+    def compiled(self, grammar: tuple[str, str]) -> Any:
+        """xgrammar's compiled grammar of ("regex" | "json_schema", source); ConfigError-like
+        EngineError when xgrammar refuses it."""
+        with self._lock:
+            if grammar not in self._compiled:
+                xgr = xgrammar()
+                if self._compiler is None:
+                    self._compiler = xgr.GrammarCompiler(self._info(xgr))
+                kind, source = grammar
+                try:
+                    if kind == "regex":
+                        self._compiled[grammar] = self._compiler.compile_regex(source)
+                    else:
+                        self._compiled[grammar] = self._compiler.compile_json_schema(source, any_whitespace=True)
+                except RuntimeError as e:
+                    raise EngineError(f"the grammar library cannot compile the {kind} {source!r}: {e}") from None
+            return self._compiled[grammar]
+
+    def start(self, request: Request) -> RowMask | None:
+        """The mask of ``request``'s constraint, resumed over its response prefix (None: none)."""
+        c = request.constraint
+        if c is None:
+            return None
+        matcher = None
+        if c.grammar is not None:
+            matcher = xgrammar().GrammarMatcher(self.compiled(c.grammar))
+        response = request.prefix[len(request.prefix) - request.resume :] if request.resume else ()
+        return RowMask(self, c, matcher, frozenset(request.stop), response)
+
+
+class RowMask:
+    """One request's constraint state: the tokens allowed next, and advancing by one token."""
+
+    def __init__(
+        self, grammars: Grammars, constraint: Constraint, matcher: Any, stop: frozenset[int], response: Sequence[int]
+    ) -> None:
+        self.constraint = constraint
+        self.vocab_size = grammars.vocab_size
+        self.stop = stop
+        self.grammar_stops = grammars.stop_ids
+        self.matcher = matcher
+        self.length = 0
+        self._bitmask: Any = None
+        if matcher is not None:
+            self._bitmask = xgrammar().allocate_token_bitmask(1, grammars.vocab_size)
+        for i, t in enumerate(response):
+            if t in stop or not self._advance(t):
+                raise EngineError(
+                    f"response token {i} (id {t}) of the request's prefix is not allowed by the constraint "
+                    f"{constraint.describe()}: the kept prefix must lie in the constraint's language"
+                )
+
+    def allowed(self) -> np.ndarray:
+        """Boolean mask over the vocabulary of the tokens allowed next."""
+        if self.matcher is None:
+            mask = np.ones(self.vocab_size, dtype=bool)
+            can_end = True
+        else:
+            self.matcher.fill_next_token_bitmask(self._bitmask)
+            bits = np.unpackbits(self._bitmask.numpy().view(np.uint8), bitorder="little")
+            mask = bits[: self.vocab_size].astype(bool)
+            can_end = any(mask[s] for s in self.grammar_stops if s < self.vocab_size)
+            for s in self.grammar_stops:
+                if s < self.vocab_size:
+                    mask[s] = False
+        end = can_end and self.length >= self.constraint.min_tokens
+        for s in self.stop:
+            if s < self.vocab_size:
+                mask[s] = end
+        if not mask.any():
+            raise EngineError(
+                f"the constraint {self.constraint.describe()} allows no next token after {self.length} response "
+                "tokens: the grammar cannot be completed with this vocabulary within the request"
+            )
+        return mask
+
+    def accept(self, token: int) -> None:
+        """Advance past the drawn ``token`` (one the last :meth:`allowed` allowed)."""
+        if token not in self.stop and not self._advance(token):
+            raise EngineError(f"the grammar refused token {token}, which its own mask allowed")
+
+    def _advance(self, token: int) -> bool:
+        self.length += 1
+        return self.matcher is None or bool(self.matcher.accept_token(token))

@@ -1,0 +1,121 @@
+"""Structured power sampling written from its definition (docs/design.md §2.2), for the
+enumerated tests (tests/exactness/test_structured_target.py).
+
+A language over a small alphabet is given by an independent validator (Python ``re`` or
+``json`` + ``jsonschema``, never xgrammar). After response text s (the prompt excluded):
+
+* a non-stop token t is allowed iff s + t is *viable*: some string of at most ``DEPTH``
+  more characters completes it into the language (each language here completes any
+  viable prefix within 2 characters, so DEPTH = 3 decides viability exactly);
+* the stop token is allowed iff s is complete (in the language) and has ``min_tokens``.
+
+:class:`MaskedLM` is the reference LM seen through that mask: ``distribution`` returns the raw
+log p0, and log q_tau restricted to the allowed tokens and renormalized (-inf elsewhere), so
+``tests/support/exact.py``'s matrices, written over it, are the constrained kernels'.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import jsonschema
+import numpy as np
+
+from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+
+DEPTH = 3
+
+
+@dataclass(frozen=True)
+class Language:
+    """A language over ``alphabet`` (token id = index; ``stop`` the stop token's id)."""
+
+    name: str
+    alphabet: str
+    stop: int
+    complete: Callable[[str], bool]
+    min_tokens: int = 0
+
+    @functools.cached_property
+    def letters(self) -> str:
+        return "".join(ch for i, ch in enumerate(self.alphabet) if i != self.stop)
+
+    @functools.cache  # noqa: B019  # a handful of frozen languages, kept for the session
+    def viable(self, text: str) -> bool:
+        """Some extension of at most DEPTH characters lies in the language."""
+        return any(
+            self.complete(text + "".join(w))
+            for n in range(DEPTH + 1)
+            for w in itertools.product(self.letters, repeat=n)
+        )
+
+    def allowed(self, response: Sequence[int]) -> np.ndarray:
+        """The tokens allowed after ``response`` (token ids, no stop token among them)."""
+        text = self.decode(response)
+        mask = np.array([i != self.stop and self.viable(text + ch) for i, ch in enumerate(self.alphabet)])
+        mask[self.stop] = self.complete(text) and len(response) >= self.min_tokens
+        return mask
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return "".join(self.alphabet[t] for t in tokens)
+
+    def accepts(self, tokens: Sequence[int], horizon: int) -> bool:
+        """A returned response is in the constrained space: it ends at the stop token after a
+        complete string with ``min_tokens``, or is a viable prefix cut at ``horizon``."""
+        if tokens and tokens[-1] == self.stop:
+            body = tokens[:-1]
+            return self.stop not in body and self.complete(self.decode(body)) and len(body) >= self.min_tokens
+        return len(tokens) == horizon and self.stop not in tokens and self.viable(self.decode(tokens))
+
+
+def regex_language(pattern: str, alphabet: str, stop: int, min_tokens: int = 0) -> Language:
+    return Language(f"regex {pattern}", alphabet, stop, lambda s: re.fullmatch(pattern, s) is not None, min_tokens)
+
+
+def json_language(schema: dict, alphabet: str, stop: int) -> Language:
+    def complete(s: str) -> bool:
+        try:
+            jsonschema.validate(json.loads(s), schema)
+        except (json.JSONDecodeError, jsonschema.ValidationError):
+            return False
+        return True
+
+    return Language(f"json {json.dumps(schema)}", alphabet, stop, complete)
+
+
+class MaskedLM:
+    """``lm`` with q_tau masked by ``language`` after ``prompt_length`` prompt tokens (log p0 raw)."""
+
+    def __init__(self, lm: ReferenceLM, prompt_length: int, language: Language) -> None:
+        self.lm, self.prompt_length, self.language = lm, prompt_length, language
+        self.vocab_size = lm.vocab_size
+
+    def distribution(self, context: Sequence[int], temperature: float = 1.0):
+        logp, logq, _ = self.lm.distribution(context, temperature)
+        allowed = self.language.allowed(tuple(context[self.prompt_length :]))
+        if not allowed.any():  # a state outside the language: nothing can follow
+            return logp, np.full_like(logq, -np.inf), np.zeros_like(logq)
+        lq = np.where(allowed, logq, -np.inf)
+        lq = lq - np.logaddexp.reduce(lq[allowed])
+        return logp, lq, np.cumsum(np.exp(lq))
+
+    def score(self, prefix: Sequence[int], tokens: Sequence[int], temperature: float = 1.0) -> tuple[float, float]:
+        ctx, lp, lq = list(prefix), 0.0, 0.0
+        for t in tokens:
+            logp, logq, _ = self.distribution(ctx, temperature)
+            lp += float(logp[t])
+            lq += float(logq[t])
+            ctx.append(t)
+        return lp, lq
+
+
+def reference_engine(lm: ReferenceLM, language: Language, seeded: bool = True, rng_seed: int | None = None):
+    """The library's reference engine over the language's alphabet (its stop token the model's)."""
+    return ReferenceEngine(
+        lm, seeded=seeded, rng_seed=None if seeded else rng_seed, stop_ids=(language.stop,), alphabet=language.alphabet
+    )
