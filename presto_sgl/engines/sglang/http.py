@@ -42,8 +42,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ConfigError, EngineError
-from ...wire import RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
+from ...errors import CapabilityError, ConfigError, EngineError
+from ...wire import GRAMMAR_RESUME_KEY, RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
 from ..base import Completion, EngineCapabilities, Request
 from ..scoring import Scored, check_top
 from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, map_keeping_lost
@@ -152,7 +152,9 @@ class SGLangEngine(ServerClient, ModelFolder):
             context_length=context,
             score_temperatures=temps if self._mode == "one-pass" else (),
             stops=True,
+            constraints=self._mode == "one-pass",  # the plugin resumes SGLang's grammar (checked on first use)
         )
+        self._resumes: bool | None = None  # the server's plugin resumes grammars: probed on the first constraint
 
     @property
     def mode(self) -> str:
@@ -190,6 +192,8 @@ class SGLangEngine(ServerClient, ModelFolder):
                 p |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop)}
             if self._seeded and r.seed is not None:
                 p["sampling_seed"] = int(r.seed % (1 << 31))
+            if r.constraint is not None:
+                p |= self._constrained(r)
             items.append((list(r.prefix), p, None, r.route))
         out: list[Decoded | Lost | None] = []
         for r, res in zip(requests, self._generate(items), strict=True):
@@ -237,6 +241,51 @@ class SGLangEngine(ServerClient, ModelFolder):
                 )
             )
         return out
+
+    def _constrained(self, r: Request) -> dict[str, Any]:
+        """SGLang's own fields for ``r.constraint``: its grammar (``regex`` / ``json_schema``), resumed
+        by the plugin over the ``r.resume`` response tokens the input ends with, and
+        ``min_new_tokens`` less those tokens (SGLang counts new tokens only). Log q is then after
+        SGLang's mask, the plugin's log p0 before it; log q at other temperatures would not be
+        masked, so MultiTryMH's mixture is refused here."""
+        c = r.constraint
+        assert c is not None
+        if self._mode != "one-pass":
+            raise CapabilityError(
+                f"a constraint needs presto-sgl's plugin on the SGLang server {self.url} (two-pass mode cannot "
+                "mask the draws exactly); start it with `bash scripts/sglang_server.sh start`"
+            )
+        if r.score_temperatures:
+            raise CapabilityError(
+                "MultiTryMH under a constraint needs the masked log q at each try temperature, which the SGLang "
+                "plugin does not return; use the powermh or entropycut kernel here, or the embedded engine"
+            )
+        self._check_resumes()
+        p: dict[str, Any] = {"min_new_tokens": max(0, c.min_tokens - r.resume)}
+        if c.grammar is not None:
+            kind, source = c.grammar
+            p |= {kind: source, "custom_params": {GRAMMAR_RESUME_KEY: r.resume}}
+        return p
+
+    def _check_resumes(self) -> None:
+        """CapabilityError unless the server's plugin resumes a grammar at the prefix: a probe
+        whose resumed token breaks the grammar must be refused (an older plugin would restart the
+        grammar instead, and the chain would be inexact)."""
+        if self._resumes is None:
+            ids = self.text.encode("Hello") if self.text.has_tokenizer else [1]
+            one = {**NEUTRAL, "max_new_tokens": 1, "temperature": 1.0, "regex": "[0-9]+"}
+            one["custom_params"] = {GRAMMAR_RESUME_KEY: 1}
+            try:
+                self._call("POST", "/generate", {"input_ids": ids, "sampling_params": one})
+                self._resumes = False
+            except EngineHTTPError as exc:
+                self._resumes = exc.status == 400 and GRAMMAR_RESUME_KEY in str(exc)
+        if not self._resumes:
+            raise CapabilityError(
+                f"the SGLang server {self.url} does not resume a grammar at a response prefix (its presto-sgl "
+                "plugin predates structured power sampling): reinstall presto-sgl into the server's environment "
+                "and restart it"
+            )
 
     def _score(
         self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]
