@@ -119,3 +119,37 @@ def reference_engine(lm: ReferenceLM, language: Language, seeded: bool = True, r
     return ReferenceEngine(
         lm, seeded=seeded, rng_seed=None if seeded else rng_seed, stop_ids=(language.stop,), alphabet=language.alphabet
     )
+
+
+# -- real models: the masked float32 forward a constrained draw is checked against ----------------
+
+
+def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, stop):
+    """Per-token (log q_tau masked by ``constraint``, log p0 unmasked) of ``tokens`` after
+    ``prefix`` from one full float32 forward of ``model``; the mask is xgrammar's own matcher
+    (SGLang's grammar library, used directly), resumed over the last ``resume`` prefix tokens,
+    with ``stop`` as its stop tokens (allowed where the grammar may end)."""
+    import torch
+    import xgrammar as xgr
+
+    vocab = model.config.vocab_size
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab, stop_token_ids=sorted(stop))
+    compiler = xgr.GrammarCompiler(info)
+    kind, source = constraint.grammar
+    grammar = compiler.compile_regex(source) if kind == "regex" else compiler.compile_json_schema(source)
+    matcher = xgr.GrammarMatcher(grammar)
+    for t in prefix[len(prefix) - resume :]:
+        assert matcher.accept_token(t)
+    with torch.no_grad():
+        logits = model(torch.tensor([list(prefix) + list(tokens)])).logits[0].float()
+    rows = logits[len(prefix) - 1 : len(prefix) - 1 + len(tokens)]
+    bitmask = xgr.allocate_token_bitmask(1, vocab)
+    lq, lp = [], []
+    for row, t in zip(rows, tokens):
+        matcher.fill_next_token_bitmask(bitmask)
+        masked = (row / tau).clone()[None, :]
+        xgr.apply_token_bitmask_inplace(masked, bitmask)
+        lq.append(float(torch.log_softmax(masked[0], -1)[t]))
+        lp.append(float(torch.log_softmax(row, -1)[t]))
+        assert matcher.accept_token(t), f"token {t} outside the grammar"
+    return lq, lp
