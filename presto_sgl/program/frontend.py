@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import re
 import secrets
 import threading
 import time
@@ -70,6 +71,7 @@ from ..build import method_config as _method_config
 from ..chain.choices import draw_choice
 from ..chain.keys import SEED_MASK, hash64
 from ..config import PowerConfig, Target, alpha_of_temperature, capped_blocks, parameters
+from ..constraints import Constraint
 from ..engines.scoring import scorer
 from ..engines.sglang.http import SGLangEngine
 from ..errors import ConfigError
@@ -78,14 +80,7 @@ from ..scheduling.scheduler import Scheduler
 from . import interpreter
 from .state import ChoiceSpec, GenSpec, prompt_ids, record, record_choice
 
-_GRAMMAR = "a grammar constraint, which power_gen does not sample exactly yet (it is refused, never run inexactly)"
 REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: why, and what to do instead
-    "regex": _GRAMMAR,
-    "json_schema": _GRAMMAR,
-    "dtype": f"a typed answer is {_GRAMMAR}",
-    "min_tokens": f"a minimum length is {_GRAMMAR}",
-    "min_new_tokens": f"a minimum length is {_GRAMMAR}",
-    "stop_regex": "use stop strings",
     "n": "fork the state: s.fork(n)",
     "top_p": "the chain samples the full vocabulary",
     "top_k": "the chain samples the full vocabulary",
@@ -97,8 +92,10 @@ REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: wh
     "top_logprobs_num": "not available",
     "return_text_in_logprobs": "not available",
 }
-"""``temperature`` is honoured (alpha = 1/temperature, as ``serve`` reads it), and ``choices``
-are drawn exactly from p0(c | x)^alpha (:func:`choice_spec`)."""
+"""``temperature`` is honoured (alpha = 1/temperature, as ``serve`` reads it), ``choices``
+are drawn exactly from p0(c | x)^alpha (:func:`choice_spec`), and ``regex``, ``json_schema``,
+``dtype``, ``min_tokens`` / ``min_new_tokens`` constrain the chain's target (structured power
+sampling: :mod:`presto_sgl.constraints`)."""
 
 
 _engines: dict[str, SGLangEngine] = {}
@@ -188,6 +185,12 @@ def gen_spec(
     chain_id: int | None = None,
     engine: Any = None,
     temperature: float | None = None,
+    regex: str | None = None,
+    json_schema: Any = None,
+    dtype: Any = None,
+    min_tokens: int | None = None,
+    min_new_tokens: int | None = None,
+    stop_regex: str | Sequence[str] | None = None,
     **options: Any,
 ) -> GenSpec:
     """The validated :class:`GenSpec` of a power_gen call; a ConfigError names the bad argument."""
@@ -205,6 +208,15 @@ def gen_spec(
         stop = (stop,)
     if stop is not None and not all(isinstance(x, str) and x for x in stop):
         raise ConfigError("stop", stop, f"{{stop}} (={stop!r}) must be a non-empty string or a list of them")
+    stop_regexes = _stop_regexes(stop_regex)
+    if min_tokens is not None and min_new_tokens is not None and min_tokens != min_new_tokens:
+        raise ConfigError("min_new_tokens", min_new_tokens, "give {min_tokens} or {min_new_tokens}, not both")
+    constraint = Constraint.of(
+        regex=regex,
+        json_schema=json_schema,
+        dtype=dtype,
+        min_tokens=min_tokens if min_tokens is not None else min_new_tokens,
+    )
     ids = tuple(stop_token_ids or ())
     if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
         raise ConfigError(
@@ -231,10 +243,13 @@ def gen_spec(
             options["max_new_tokens"], options["block_size"] = capped_blocks(max_tokens, block)
     # a cap on an answer that ends at EOS: the responses that end (a short answer stops paying for
     # the cap on every MH step); target="fixed" gives the paper's, max_new_tokens an exact length
-    default_eos = max_tokens is not None and "target" not in options and not _is_baseline(options)
+    default_eos = (max_tokens is not None or constraint is not None) and "target" not in options
+    default_eos = default_eos and not _is_baseline(options)
     if default_eos:
         options["target"] = "eos"
     method = method_config(options)
+    if constraint is not None:
+        method = _constrained(method, constraint)
     if isinstance(method.config, PowerConfig) and method.config.kernel.steps == 0:
         raise ConfigError(
             "steps",
@@ -243,8 +258,45 @@ def gen_spec(
             "sampling; use steps >= 1 (default 10), or method='lowtemp' for that draw",
         )
     return GenSpec(
-        name, method, max_tokens, tuple(stop or ()), ids, bool(return_logprob), seed, chain_id, engine, default_eos
+        name,
+        method,
+        max_tokens,
+        tuple(stop or ()),
+        ids,
+        bool(return_logprob),
+        seed,
+        chain_id,
+        engine,
+        default_eos,
+        stop_regexes,
     )
+
+
+def _stop_regexes(stop_regex: Any) -> tuple[str, ...]:
+    """``stop_regex`` (a pattern or a list of them) checked to compile."""
+    patterns = (stop_regex,) if isinstance(stop_regex, str) else tuple(stop_regex or ())
+    for p in patterns:
+        try:
+            re.compile(p)
+        except (re.error, TypeError) as e:
+            raise ConfigError(
+                "stop_regex", stop_regex, f"{{stop_regex}} (={p!r}) is not a regular expression ({e})"
+            ) from None
+    return patterns
+
+
+def _constrained(method: MethodConfig, constraint: Constraint) -> MethodConfig:
+    """``method`` with its chain's target restricted by ``constraint`` (an MH chain only)."""
+    arg = next(iter(constraint.describe()))
+    if not isinstance(method.config, PowerConfig):
+        raise ConfigError(
+            arg,
+            constraint.describe()[arg],
+            f"{{{arg}}} constrains an MH chain's target; the baseline {method.method!r} does not sample under a "
+            "constraint: use a power-sampling method (powermh, entropycut, multitry)",
+        )
+    target = dataclasses.replace(method.config.target, constraint=constraint)
+    return dataclasses.replace(method, config=PowerConfig(target, method.config.kernel))
 
 
 def _is_baseline(options: dict[str, Any]) -> bool:

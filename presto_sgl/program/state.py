@@ -4,6 +4,7 @@ recorded as ``sgl.gen`` records one (text appended, variable, meta info, event s
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ class GenSpec:
     chain_id: int | None
     engine: Any
     default_eos: bool = False  # the target is eos because max_tokens capped the answer and none was given
+    stop_regex: tuple[str, ...] = ()  # the answer ends before the first match of any of these
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ def record(
         else {"type": "length", "length": len(capped)}
     )
     hits = [(answer.find(s), s) for s in spec.stop if s in answer]
+    hits += [(m.start(), p) for p in spec.stop_regex if (m := re.search(p, answer)) is not None]
     if hits:
         at, matched = min(hits)
         answer, finish = answer[:at], {"type": "stop", "matched": matched}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -288,6 +289,71 @@ def test_the_papers_kernels_in_a_program(backend, hf_model):
         assert_scores_match(hf_model, meta["prompt_ids"], meta["output_ids"], meta["output_token_logp"])
 
 
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+def test_structured_calls_sample_in_the_language(backend, tiny):
+    """``regex``, ``json_schema``, ``dtype=int``, ``min_tokens`` in one program on the real server
+    (SGLang's grammar resumed by presto-sgl's plugin) and on the embedded tiny model: every answer
+    is checked by Python's ``re`` / ``jsonschema``, never by the grammar library that masked it."""
+    import json
+
+    import jsonschema
+    import sglang as sgl
+
+    from presto_sgl.program import power_gen
+
+    @sgl.function
+    def person(s):
+        s += sgl.user("Give a JSON object with a person's name and age.")
+        s += sgl.assistant_begin()
+        s += power_gen("person", max_tokens=40, json_schema=PERSON, seed=1, **CHAIN)
+        s += sgl.assistant_end()
+        s += sgl.user("How old is that person? Reply with the number only.")
+        s += sgl.assistant_begin()
+        s += power_gen("age", max_tokens=6, dtype=int, seed=2, **CHAIN)
+        s += sgl.assistant_end()
+        s += sgl.user("Is the person older than 20? Answer Yes or No.")
+        s += sgl.assistant_begin()
+        s += power_gen("yes", max_tokens=4, regex="(Yes|No)", temperature=0.5, seed=3, **CHAIN)
+
+    state = person.run(backend=backend)
+    assert state.error() is None, state.error()
+    jsonschema.validate(json.loads(state["person"]), PERSON)
+    assert re.fullmatch(r"[-+]?[0-9]+[ \n]*", state["age"]), state["age"]
+    assert state["yes"] in ("Yes", "No")
+    meta = state.get_meta_info("person")
+    assert meta["config"]["constraint"] == {"json_schema": json.dumps(PERSON, separators=(",", ":"))}
+    assert meta["config"]["target"] == "eos" and meta["transitions"] == 2 * (40 // 8)
+
+    @sgl.function
+    def add(s):
+        s += "Q:1+2="
+        s += power_gen("long", max_tokens=32, min_tokens=20, seed=4, engine=tiny, **CHAIN)
+        s += "|Q:47+385="
+        s += power_gen(
+            "odd",
+            max_tokens=48,
+            regex=r"([0-9]\+[0-9]\+[0-9]=[0-9][0-9];)+A:[0-9]*[13579]",
+            seed=5,
+            engine=tiny,
+            **CHAIN,
+        )
+        s += "|Q:58+67="
+        s += power_gen("steps", max_tokens=48, stop_regex=r"A:[0-9]", seed=6, engine=tiny, **CHAIN)
+
+    sums = add.run(backend=backend)
+    assert sums.error() is None, sums.error()
+    assert len(sums.get_meta_info("long")["answer_ids"]) >= 20
+    assert re.fullmatch(r"([0-9]\+[0-9]\+[0-9]=[0-9][0-9];)+A:[0-9]*[13579]", sums["odd"]), sums["odd"]
+    cut = sums.get_meta_info("steps")["finish_reason"]
+    assert cut == {"type": "stop", "matched": "A:[0-9]"} and sums["steps"].endswith(";"), sums["steps"]
+
+
 @pytest.mark.filterwarnings("ignore:Error in stream_executor:UserWarning")
 def test_errors_name_the_argument(backend):
     import sglang as sgl
@@ -305,9 +371,11 @@ def test_errors_name_the_argument(backend):
         ({"block_size": 3}, "`max_new_tokens`"),
         ({"method": "multitry", "tries": 0}, r"`tries` \(=0\)"),
         ({"beta": 2.0}, "`beta` is a parameter of entropycut"),
-        ({"regex": "[0-9]+"}, "`regex` is an sgl.gen argument"),
+        ({"top_p": 0.9}, "`top_p` is an sgl.gen argument"),
         ({"temperature": -0.7}, r"`temperature` \(=-0.7\) must be 0 or in"),
-        ({"min_tokens": 2}, "`min_tokens` is an sgl.gen argument.*a minimum length is a grammar constraint"),
+        ({"min_tokens": -1}, r"`min_tokens` \(=-1\) must be an integer >= 0"),
+        ({"dtype": complex}, "`dtype`.*must be int, float, str or bool"),
+        ({"regex": "[0-9]+", "target": "fixed"}, "needs `target='eos'`"),
         ({"steps": 0}, r"`steps` \(=0\) runs no MH transition"),
         ({"max_tokens": 4}, "`max_tokens`.*`max_new_tokens`.*not both"),
     ):
@@ -330,7 +398,7 @@ from presto_sgl.program import power_gen
 def program(s):
     s += sgl.user("Give a JSON object.")
     s += sgl.assistant_begin()
-    s += power_gen("j", max_tokens=8, json_schema="{{}}")
+    s += power_gen("j", max_tokens=8, json_schema="{{not json")
 
 try:
     program.run(backend=sgl.RuntimeEndpoint({url!r}))
@@ -348,7 +416,7 @@ def test_an_error_in_a_program_ends_the_process(backend, server_url):
         [sys.executable, "-c", EXITS.format(url=server_url)], capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "ConfigError `json_schema` is an sgl.gen argument" in done.stdout
+    assert "ConfigError `json_schema` is not valid JSON" in done.stdout
 
 
 def test_the_eager_form_still_runs_with_a_deprecation(backend):
