@@ -489,9 +489,10 @@ def _run(executor: Any, spec: GenSpec) -> None:
 
 def _on_engine(spec: GenSpec, eng: Any) -> MethodConfig:
     """``spec``'s method on ``eng``: the default EOS-terminated target where ``eng`` can end
-    there, else the fixed one (:func:`~presto_sgl.build.ending_default`)."""
+    there, else the fixed one (:func:`~presto_sgl.build.ending_default`); a constrained target
+    stays EOS-terminated (an engine that cannot end there is refused when the chain is built)."""
     m = spec.method
-    if not spec.default_eos:
+    if not spec.default_eos or (isinstance(m.config, PowerConfig) and m.config.target.constraint is not None):
         return m
     assert isinstance(m.config, PowerConfig)  # a kernel's: default_eos is never set for a baseline
     fixed = dataclasses.replace(m.config, target=dataclasses.replace(m.config.target, target="fixed"))
