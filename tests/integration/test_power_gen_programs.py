@@ -375,7 +375,7 @@ def test_errors_name_the_argument(backend):
         ({"temperature": -0.7}, r"`temperature` \(=-0.7\) must be 0 or in"),
         ({"min_tokens": -1}, r"`min_tokens` \(=-1\) must be an integer >= 0"),
         ({"dtype": complex}, "`dtype`.*must be int, float, str or bool"),
-        ({"regex": "[0-9]+", "target": "fixed"}, "needs `target='eos'`"),
+        ({"regex": "[0-9]+", "target": "fixed"}, "needs target='eos'"),
         ({"steps": 0}, r"`steps` \(=0\) runs no MH transition"),
         ({"max_tokens": 4}, "`max_tokens`.*`max_new_tokens`.*not both"),
     ):
