@@ -1,4 +1,5 @@
-"""A request body -> a validated :class:`ChainJob` (the chains it asks for), or a
+"""A request body -> a validated :class:`ChainJob` (the chains it asks for; a structured
+request's grammar in its target's constraint), or a
 :class:`~.request.ParamError` naming the field (HTTP 400): each field checked by its
 declaration in the request model (:mod:`.request`), then what the server checks across
 fields, and the power-sampling fields applied to the server's configs as a typed replace
@@ -8,10 +9,11 @@ fields, and the power-sampling fields applied to the server's configs as a typed
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import PowerConfig, PrestoConfig, alpha_of_temperature, capped_blocks, with_options
+from ..constraints import Constraint
 from ..errors import ConfigError
 from .request import LENGTH, OPENAI, Defaults, ParamError, Served, power_fields, request_fields
 from .schema import describe, token_ids, whole
@@ -34,6 +36,7 @@ class ChainJob:
     logprobs: int | None = None  # None: none; k: log p0 of each token and its k top alternatives
     echo: bool = False  # completions: the prompt before the answer
     include_usage: bool = True  # a stream's usage chunk (stream_options.include_usage)
+    constraint_field: str | None = None  # the field the target's constraint came from
 
     @property
     def scoring(self) -> bool:
@@ -145,11 +148,18 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
     _temperature(given.get("temperature"), overrides, names)
     cap = whole(given[length]) if length in given else None
     max_tokens = _length(cap, length, defaults, overrides, scoring)
+    constraint, constraint_field = _constraint(given)
+    if constraint is not None:
+        if scoring:
+            raise ParamError(constraint_field, f"`{constraint_field}` does not apply to a scored prompt (`echo`)")
+        overrides.setdefault("target", "eos")  # the constrained space is the responses that end
     if scoring:
         config, presto = defaults.config, defaults.presto
     else:
         try:
             config, presto = with_options(defaults.config, defaults.presto, overrides)
+            if constraint is not None:
+                config = PowerConfig(replace(config.target, constraint=constraint), config.kernel)
         except ConfigError as exc:
             raise request_error(exc, names) from None
     seed = whole(given["seed"]) if "seed" in given else defaults.seed
@@ -169,7 +179,33 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
         logprobs,
         echo,
         include_usage,
+        constraint_field,
     )
+
+
+def _constraint(given: Mapping[str, Any]) -> tuple[Constraint | None, str | None]:
+    """The request's constraint (``response_format`` json_object / json_schema, ``regex``,
+    ``json_schema``, ``min_tokens``) and the field that gave its grammar."""
+    grammars: dict[str, dict[str, Any]] = {}
+    fmt = given.get("response_format", {}).get("type", "text")
+    if fmt == "json_object":
+        grammars["response_format"] = {"json_schema": {"type": "object"}}
+    elif fmt == "json_schema":
+        grammars["response_format"] = {"json_schema": given["response_format"]["json_schema"]["schema"]}
+    for name in ("regex", "json_schema"):
+        if name in given:
+            grammars[name] = {name: given[name]}
+    if len(grammars) > 1:
+        a, b = sorted(grammars)[:2]
+        raise ParamError(b, f"send one grammar per request: `{a}` or `{b}`, not both")
+    field, grammar = next(iter(grammars.items()), (None, {}))
+    try:
+        constraint = Constraint.of(**grammar, min_tokens=given.get("min_tokens"))
+    except ConfigError as exc:
+        raise request_error(exc, {"json_schema": field or "json_schema"}) from None
+    if constraint is not None and field is None:
+        field = "min_tokens"
+    return constraint, field
 
 
 def _logprob_count(given: Mapping[str, Any], kind: str) -> int | None:

@@ -353,15 +353,66 @@ OPENAI: tuple[Field, ...] = (
         "response_format",
         _fixed(
             {
-                "type": "object",
-                "required": ["type"],
-                "additionalProperties": False,
-                "properties": {"type": {"type": "string", "enum": ["text"]}},
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "required": ["type"],
+                        "additionalProperties": False,
+                        "properties": {"type": {"type": "string", "enum": ["text", "json_object"]}},
+                    },
+                    {
+                        "type": "object",
+                        "required": ["type", "json_schema"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "type": {"type": "string", "enum": ["json_schema"]},
+                            "json_schema": {
+                                "type": "object",
+                                "required": ["schema"],
+                                "properties": {
+                                    "name": {"type": "string"},
+                                    "description": {"type": "string"},
+                                    "schema": {"type": "object"},
+                                    "strict": {"type": "boolean"},
+                                },
+                            },
+                        },
+                    },
+                ],
+                "description": '{"type": "text" | "json_object"} or {"type": "json_schema", "json_schema": '
+                '{"name": ..., "schema": {...}}}',
             }
         ),
-        'only `{"type": "text"}`: not supported; else 400',
-        ("chat",),
-        unsupported="; drop it",
+        "**structured power sampling**: `json_object` (a JSON object) or `json_schema` (its `schema`) "
+        "restricts the target to the responses that are complete JSON of the schema ending at EOS (or "
+        "valid prefixes cut at `max_tokens`): pi(x) ∝ p0(x)^alpha over them, sampled exactly (proposals "
+        "from q masked by the grammar and resumed at each kept prefix; docs/design.md §2.2). The target "
+        "is then `eos`. `text`: no constraint",
+    ),
+    Field(
+        "regex",
+        _fixed({"type": "string", "minLength": 1}),
+        "SGLang's field: the answer must fully match this regular expression (structured power sampling, as "
+        "`response_format`); one of `regex`, `json_schema`, `response_format` json",
+    ),
+    Field(
+        "json_schema",
+        _fixed({"anyOf": [{"type": "string", "minLength": 2}, {"type": "object"}]}),
+        "SGLang's field: a JSON schema (an object, or its JSON text) the answer must be JSON of (structured "
+        "power sampling, as `response_format`)",
+    ),
+    Field(
+        "min_tokens",
+        _fixed(integer(0)),
+        "SGLang's and vLLM's field: no EOS before the response has this many tokens (the target is restricted "
+        "to such responses; proposals mask EOS until then)",
+    ),
+    Field(
+        "ebnf",
+        _fixed(NULL),
+        "SGLang's EBNF grammar: not supported yet (use `regex` or `json_schema`); 400 unless null",
+        unsupported=" yet (use `regex` or `json_schema`); drop it",
+        nullable=False,
     ),
 )
 """The OpenAI fields, in docs/serve.md's order."""

@@ -83,6 +83,7 @@ class Service:
             if key in self._samplers:
                 self._samplers.move_to_end(key)
                 return self._samplers[key]
+            self._check_constrainable(job)
             try:
                 sampler = Sampler(self.engine, job.config, job.presto)
             except ValueError as exc:  # CapabilityError: e.g. entropycut on an engine without entropy
@@ -93,6 +94,25 @@ class Service:
             if len(self._samplers) > SAMPLERS_KEPT:
                 self._samplers.popitem(last=False)
             return sampler
+
+    def _check_constrainable(self, job: ChainJob) -> None:
+        """A 400 naming the constraint's field when the backend cannot sample under it: its draws
+        cannot be masked by a grammar resumed at the kept prefix, or its model has no stop token
+        (the constrained responses are those that end)."""
+        c = job.config.target.constraint
+        if c is None or job.constraint_field is None:
+            return
+        if not self.engine.capabilities.constraints:
+            why = "this backend cannot mask its draws by a grammar resumed at the kept prefix"
+        elif not self.engine.text.stop_ids:
+            why = "the served model has no stop token, so no response can end where the constraint allows"
+        else:
+            return
+        raise ParamError(
+            job.constraint_field,
+            f"`{job.constraint_field}` asks for structured power sampling, and {why} (embedded and reference "
+            "engines, and SGLang with presto-sgl's plugin, can)",
+        )
 
     def prompt_ids(self, job: ChainJob, prompt: Any) -> tuple[int, ...]:
         """One prompt as token ids, checked by the sampler (400 naming the field otherwise)."""

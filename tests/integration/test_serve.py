@@ -368,3 +368,66 @@ def test_shutdown_answers_requests_past_the_grace_period_with_503():
         proc.wait(DEADLINE_S)
         thread.join(DEADLINE_S)
         assert outcome["status"] == 503 and time.monotonic() - t0 < DEADLINE_S
+
+
+JSON_ALPHABET = '#{}"a:1,'
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+def test_structured_requests_sample_in_the_language():
+    """``response_format`` (json_schema, json_object) and SGLang's ``regex`` / ``json_schema`` /
+    ``min_tokens`` fields restrict the chains' target: every answer validates (``jsonschema``,
+    ``re``), the chain is the library's constrained chain, and a backend that cannot end or
+    constrain its draws is a 400 naming the field."""
+    import json
+    import re
+
+    import jsonschema
+
+    from presto_sgl.config import PowerConfig, Target
+    from presto_sgl.constraints import Constraint
+
+    engine = ReferenceEngine(ReferenceLM(8, seed=2), stop_ids=(0,), alphabet=JSON_ALPHABET)
+    power = {"block_size": 8, "steps": 4, "seed": 3, "return_token_ids": True}
+    with serving(make_service(engine, "reference", concurrency=2, queue_size=8)) as url:
+        c = client(url)
+        fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
+        for body in ({"response_format": fmt}, {"json_schema": SCHEMA}, {"json_schema": json.dumps(SCHEMA)}):
+            r = c.completions.create(model="reference", prompt=[1, 2], max_tokens=16, n=3, extra_body=power | body)
+            for ch in r.choices:
+                jsonschema.validate(json.loads(ch.text), SCHEMA)
+                assert ch.finish_reason == "stop"
+            assert r.model_extra["presto"]["config"]["constraint"] == {
+                "json_schema": json.dumps(SCHEMA, separators=(",", ":"))
+            }
+        cfg, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=4, target="eos")
+        cfg = PowerConfig(Target(cfg.target.alpha, 16, 8, "eos", Constraint(json_schema=SCHEMA)), cfg.kernel)
+        want = Sampler(engine, cfg, presto).run((1, 2), seed=3, prompt_id=2).state.tokens
+        assert r.choices[2].model_extra["presto"]["response_ids"] == list(want)
+        r = c.completions.create(
+            model="reference",
+            prompt=[1, 2],
+            max_tokens=16,
+            extra_body=power | {"response_format": {"type": "json_object"}},
+        )
+        assert isinstance(json.loads(r.choices[0].text), dict)
+        r = c.completions.create(
+            model="reference", prompt=[1, 2], max_tokens=16, extra_body=power | {"regex": "1+", "min_tokens": 3}
+        )
+        assert re.fullmatch("1{3,}", r.choices[0].text), r.choices[0].text
+        for extra, param in (
+            ({"regex": "1+", "json_schema": SCHEMA}, "regex"),
+            ({"regex": "1+", "response_format": fmt}, "response_format"),
+            ({"json_schema": "{nope"}, "json_schema"),
+            ({"response_format": {"type": "json_schema"}}, "response_format"),
+            ({"ebnf": "root ::= 'a'"}, "ebnf"),
+            ({"min_tokens": -1}, "min_tokens"),
+            ({"regex": "1+", "target": "fixed"}, "target"),
+        ):
+            with pytest.raises(openai.BadRequestError) as err:
+                c.completions.create(model="reference", prompt=[1, 2], max_tokens=16, extra_body=power | extra)
+            assert err.value.body["param"] == param, (extra, err.value.body)
+    with serving(make_service(reference(), "reference")) as url:  # no stop token: it cannot end where C allows
+        with pytest.raises(openai.BadRequestError) as err:
+            client(url).completions.create(model="reference", prompt=PROMPT, max_tokens=16, extra_body={"regex": "a+"})
+        assert err.value.body["param"] == "regex" and "stop token" in err.value.body["message"]

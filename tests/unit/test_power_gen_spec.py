@@ -125,3 +125,37 @@ def test_a_choice_needs_a_prompt_and_non_empty_choices():
         draw_choice(eng, (), CHOICES, 2.0, seed=0)
     with pytest.raises(ValueError, match="non-empty"):
         draw_choice(eng, PROMPT, [(1,), ()], 2.0, seed=0)
+
+
+def test_structured_arguments_constrain_the_chains_target():
+    from presto_sgl.constraints import REGEX_INT, Constraint
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    for kwargs, want in (
+        ({"regex": "(yes|no)"}, Constraint(regex="(yes|no)")),
+        ({"json_schema": schema}, Constraint(json_schema=schema)),
+        ({"json_schema": '{"type": "object"}'}, Constraint(json_schema={"type": "object"})),
+        ({"dtype": int}, Constraint(regex=REGEX_INT)),
+        ({"dtype": "int"}, Constraint(regex=REGEX_INT)),
+        ({"min_tokens": 3}, Constraint(min_tokens=3)),
+        ({"min_new_tokens": 3, "regex": "a+"}, Constraint(regex="a+", min_tokens=3)),
+    ):
+        for cap in ({"max_tokens": 16}, {"max_new_tokens": 16}):  # a constraint defaults to eos either way
+            target = gen_spec("x", **kwargs, **cap, block_size=4, steps=2).method.config.target
+            assert target.constraint == want and target.target == "eos"
+    assert gen_spec("x", min_tokens=0, **CHAIN).method.config.target.constraint is None
+    assert gen_spec("x", stop_regex=r"\d", **CHAIN).stop_regex == (r"\d",)
+    for bad, match in (
+        ({"regex": "a+", "target": "fixed"}, "needs target='eos'"),
+        ({"regex": "a+", "dtype": int}, "`regex` or `dtype`"),
+        ({"regex": "a+", "json_schema": schema}, "`regex` or `json_schema`"),
+        ({"dtype": list}, "`dtype`"),
+        ({"json_schema": "{nope"}, "`json_schema` is not valid JSON"),
+        ({"json_schema": [1]}, "`json_schema` must be a JSON object"),
+        ({"min_tokens": 2, "min_new_tokens": 3}, "not both"),
+        ({"min_tokens": -1}, "`min_tokens`"),
+        ({"stop_regex": "("}, "`stop_regex`"),
+        ({"regex": "a+", "method": "bestofn"}, "baseline 'bestofn' does not sample under a constraint"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            gen_spec("x", **bad, **CHAIN)
