@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import time
 from pathlib import Path
 
+import jsonschema
 import openai
 import pytest
 
@@ -113,9 +115,15 @@ def test_the_readme_client_example_runs_as_written(server_url):
     command = re.search(r"presto-sgl serve (.*?)\s+# on port 8300", section).group(1)
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     flags = command.replace("http://127.0.0.1:30000", server_url).split()
+    namespace: dict = {}
     with serve_cli(*flags) as (url, _):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(code.replace("http://127.0.0.1:8300", url), {})
-    assert out.getvalue().strip(), "the example prints the answer and its transitions per call"
-    assert float(out.getvalue().split()[-1]) > 1.0  # PreSTO step: more than one transition per call
+            exec(code.replace("http://127.0.0.1:8300", url), namespace)
+    assert out.getvalue().strip(), "the example prints the answers and the transitions per call"
+    assert namespace["model"] == _model_name(url)  # read from /v1/models: a hub id or a folder's name
+    r, structured = namespace["r"], namespace["structured"]
+    assert r.choices[0].model_extra["presto"]["metrics"]["transitions_per_call"] > 1.0  # PreSTO step
+    answer = structured.choices[0]
+    assert answer.finish_reason == "stop", answer  # ended at EOS: complete JSON of the schema
+    jsonschema.validate(json.loads(answer.message.content), namespace["person"])
