@@ -120,8 +120,9 @@ def test_the_readme_client_example_runs_as_written(server_url):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             exec(code.replace("http://127.0.0.1:8300", url), namespace)
+        served = _model_name(url)
     assert out.getvalue().strip(), "the example prints the answers and the transitions per call"
-    assert namespace["model"] == _model_name(url)  # read from /v1/models: a hub id or a folder's name
+    assert namespace["model"] == served  # read from /v1/models: a hub id or a folder's name
     r, structured = namespace["r"], namespace["structured"]
     assert r.choices[0].model_extra["presto"]["metrics"]["transitions_per_call"] > 1.0  # PreSTO step
     answer = structured.choices[0]
