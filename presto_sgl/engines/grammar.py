@@ -17,13 +17,14 @@ xgrammar is imported when the first grammar is compiled.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import CapabilityError, EngineError
+from ..errors import CapabilityError, ConfigError, EngineError
 
 if TYPE_CHECKING:
     from ..constraints import Constraint
@@ -40,6 +41,27 @@ def xgrammar() -> Any:
             "pip install 'presto-sgl[embedded]' (or pip install xgrammar)"
         ) from None
     return xgrammar
+
+
+def check(constraint: Constraint) -> None:
+    """ConfigError naming ``regex`` / ``json_schema`` when xgrammar cannot compile the
+    constraint's grammar (checked over a printable-ASCII vocabulary: what a grammar means does
+    not depend on the vocabulary). Without xgrammar installed (a client of an SGLang server)
+    nothing is checked here: the server compiles it."""
+    if constraint.grammar is None:
+        return
+    try:
+        _ascii().compiled(constraint.grammar)
+    except CapabilityError:
+        return
+    except EngineError as e:
+        kind, source = constraint.grammar
+        raise ConfigError(kind, source, f"{{{kind}}} cannot be compiled into a grammar: {e}") from None
+
+
+@functools.cache
+def _ascii() -> Grammars:
+    return Grammars.for_strings([chr(i) for i in range(32, 127)], ())
 
 
 class Grammars:

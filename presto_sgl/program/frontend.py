@@ -72,6 +72,7 @@ from ..chain.choices import draw_choice
 from ..chain.keys import SEED_MASK, hash64
 from ..config import PowerConfig, Target, alpha_of_temperature, capped_blocks, parameters
 from ..constraints import Constraint
+from ..engines import grammar
 from ..engines.scoring import scorer
 from ..engines.sglang.http import SGLangEngine
 from ..errors import ConfigError
@@ -249,6 +250,7 @@ def gen_spec(
         options["target"] = "eos"
     method = method_config(options)
     if constraint is not None:
+        grammar.check(constraint)
         method = _constrained(method, constraint)
     if isinstance(method.config, PowerConfig) and method.config.kernel.steps == 0:
         raise ConfigError(

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..config import PowerConfig, PrestoConfig, alpha_of_temperature, capped_blocks, with_options
 from ..constraints import Constraint
+from ..engines.grammar import check as check_grammar
 from ..errors import ConfigError
 from .request import LENGTH, OPENAI, Defaults, ParamError, Served, power_fields, request_fields
 from .schema import describe, token_ids, whole
@@ -201,6 +202,8 @@ def _constraint(given: Mapping[str, Any]) -> tuple[Constraint | None, str | None
     field, grammar = next(iter(grammars.items()), (None, {}))
     try:
         constraint = Constraint.of(**grammar, min_tokens=given.get("min_tokens"))
+        if constraint is not None:
+            check_grammar(constraint)
     except ConfigError as exc:
         raise request_error(exc, {"json_schema": field or "json_schema"}) from None
     if constraint is not None and field is None:

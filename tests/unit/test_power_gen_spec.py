@@ -155,6 +155,8 @@ def test_structured_arguments_constrain_the_chains_target():
         ({"min_tokens": 2, "min_new_tokens": 3}, "not both"),
         ({"min_tokens": -1}, "`min_tokens`"),
         ({"stop_regex": "("}, "`stop_regex`"),
+        ({"regex": "(a"}, "`regex` cannot be compiled into a grammar"),
+        ({"json_schema": {"type": 5}}, "`json_schema` cannot be compiled into a grammar"),
         ({"regex": "a+", "method": "bestofn"}, "baseline 'bestofn' does not sample under a constraint"),
     ):
         with pytest.raises(ConfigError, match=match):
