@@ -202,7 +202,7 @@ def test_ending_run_interrupted_anywhere_resumes_to_the_same_chain(tmp_path, ker
     rng = random.Random(f"{kernel_case}-{rule}")
     for i in range(6):
         if i % 2 == 0:
-            stream, eng = CutStream(rng.randrange(len(full_text))), None
+            stream, eng = CutStream(rng.randrange(full_text.count("\n")), rng.random()), None
         else:
             stream, eng = io.StringIO(), DyingEngine(coupling_engine(), rng.randint(1, calls))
         with pytest.raises(Interrupted):
