@@ -30,9 +30,12 @@ take the program's run-level values as ``sgl.gen``'s do (``program.run(max_new_t
 stop=...)``; :data:`RUN_DEFAULTS`). ``name`` may be omitted, as for ``sgl.gen`` (the answer is
 appended to the text). ``temperature`` t > 0 sets alpha = 1/t, as ``serve`` reads it (0, greedy,
 keeps alpha). ``choices=[...]`` (or :func:`power_select`, ``sgl.select``'s drop-in) draws one
-choice c from p0(c | x)^alpha exactly, from one scoring pass. Arguments ``sgl.gen`` has and
-power_gen cannot honour exactly (``regex``, ``json_schema``, ``dtype``, ``min_tokens``,
-``top_p``, ...: :data:`REFUSED`) are refused by name with the reason; so is ``steps=0``.
+choice c from p0(c | x)^alpha exactly, from one scoring pass. ``regex``, ``json_schema``,
+``dtype`` and ``min_tokens`` (``min_new_tokens``) restrict the chain's target to the answers
+they allow, sampled exactly (structured power sampling, docs/design.md §2.2; the target is then
+eos); ``stop_regex`` ends the answer before its first match, as ``stop`` strings do. Arguments
+``sgl.gen`` has and power_gen cannot honour exactly (``n``, ``top_p``, penalties, ...:
+:data:`REFUSED`) are refused by name with the reason; so is ``steps=0``.
 
 Randomness: without ``seed`` every call draws a seed from the OS; with one, the chain id
 is a hash of the call's place in the program (its :class:`~presto_sgl.program.interpreter.Lineage`:
@@ -106,7 +109,9 @@ _schedulers: weakref.WeakKeyDictionary[Any, Scheduler] = weakref.WeakKeyDictiona
 
 class PowerGen:
     """``power_gen(name, *, max_tokens=None, stop=None, stop_token_ids=None, return_logprob=False,
-    seed=None, chain_id=None, engine=None, **options)``: a program expression (``s += ...``).
+    temperature=None, choices=None, regex=None, json_schema=None, dtype=None, min_tokens=None,
+    stop_regex=None, seed=None, chain_id=None, engine=None, **options)``: a program expression
+    (``s += ...``).
 
     ``options`` are the registry's parameters (``method``, ``rule``, ``max_new_tokens``,
     ``block_size``, ``steps``, ``alpha``, ``tau``, ``target`` ("eos": the chain's responses end at
@@ -123,6 +128,13 @@ class PowerGen:
             inspect.Parameter("stop", kw, default=None, annotation=str | list[str] | None),
             inspect.Parameter("stop_token_ids", kw, default=None, annotation=list[int] | None),
             inspect.Parameter("return_logprob", kw, default=False, annotation=bool),
+            inspect.Parameter("temperature", kw, default=None, annotation=float | None),
+            inspect.Parameter("choices", kw, default=None, annotation=list[str] | None),
+            inspect.Parameter("regex", kw, default=None, annotation=str | None),
+            inspect.Parameter("json_schema", kw, default=None, annotation=str | dict | None),
+            inspect.Parameter("dtype", kw, default=None, annotation=type | str | None),
+            inspect.Parameter("min_tokens", kw, default=None, annotation=int | None),
+            inspect.Parameter("stop_regex", kw, default=None, annotation=str | list[str] | None),
             inspect.Parameter("seed", kw, default=None, annotation=int | None),
             inspect.Parameter("chain_id", kw, default=None, annotation=int | None),
             inspect.Parameter("engine", kw, default=None),

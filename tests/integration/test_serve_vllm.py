@@ -7,6 +7,7 @@ as a float32 forward says.
 
 from __future__ import annotations
 
+import openai
 import pytest
 
 from tests.support.forward import TOL, reference
@@ -31,6 +32,11 @@ def test_served_chains_are_the_librarys_chains_on_the_same_server(server_url, en
             seed=4,
             extra_body={"budget": 6, "return_token_ids": True},
         )
+        with pytest.raises(openai.BadRequestError) as err:  # vLLM's grammar cannot resume at a kept prefix
+            c.chat.completions.create(
+                model=c.models.list().data[0].id, messages=MESSAGES, extra_body={"regex": "[0-9]+"}
+            )
+        assert err.value.body["param"] == "regex" and "cannot mask its draws" in err.value.body["message"]
     assert r.model_extra["presto"]["config"]["target"] == "eos"  # serve's default: the responses that end
     config, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=3, budget=6, target="eos")
     sampler = Sampler(engine, config, presto)
