@@ -15,6 +15,7 @@ from typing import Any
 from . import registry
 from .chain.samplers import Sampler
 from .config import PRESTO, BaselineConfig, PowerConfig, PrestoConfig, baseline_config, sampling_configs
+from .constraints import Constraint
 from .engines.base import Engine
 from .errors import ConfigError
 from .methods import Method
@@ -67,6 +68,20 @@ def ending_default(config: PowerConfig, engine: Engine) -> PowerConfig:
     except ConfigError:
         return config
     return ending
+
+
+def constrained(method: MethodConfig, constraint: Constraint) -> MethodConfig:
+    """``method`` with its chain's target restricted by ``constraint`` (an MH chain only)."""
+    arg = next(iter(constraint.describe()))
+    if not isinstance(method.config, PowerConfig):
+        raise ConfigError(
+            arg,
+            constraint.describe()[arg],
+            f"{{{arg}}} constrains an MH chain's target; the baseline {method.method!r} does not sample under a "
+            "constraint: use a power-sampling method (powermh, entropycut, multitry)",
+        )
+    target = replace(method.config.target, constraint=constraint)
+    return replace(method, config=PowerConfig(target, method.config.kernel))
 
 
 def make_method(engine: Engine, spec: MethodConfig | Mapping[str, Any]) -> Method:

@@ -7,8 +7,8 @@ probability; only the proposal q_tau is masked by C and renormalized, resumed at
 grammar state after the kept prefix. Engines do the masking (:mod:`.engines.grammar`);
 this module only says what C is.
 
-A constraint is a grammar (a ``regex`` or a ``json_schema``, as SGLang's ``sgl.gen`` and
-``/generate`` take them, matched by xgrammar) and/or ``min_tokens``: no stop token before the
+A constraint is a grammar (a ``regex``, a ``json_schema`` or an ``ebnf`` grammar, as SGLang's
+``/generate`` takes them, matched by xgrammar) and/or ``min_tokens``: no stop token before the
 response has that many tokens (SGLang's ``min_new_tokens``).
 """
 
@@ -35,23 +35,32 @@ DTYPES: dict[Any, str] = {
     "bool": REGEX_BOOL,
 }
 """``sgl.gen(dtype=...)`` as SGLang maps it (``sglang.lang.ir``, ``RuntimeEndpoint``): a regex."""
+GRAMMARS = ("regex", "json_schema", "ebnf")
+"""The grammar kinds, by their SGLang sampling-parameter names."""
 
 
 @dataclass(frozen=True)
 class Constraint:
-    """C: ``regex`` (full match) or ``json_schema`` (JSON text), and/or ``min_tokens``."""
+    """C: ``regex`` (full match), ``json_schema`` (JSON text) or ``ebnf`` (xgrammar's EBNF, rule
+    ``root``), and/or ``min_tokens``."""
 
     regex: str | None = None
     json_schema: Any = None  # a dict or its JSON text; kept as compact JSON text
     min_tokens: int = 0
+    ebnf: str | None = None
 
     def __post_init__(self) -> None:
-        if self.regex is not None and self.json_schema is not None:
+        given = [k for k in GRAMMARS if getattr(self, k) is not None]
+        if len(given) > 1:
             raise ConfigError(
-                "json_schema", self.json_schema, "give {regex} or {json_schema}, not both (one grammar per response)"
+                given[1],
+                getattr(self, given[1]),
+                f"give {{{given[0]}}} or {{{given[1]}}}, not both (one grammar per response)",
             )
-        if self.regex is not None and (not isinstance(self.regex, str) or not self.regex):
-            raise ConfigError("regex", self.regex, f"{{regex}} (={self.regex!r}) must be a non-empty string")
+        for name in ("regex", "ebnf"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty string")
         if self.json_schema is not None:
             object.__setattr__(self, "json_schema", schema_text(self.json_schema))
         if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or self.min_tokens < 0:
@@ -67,6 +76,7 @@ class Constraint:
         json_schema: Any = None,
         dtype: Any = None,
         min_tokens: int | None = None,
+        ebnf: str | None = None,
     ) -> Constraint | None:
         """The constraint of ``sgl.gen``-style arguments (``dtype`` as SGLang maps it to a regex),
         or None when they constrain nothing."""
@@ -76,17 +86,13 @@ class Constraint:
             if regex is not None:
                 raise ConfigError("regex", regex, "give {regex} or {dtype}, not both")
             regex = DTYPES[dtype]
-        c = cls(regex, json_schema, min_tokens or 0)
+        c = cls(regex, json_schema, min_tokens or 0, ebnf)
         return c if c.grammar is not None or c.min_tokens else None
 
     @property
     def grammar(self) -> tuple[str, str] | None:
-        """("regex", pattern), ("json_schema", schema text) or None."""
-        if self.regex is not None:
-            return ("regex", self.regex)
-        if self.json_schema is not None:
-            return ("json_schema", self.json_schema)
-        return None
+        """("regex" | "json_schema" | "ebnf", source) or None."""
+        return next(((k, getattr(self, k)) for k in GRAMMARS if getattr(self, k) is not None), None)
 
     def describe(self) -> dict[str, object]:
         """The fields that are set (a run record's ``constraint``)."""

@@ -44,7 +44,7 @@ def xgrammar() -> Any:
 
 
 def check(constraint: Constraint) -> None:
-    """ConfigError naming ``regex`` / ``json_schema`` when xgrammar cannot compile the
+    """ConfigError naming ``regex`` / ``json_schema`` / ``ebnf`` when xgrammar cannot compile the
     constraint's grammar (checked over a printable-ASCII vocabulary: what a grammar means does
     not depend on the vocabulary). Without xgrammar installed (a client of an SGLang server)
     nothing is checked here: the server compiles it."""
@@ -102,7 +102,7 @@ class Grammars:
         )
 
     def compiled(self, grammar: tuple[str, str]) -> Any:
-        """xgrammar's compiled grammar of ("regex" | "json_schema", source); ConfigError-like
+        """xgrammar's compiled grammar of ("regex" | "json_schema" | "ebnf", source); an
         EngineError when xgrammar refuses it."""
         with self._lock:
             if grammar not in self._compiled:
@@ -113,6 +113,8 @@ class Grammars:
                 try:
                     if kind == "regex":
                         self._compiled[grammar] = self._compiler.compile_regex(source)
+                    elif kind == "ebnf":
+                        self._compiled[grammar] = self._compiler.compile_grammar(source)
                     else:
                         self._compiled[grammar] = self._compiler.compile_json_schema(source, any_whitespace=True)
                 except RuntimeError as e:

@@ -69,7 +69,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import registry
-from ..build import MethodConfig, ending_default, make_method
+from ..build import MethodConfig, constrained, ending_default, make_method
 from ..build import method_config as _method_config
 from ..chain.choices import draw_choice
 from ..chain.keys import SEED_MASK, hash64
@@ -135,6 +135,7 @@ class PowerGen:
             inspect.Parameter("dtype", kw, default=None, annotation=type | str | None),
             inspect.Parameter("min_tokens", kw, default=None, annotation=int | None),
             inspect.Parameter("stop_regex", kw, default=None, annotation=str | list[str] | None),
+            inspect.Parameter("ebnf", kw, default=None, annotation=str | None),
             inspect.Parameter("seed", kw, default=None, annotation=int | None),
             inspect.Parameter("chain_id", kw, default=None, annotation=int | None),
             inspect.Parameter("engine", kw, default=None),
@@ -204,6 +205,7 @@ def gen_spec(
     min_tokens: int | None = None,
     min_new_tokens: int | None = None,
     stop_regex: str | Sequence[str] | None = None,
+    ebnf: str | None = None,
     **options: Any,
 ) -> GenSpec:
     """The validated :class:`GenSpec` of a power_gen call; a ConfigError names the bad argument."""
@@ -229,6 +231,7 @@ def gen_spec(
         json_schema=json_schema,
         dtype=dtype,
         min_tokens=min_tokens if min_tokens is not None else min_new_tokens,
+        ebnf=ebnf,
     )
     ids = tuple(stop_token_ids or ())
     if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
@@ -263,7 +266,7 @@ def gen_spec(
     method = method_config(options)
     if constraint is not None:
         grammar.check(constraint)
-        method = _constrained(method, constraint)
+        method = constrained(method, constraint)
     if isinstance(method.config, PowerConfig) and method.config.kernel.steps == 0:
         raise ConfigError(
             "steps",
@@ -297,20 +300,6 @@ def _stop_regexes(stop_regex: Any) -> tuple[str, ...]:
                 "stop_regex", stop_regex, f"{{stop_regex}} (={p!r}) is not a regular expression ({e})"
             ) from None
     return patterns
-
-
-def _constrained(method: MethodConfig, constraint: Constraint) -> MethodConfig:
-    """``method`` with its chain's target restricted by ``constraint`` (an MH chain only)."""
-    arg = next(iter(constraint.describe()))
-    if not isinstance(method.config, PowerConfig):
-        raise ConfigError(
-            arg,
-            constraint.describe()[arg],
-            f"{{{arg}}} constrains an MH chain's target; the baseline {method.method!r} does not sample under a "
-            "constraint: use a power-sampling method (powermh, entropycut, multitry)",
-        )
-    target = dataclasses.replace(method.config.target, constraint=constraint)
-    return dataclasses.replace(method, config=PowerConfig(target, method.config.kernel))
 
 
 def _is_baseline(options: dict[str, Any]) -> bool:

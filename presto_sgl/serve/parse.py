@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import PowerConfig, PrestoConfig, alpha_of_temperature, capped_blocks, with_options
-from ..constraints import Constraint
+from ..constraints import GRAMMARS, Constraint
 from ..engines.grammar import check as check_grammar
 from ..errors import ConfigError
 from .request import LENGTH, OPENAI, Defaults, ParamError, Served, power_fields, request_fields
@@ -186,14 +186,14 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
 
 def _constraint(given: Mapping[str, Any]) -> tuple[Constraint | None, str | None]:
     """The request's constraint (``response_format`` json_object / json_schema, ``regex``,
-    ``json_schema``, ``min_tokens``) and the field that gave its grammar."""
+    ``json_schema``, ``ebnf``, ``min_tokens``) and the field that gave its grammar."""
     grammars: dict[str, dict[str, Any]] = {}
     fmt = given.get("response_format", {}).get("type", "text")
     if fmt == "json_object":
         grammars["response_format"] = {"json_schema": {"type": "object"}}
     elif fmt == "json_schema":
         grammars["response_format"] = {"json_schema": given["response_format"]["json_schema"]["schema"]}
-    for name in ("regex", "json_schema"):
+    for name in GRAMMARS:
         if name in given:
             grammars[name] = {name: given[name]}
     if len(grammars) > 1:
@@ -205,7 +205,7 @@ def _constraint(given: Mapping[str, Any]) -> tuple[Constraint | None, str | None
         if constraint is not None:
             check_grammar(constraint)
     except ConfigError as exc:
-        raise request_error(exc, {"json_schema": field or "json_schema"}) from None
+        raise request_error(exc, {kind: field or kind for kind in GRAMMARS}) from None
     if constraint is not None and field is None:
         field = "min_tokens"
     return constraint, field

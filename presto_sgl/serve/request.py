@@ -393,7 +393,7 @@ OPENAI: tuple[Field, ...] = (
         "regex",
         _fixed({"type": "string", "minLength": 1}),
         "SGLang's field: the answer must fully match this regular expression (structured power sampling, as "
-        "`response_format`); one of `regex`, `json_schema`, `response_format` json",
+        "`response_format`); one grammar per request: `regex`, `json_schema`, `ebnf` or `response_format` json",
     ),
     Field(
         "json_schema",
@@ -409,10 +409,9 @@ OPENAI: tuple[Field, ...] = (
     ),
     Field(
         "ebnf",
-        _fixed(NULL),
-        "SGLang's EBNF grammar: not supported yet (use `regex` or `json_schema`); 400 unless null",
-        unsupported=" yet (use `regex` or `json_schema`); drop it",
-        nullable=False,
+        _fixed({"type": "string", "minLength": 1}),
+        "SGLang's field: an EBNF grammar (xgrammar's syntax, rule `root`) the answer must match (structured "
+        "power sampling, as `response_format`)",
     ),
 )
 """The OpenAI fields, in docs/serve.md's order."""

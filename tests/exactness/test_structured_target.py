@@ -49,6 +49,9 @@ LANGUAGES = {
     "json": (json_language(SCHEMA, "#[]1,", 0), Constraint(json_schema=SCHEMA), (4, 4, 3)),
 }
 """name: (the language by its validator, the constraint the library gets, schedule (T, B, K))."""
+EBNF = ("regex", Constraint(ebnf='root ::= ("ab" | "c")+'))
+"""The regex language as an EBNF grammar: xgrammar's third front end, checked against the same
+validator (its mask, its invariance and one law case; the law does not depend on the front end)."""
 UNSEEDED = ["sequential-path", "bfs", "predictive", "step", "step-cost"]
 """Unseeded sequential runs with path keys only: with step keys it is the same chain law (seeded
 sequential-step runs here; test_ending_target.py runs both keyings unconstrained)."""
@@ -58,8 +61,11 @@ def lm(language: Language) -> ReferenceLM:
     return ReferenceLM(len(language.alphabet), sharpness=1.0, seed=1)
 
 
-def config(kernel_case: KernelCase, sampler_name: str, name: str) -> tuple[PowerConfig, PrestoConfig]:
-    _, constraint, (n, b, k) = LANGUAGES[name]
+def config(
+    kernel_case: KernelCase, sampler_name: str, name: str, constraint: Constraint | None = None
+) -> tuple[PowerConfig, PrestoConfig]:
+    _, given, (n, b, k) = LANGUAGES[name]
+    constraint = constraint or given
     rule, budget = SAMPLERS[sampler_name]
     cfg, presto = rule.configs(
         budget, **kernel_case.options(alpha=ALPHA, target="eos", max_new_tokens=n, block_size=b, steps=k, tries=3)
@@ -84,11 +90,13 @@ def exact_law(kernel_case: KernelCase, name: str) -> tuple[np.ndarray, list[tupl
     return law, exact.reachable(model, PROMPT, exact.continuations(model.vocab_size, T, stop))
 
 
-@pytest.mark.parametrize("name", LANGUAGES)
-def test_the_engine_masks_as_the_definition(name):
+@pytest.mark.parametrize(
+    "name,constraint", [(n, LANGUAGES[n][1]) for n in LANGUAGES] + [EBNF], ids=["regex", "json", "ebnf"]
+)
+def test_the_engine_masks_as_the_definition(name, constraint):
     """At every response prefix q can reach, the reference engine's mask (xgrammar's, resumed
     at the prefix) is the validator's; its draws' log q is the masked, renormalized q_tau."""
-    language, constraint, (n, _, _) = LANGUAGES[name]
+    language, _, (n, _, _) = LANGUAGES[name]
     model = lm(language)
     engine = reference_engine(model, language)
     masked = MaskedLM(model, len(PROMPT), language)
@@ -144,9 +152,9 @@ def law_cases():
                 yield pytest.param(kernel, name, sampler, seeded, id=f"{kernel}-{name}-{sampler}-{tag}", marks=marks)
 
 
-def sample(kernel_case, sampler_name, name, seeded, engine=None) -> Counter:
+def sample(kernel_case, sampler_name, name, seeded, engine=None, constraint=None) -> Counter:
     language = LANGUAGES[name][0]
-    cfg, presto = config(kernel_case, sampler_name, name)
+    cfg, presto = config(kernel_case, sampler_name, name, constraint)
     engine = engine or reference_engine(lm(language), language, seeded, UNSEEDED_RNG)
     rule, _ = SAMPLERS[sampler_name]
     sampler = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
@@ -163,6 +171,17 @@ def test_constrained_chains_follow_the_exact_law(kernel_case, name, sampler_name
     law, states = exact_law(kernel_case, name)
     p, tv = chi_square_pvalue(counts, law, states, CHAINS)
     assert p > SIGNIFICANCE, f"chi-square p={p:.2e} (TV={tv:.3f}) rejects the exact law under {language.name}"
+
+
+@pytest.mark.law
+def test_a_chain_under_the_ebnf_grammar_follows_the_regex_languages_law():
+    kernel_case, (name, constraint) = KERNELS[0], EBNF
+    language = LANGUAGES[name][0]
+    counts = sample(kernel_case, "step", name, False, constraint=constraint)
+    assert all(language.accepts(s, LANGUAGES[name][2][0]) for s in counts)
+    law, states = exact_law(kernel_case, name)
+    p, tv = chi_square_pvalue(counts, law, states, CHAINS)
+    assert p > SIGNIFICANCE, f"chi-square p={p:.2e} (TV={tv:.3f}) rejects the exact law under the EBNF grammar"
 
 
 class UnmaskedLogQ:

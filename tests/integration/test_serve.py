@@ -415,6 +415,10 @@ def test_structured_requests_sample_in_the_language():
             model="reference", prompt=[1, 2], max_tokens=16, extra_body=power | {"regex": "1+", "min_tokens": 3}
         )
         assert re.fullmatch("1{3,}", r.choices[0].text), r.choices[0].text
+        r = c.completions.create(
+            model="reference", prompt=[1, 2], max_tokens=16, extra_body=power | {"ebnf": 'root ::= "{" "1"* "}"'}
+        )
+        assert re.fullmatch(r"\{1*\}", r.choices[0].text), r.choices[0].text
         for extra, param in (
             ({"regex": "1+", "json_schema": SCHEMA}, "regex"),
             ({"regex": "1+", "response_format": fmt}, "response_format"),
@@ -423,7 +427,8 @@ def test_structured_requests_sample_in_the_language():
             ({"json_schema": {"type": 5}}, "json_schema"),
             ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 5}}}}, "response_format"),
             ({"response_format": {"type": "json_schema"}}, "response_format"),
-            ({"ebnf": "root ::= 'a'"}, "ebnf"),
+            ({"ebnf": "root ::= ("}, "ebnf"),
+            ({"ebnf": 'root ::= "1"', "regex": "1"}, "regex"),
             ({"min_tokens": -1}, "min_tokens"),
             ({"regex": "1+", "target": "fixed"}, "target"),
         ):

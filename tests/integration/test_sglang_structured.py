@@ -6,6 +6,7 @@ by ``jsonschema``. Skipped without PRESTO_SGL_SGLANG_URL (a failure under PRESTO
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
 import pytest
@@ -71,6 +72,23 @@ def test_resumed_masked_draws_equal_a_masked_full_forward(engine, hf_model):
         assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / req.temperature
         assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
         assert comp.tokens[-1] not in stop or valid(engine, first.tokens[:k] + comp.tokens)
+
+
+def test_an_ebnf_grammar_resumed_on_the_server(engine, hf_model):
+    """SGLang's ``ebnf`` field, resumed mid-answer: masked log q as a masked fp32 forward's."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(engine.model_path)
+    c, stop = Constraint(ebnf='root ::= ("Yes" | "No") ", because " [a-z ]+ "."'), engine.text.stop_ids
+    prompt = tuple(engine.chat_prompt("Is the sky blue? Answer Yes or No and say why."))
+    (first,) = engine.generate([Request(prompt, 24, 1.0, None, stop=stop, constraint=c)])
+    k = 2
+    (comp,) = engine.generate([Request(prompt + first.tokens[:k], 32, 0.5, None, stop=stop, constraint=c, resume=k)])
+    lq, lp = masked_forward(hf_model, tok, c, prompt + first.tokens[:k], k, comp.tokens, 0.5, stop)
+    assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / 0.5
+    assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
+    text = engine.text.decode([t for t in first.tokens[:k] + comp.tokens if t not in stop])
+    assert comp.tokens[-1] not in stop or re.fullmatch(r"(Yes|No), because [a-z ]+\.", text), text
 
 
 def test_structured_power_sampling_on_the_server(engine):

@@ -136,7 +136,10 @@ def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, st
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab, stop_token_ids=sorted(stop))
     compiler = xgr.GrammarCompiler(info)
     kind, source = constraint.grammar
-    grammar = compiler.compile_regex(source) if kind == "regex" else compiler.compile_json_schema(source)
+    compile_ = {"regex": compiler.compile_regex, "ebnf": compiler.compile_grammar}.get(
+        kind, compiler.compile_json_schema
+    )
+    grammar = compile_(source)
     matcher = xgr.GrammarMatcher(grammar)
     for t in prefix[len(prefix) - resume :]:
         assert matcher.accept_token(t)
