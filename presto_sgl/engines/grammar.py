@@ -117,7 +117,7 @@ class Grammars:
                         self._compiled[grammar] = self._compiler.compile_grammar(source)
                     else:
                         self._compiled[grammar] = self._compiler.compile_json_schema(source, any_whitespace=True)
-                except RuntimeError as e:
+                except Exception as e:  # RuntimeError for a bad grammar; UnicodeError, ValueError for bad text
                     raise EngineError(f"the grammar library cannot compile the {kind} {source!r}: {e}") from None
             return self._compiled[grammar]
 

@@ -157,6 +157,7 @@ def test_structured_arguments_constrain_the_chains_target():
         ({"stop_regex": "("}, "`stop_regex`"),
         ({"regex": "(a"}, "`regex` cannot be compiled into a grammar"),
         ({"json_schema": {"type": 5}}, "`json_schema` cannot be compiled into a grammar"),
+        ({"ebnf": 'root ::= "\udb69"'}, "`ebnf` cannot be compiled into a grammar"),  # a lone surrogate
         ({"regex": "a+", "method": "bestofn"}, "baseline 'bestofn' does not sample under a constraint"),
     ):
         with pytest.raises(ConfigError, match=match):
