@@ -80,8 +80,7 @@ def constrained(method: MethodConfig, constraint: Constraint) -> MethodConfig:
             f"{{{arg}}} constrains an MH chain's target; the baseline {method.method!r} does not sample under a "
             "constraint: use a power-sampling method (powermh, entropycut, multitry)",
         )
-    target = replace(method.config.target, constraint=constraint)
-    return replace(method, config=PowerConfig(target, method.config.kernel))
+    return replace(method, config=replace(method.config, target=replace(method.config.target, constraint=constraint)))
 
 
 def make_method(engine: Engine, spec: MethodConfig | Mapping[str, Any]) -> Method:

@@ -43,6 +43,10 @@ def xgrammar() -> Any:
     return xgrammar
 
 
+CACHE_BYTES = 256 << 20
+"""The compiled grammars kept per vocabulary (xgrammar's cache; a server runs for months)."""
+
+
 def check(constraint: Constraint) -> None:
     """ConfigError naming ``regex`` / ``json_schema`` / ``ebnf`` when xgrammar cannot compile the
     constraint's grammar (checked over a printable-ASCII vocabulary: what a grammar means does
@@ -73,7 +77,6 @@ class Grammars:
         self.vocab_size = vocab_size
         self.stop_ids = frozenset(stop_ids)
         self._compiler: Any = None
-        self._compiled: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -102,24 +105,20 @@ class Grammars:
         )
 
     def compiled(self, grammar: tuple[str, str]) -> Any:
-        """xgrammar's compiled grammar of ("regex" | "json_schema" | "ebnf", source); an
-        EngineError when xgrammar refuses it."""
+        """xgrammar's compiled grammar of ("regex" | "json_schema" | "ebnf", source), from the
+        compiler's own cache (bounded: :data:`CACHE_BYTES`); an EngineError when xgrammar refuses it."""
+        xgr = xgrammar()
         with self._lock:
-            if grammar not in self._compiled:
-                xgr = xgrammar()
-                if self._compiler is None:
-                    self._compiler = xgr.GrammarCompiler(self._info(xgr))
-                kind, source = grammar
-                try:
-                    if kind == "regex":
-                        self._compiled[grammar] = self._compiler.compile_regex(source)
-                    elif kind == "ebnf":
-                        self._compiled[grammar] = self._compiler.compile_grammar(source)
-                    else:
-                        self._compiled[grammar] = self._compiler.compile_json_schema(source, any_whitespace=True)
-                except Exception as e:  # RuntimeError for a bad grammar; UnicodeError, ValueError for bad text
-                    raise EngineError(f"the grammar library cannot compile the {kind} {source!r}: {e}") from None
-            return self._compiled[grammar]
+            if self._compiler is None:
+                self._compiler = xgr.GrammarCompiler(self._info(xgr), cache_limit_bytes=CACHE_BYTES)
+        kind, source = grammar
+        compile_ = {"regex": self._compiler.compile_regex, "ebnf": self._compiler.compile_grammar}.get(kind)
+        try:
+            if compile_ is not None:
+                return compile_(source)
+            return self._compiler.compile_json_schema(source, any_whitespace=True)
+        except Exception as e:  # RuntimeError for a bad grammar; UnicodeError, ValueError for bad text
+            raise EngineError(f"the grammar library cannot compile the {kind} {source!r}: {e}") from None
 
     def start(self, request: Request) -> RowMask | None:
         """The mask of ``request``'s constraint, resumed over its response prefix (None: none)."""

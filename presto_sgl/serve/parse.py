@@ -160,7 +160,7 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
         try:
             config, presto = with_options(defaults.config, defaults.presto, overrides)
             if constraint is not None:
-                config = PowerConfig(replace(config.target, constraint=constraint), config.kernel)
+                config = replace(config, target=replace(config.target, constraint=constraint))
         except ConfigError as exc:
             raise request_error(exc, names) from None
     seed = whole(given["seed"]) if "seed" in given else defaults.seed

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -70,11 +71,7 @@ def config(
     cfg, presto = rule.configs(
         budget, **kernel_case.options(alpha=ALPHA, target="eos", max_new_tokens=n, block_size=b, steps=k, tries=3)
     )
-    return PowerConfig(cfg.target.__class__(**{**_fields(cfg.target), "constraint": constraint}), cfg.kernel), presto
-
-
-def _fields(target) -> dict:
-    return {f: getattr(target, f) for f in ("alpha", "max_new_tokens", "block_size", "target")}
+    return replace(cfg, target=replace(cfg.target, constraint=constraint)), presto
 
 
 @functools.cache
@@ -231,7 +228,7 @@ def test_presto_visits_the_sequential_states_under_a_constraint(kernel_case, rul
         cfg, presto = r.configs(
             4, **kernel_case.options(alpha=4.0, target="eos", max_new_tokens=16, block_size=8, steps=6, tries=3)
         )
-        cfg = PowerConfig(cfg.target.__class__(**{**_fields(cfg.target), "constraint": constraint}), cfg.kernel)
+        cfg = replace(cfg, target=replace(cfg.target, constraint=constraint))
         runs.append(run_states(r.sampler(engine, cfg, presto, kernel_case.make(cfg)), PROMPT, 5))
     (seq, seq_result), (pre, pre_result) = runs
     assert len(seq) == len(pre) == 12

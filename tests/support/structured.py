@@ -104,14 +104,7 @@ class MaskedLM:
         lq = lq - np.logaddexp.reduce(lq[allowed])
         return logp, lq, np.cumsum(np.exp(lq))
 
-    def score(self, prefix: Sequence[int], tokens: Sequence[int], temperature: float = 1.0) -> tuple[float, float]:
-        ctx, lp, lq = list(prefix), 0.0, 0.0
-        for t in tokens:
-            logp, logq, _ = self.distribution(ctx, temperature)
-            lp += float(logp[t])
-            lq += float(logq[t])
-            ctx.append(t)
-        return lp, lq
+    score = ReferenceLM.score  # summed over positions of this class's (masked) distribution
 
 
 def reference_engine(lm: ReferenceLM, language: Language, seeded: bool = True, rng_seed: int | None = None):
