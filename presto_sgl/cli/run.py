@@ -35,7 +35,7 @@ from ..scheduling.scheduler import Scheduler
 from ..tasks.base import Problem
 from ..tasks.registry import NAMES, load_task
 from .common import PROG, UsageError, cli_message, flag
-from .options import add_engine_options, add_method_options, add_scheduler_flag, build, model_name
+from .options import add_engine_options, add_method_options, add_scheduler_flag, build, model_name, note_plain_prompts
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -154,6 +154,7 @@ def _setup(args: argparse.Namespace):
                 "seeded": engine.capabilities.seeded,
             },
         }
+        note_plain_prompts(engine, args.chat and any(p.chat for p in problems))
         prompts = {p.id: _encode(engine, sampler, p, args) for p in problems}
         rundir = RunDir(args.out, config, info)
     except (ValueError, TypeError, ImportError) as exc:

@@ -27,7 +27,7 @@ from ..errors import ConfigError, EngineError
 from ..methods import Method, SampleResult
 from ..scheduling.pool import GuardedEngine
 from .common import UsageError, cli_message, flag
-from .options import add_engine_options, add_method_options, build, model_name
+from .options import add_engine_options, add_method_options, build, model_name, note_plain_prompts
 from .progress import Progress
 
 
@@ -93,6 +93,7 @@ def _encode(engine: Engine, args: argparse.Namespace) -> list[int]:
         return list(args.prompt_ids)
     if not engine.text.has_tokenizer:
         raise ValueError(f"`--prompt`: engine {args.engine!r} has no tokenizer here; pass --prompt-ids instead")
+    note_plain_prompts(engine, args.chat)
     return engine.text.prompt_ids(args.prompt or "", chat=args.chat)
 
 

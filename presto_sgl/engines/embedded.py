@@ -35,7 +35,7 @@ from radix import RadixTree
 
 from ..errors import CapabilityError, ConfigError
 from .base import Completion, EngineCapabilities, Request
-from .forward import BufferView, CausalLM, WorkingRows
+from .forward import BufferView, WorkingRows, causal_lm
 from .grammar import Grammars, RowMask
 from .scoring import Scored, from_logp_rows
 from .text import TokenizerText
@@ -139,8 +139,11 @@ class EmbeddedEngine(TokenizerText):
         seeded: bool = True,
         rng_seed: int | None = None,
         name: str = "model",
+        forward: str = "auto",
     ) -> None:
-        self.lm = CausalLM(model)
+        """``forward``: ``auto`` runs Llama-family models on the written-out fast path and any other
+        transformers causal LM through its own forward (:func:`~.forward.causal_lm`)."""
+        self.lm = causal_lm(model, forward)
         self.tokenizer = tokenizer
         self.name = name
         # The answer ends at the generation config's EOS ids too (with the tokenizer's; engines/text.py).

@@ -1,11 +1,17 @@
-"""A Llama-family decoder forward over explicit, position-addressed KV buffers.
+"""Position-addressed KV buffers, and the embedded engine's Llama-family fast path over them.
 
-Weights come from a transformers ``LlamaForCausalLM`` (or Qwen2/Mistral-style model:
-RMSNorm, rotary embeddings with the default rope, grouped-query attention, SwiGLU
-MLP). Owning the forward lets the embedded engine fork one sequence into many rows
-that share prefix KV and decode them position-synchronously: at step t every active
-row feeds the token at absolute position t and attends over its own KV [0, t], so no
-padding is ever needed. Requires torch (imported by the caller).
+Every forward the embedded engine runs feeds tokens at absolute positions and keeps their
+KV in :class:`KVBuffers` rows, so it can fork one sequence into many rows that share
+prefix KV and decode them position-synchronously: at step t every active row feeds the
+token at absolute position t and attends over its own KV [0, t], so no padding is ever
+needed. :func:`causal_lm` picks the forward for a model:
+
+* :class:`CausalLM` -- the fast path, written out for ``LlamaForCausalLM`` and the
+  Qwen2/Mistral-style models (RMSNorm, default rope, grouped-query attention, SwiGLU);
+* :class:`~.generic.GenericCausalLM` -- any other transformers causal LM, through its own
+  ``forward`` with a cache object over the same buffers (Gemma 3, Qwen3, Phi, ...).
+
+Requires torch (imported by the caller).
 """
 
 from __future__ import annotations
@@ -16,7 +22,35 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+FAST_PATH_MODEL_TYPES = ("llama", "qwen2", "mistral")
+FORWARDS = ("auto", "fast", "generic")
+
+
+def fast_path_refusal(cfg: Any) -> str | None:
+    """Why the Llama-family fast path cannot run a model of config ``cfg`` (None: it can)."""
+    if cfg.model_type not in FAST_PATH_MODEL_TYPES:
+        return f"model type {cfg.model_type!r} is not one of {FAST_PATH_MODEL_TYPES}"
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") != "default":
+        return f"rope type {rope.get('rope_type')!r} is not the default rope"
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
+        return f"it has a sliding window ({cfg.sliding_window})"
+    return None
+
+
+def causal_lm(hf_model: Any, forward: str = "auto") -> Any:
+    """The forward for ``hf_model``: ``fast`` (Llama family, :class:`CausalLM`), ``generic``
+    (the model's own forward, :class:`~.generic.GenericCausalLM`), or ``auto``: fast where it applies."""
+    if forward not in FORWARDS:
+        raise ValueError(f"forward={forward!r} must be one of {FORWARDS}")
+    refusal = fast_path_refusal(hf_model.config)
+    if forward == "fast" and refusal:
+        raise ValueError(f"the embedded engine's fast path cannot run this model: {refusal}; use forward='generic'")
+    if forward == "generic" or refusal:
+        from .generic import GenericCausalLM
+
+        return GenericCausalLM(hf_model)
+    return CausalLM(hf_model)
 
 
 @dataclass
@@ -116,25 +150,16 @@ class BufferView:
 
 
 class CausalLM:
-    """The decoder stack of a transformers causal LM, run over :class:`KVBuffers`."""
+    """The decoder stack of a Llama-family transformers causal LM, written out over :class:`KVBuffers`."""
 
     def __init__(self, hf_model: Any) -> None:
         """``hf_model``: a transformers causal LM (a ``torch.nn.Module`` whose submodules and
         config attributes are read by name)."""
         cfg = hf_model.config
-        if cfg.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"model type {cfg.model_type!r} is not supported by the embedded engine; "
-                f"use one of {SUPPORTED_MODEL_TYPES} (Llama-family decoders)"
-            )
-        rope = getattr(cfg, "rope_parameters", None) or {
-            "rope_type": "default",
-            "rope_theta": getattr(cfg, "rope_theta", 10000.0),
-        }
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(
-                f"rope type {rope.get('rope_type')!r} is not supported by the embedded engine (default rope only)"
-            )
+        refusal = fast_path_refusal(cfg)
+        if refusal:
+            raise ValueError(f"the embedded engine's fast path cannot run this model: {refusal}")
+        rope = getattr(cfg, "rope_parameters", None) or {"rope_theta": getattr(cfg, "rope_theta", 10000.0)}
         self.hf_model = hf_model.eval()
         self.config = cfg
         inner = hf_model.model

@@ -40,6 +40,30 @@ def cut_at_stop(tokens: Sequence[int], stop_ids: Iterable[int] | None) -> tuple[
     return tuple(tokens), None
 
 
+def special_framing(
+    server_ids: Sequence[int], plain: Sequence[int], specials: Iterable[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(before, after)`` when ``server_ids`` is ``before + plain + after`` with only special ids
+    around ``plain`` (how a server frames a text: a ``<bos>`` it adds, say); None otherwise."""
+    special, n = set(specials), len(plain)
+    for i in range(len(server_ids) - n + 1):
+        before, body, after = server_ids[:i], server_ids[i : i + n], server_ids[i + n :]
+        if list(body) == list(plain) and all(t in special for t in (*before, *after)):
+            return tuple(before), tuple(after)
+    return None
+
+
+def first_difference(view: Any, theirs: Sequence[int], ours: Sequence[int]) -> str:
+    """Where two tokenizations of one text part ways, in words: the position, the ids and their text."""
+    i = next((j for j, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+
+    def show(ids: Sequence[int]) -> str:
+        part = list(ids[i : i + 4])
+        return f"{part} ({view.decode(part)!r})" if part else "nothing"
+
+    return f"from position {i} the server has {show(theirs)}, this tokenizer {show(ours)}"
+
+
 def ids_of_prefix(view: Any, ids: Sequence[int], text: str) -> tuple[tuple[int, ...], str]:
     """The longest prefix of ``ids`` whose decoded text (``view.decode``) is a prefix of ``text``, and
     that text: the ids of an answer cut inside a token (e.g. at a stop string)."""
@@ -69,7 +93,7 @@ class TextView:
 
     def encode(self, text: str, *, special: bool = False) -> list[int]:
         """``text`` as ids (a ConfigError naming `prompt` when it cannot be); ``special`` adds the
-        tokenizer's special tokens (a BOS), as a server tokenizes a text request."""
+        model's special tokens (its ``<bos>``), as a server tokenizes a text request."""
         raise ConfigError("prompt", text, "this engine has no tokenizer here; send {prompt} as token ids")
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -81,12 +105,13 @@ class TextView:
 
     def prompt_ids(self, text: str, *, chat: bool) -> list[int]:
         """A user prompt as ids: in a user turn of the chat template when ``chat`` and the model
-        has one, else the plain text; empty text is no ids (not a template around nothing)."""
+        has one, else the plain text with the model's special tokens (a base model's ``<bos>``),
+        as a server tokenizes a text prompt; empty text is no ids (not a template around nothing)."""
         if not text:
             return []
         if chat and self.has_chat_template:
             return self.chat_ids([{"role": "user", "content": text}])
-        return self.encode(text)
+        return self.encode(text, special=True)
 
     def answer(self, tokens: Sequence[int]) -> Answer:
         """The response up to its first stop token, decoded."""
@@ -110,11 +135,19 @@ class TokenizerView(TextView):
         self.tokenizer = tokenizer
         self.stop_ids = tuple(sorted({*eos_ids(generation_eos), *eos_ids(getattr(tokenizer, "eos_token_id", None))}))
         self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
+        self.framing: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # a server's, once adopted
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return frozenset(int(t) for t in getattr(self.tokenizer, "all_special_ids", ()) or ())
 
     def encode(self, text: str, *, special: bool = False) -> list[int]:
-        if special:
-            return list(self.tokenizer(text)["input_ids"])
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        if not special:
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        if self.framing is not None:
+            before, after = self.framing
+            return [*before, *self.tokenizer.encode(text, add_special_tokens=False), *after]
+        return list(self.tokenizer(text)["input_ids"])
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
@@ -232,20 +265,41 @@ class ModelFolder(TokenizerText):
         return int(vocab), context_length or hub.context_length(config)
 
     def check_tokenizer(self, server_ids: Sequence[int] | None, probe: str) -> None:
-        """ConfigError naming `tokenizer` when the server tokenized ``probe`` to other ids than
-        the tokenizer here (another model, other special tokens); ``server_ids`` None: the
-        server cannot say (no check)."""
-        if server_ids is None or not self.text.has_tokenizer:
+        """Tokenize as the server does, or refuse: the server tokenized ``probe`` to ``server_ids``
+        (None: it cannot say; no check).
+
+        Where the server only frames the text with other special tokens than the tokenizer here
+        (a ``<bos>`` it adds that a GGUF's tokenizer does not, say), the client adopts the
+        server's framing for every text it encodes as the server would, and logs it. Any other
+        difference (another model, another vocabulary) is a ConfigError naming `tokenizer`
+        with the first ids that differ."""
+        view = self.text
+        if server_ids is None or not isinstance(view, TokenizerView):
             return
-        here = self.text.encode(probe, special=True)
-        if list(server_ids) != here:
-            raise ConfigError(
-                "tokenizer",
-                self.model_source,
-                f"the tokenizer here ({{tokenizer}}) is not the served model's ({self.model_path!r}): the server "
-                f"tokenizes {probe!r} as {list(server_ids)[:12]}, this tokenizer as {here[:12]}; pass {{tokenizer}} "
-                "as the served model's hub id or folder",
+        server_ids = [int(t) for t in server_ids]
+        here = view.encode(probe, special=True)
+        if server_ids == here:
+            return
+        framing = special_framing(server_ids, view.encode(probe), view.special_ids)
+        if framing is not None:
+            view.framing = framing
+            log.info(
+                "the server frames a text with special tokens %s ... %s (%s ... %s), this tokenizer with %s: "
+                "presto-sgl tokenizes as the server does",
+                list(framing[0]),
+                list(framing[1]),
+                view.decode(framing[0]),
+                view.decode(framing[1]),
+                here[:3],
             )
+            return
+        raise ConfigError(
+            "tokenizer",
+            self.model_source,
+            f"the tokenizer here ({{tokenizer}}) is not the served model's ({self.model_path!r}): for {probe!r}, "
+            f"{first_difference(view, server_ids, here)} (server: {len(server_ids)} ids, here: {len(here)}); "
+            "pass {tokenizer} as the served model's hub id or folder",
+        )
 
     def probe_text(self) -> str:
         """A text whose tokenization tells tokenizers apart: words, digits, unicode and the special tokens."""

@@ -121,7 +121,7 @@ class Service:
             if job.kind == "chat":
                 ids = self._chat_ids(prompt)
             else:
-                ids = self._text_ids(prompt) if isinstance(prompt, str) else list(prompt)
+                ids = self._text_ids(prompt, special=True) if isinstance(prompt, str) else list(prompt)
             return self.sampler(job).check_prompt(ids)
         except ConfigError as exc:
             raise request_error(exc, {"prompt": field, LENGTH: "max_tokens"}) from None
@@ -188,7 +188,7 @@ class Service:
             raise ParamError("echo", str(exc)) from None
 
     def _scoring_ids(self, job: ChainJob, prompt: Any) -> tuple[int, ...]:
-        ids = tuple(self._text_ids(prompt) if isinstance(prompt, str) else prompt)
+        ids = tuple(self._text_ids(prompt, special=True) if isinstance(prompt, str) else prompt)
         vocab = self.engine.capabilities.vocab_size
         if not ids or any(not 0 <= t < vocab for t in ids):
             raise ParamError("prompt", f"`prompt` must be non-empty token ids in [0, {vocab}) (or text) to be scored")
