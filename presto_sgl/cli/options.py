@@ -17,7 +17,7 @@ from ..build import MethodConfig, make_method
 from ..build import method_config as _method_config
 from ..config import parameters
 from ..engines import catalog
-from ..engines.text import ModelFolder
+from ..engines.text import ModelFolder, TokenizerView
 from ..fields import Param, params_of
 from ..methods import Method
 from ..scheduling.pool import GuardedEngine
@@ -183,7 +183,7 @@ def add_scheduler_flag(p: argparse.ArgumentParser) -> None:
 def note_plain_prompts(engine: Any, chat: bool) -> None:
     """Tell the user (stderr) when prompts meant for a chat template go as plain text: the model has none."""
     text = engine.text
-    if chat and text.has_tokenizer and not text.has_chat_template:
+    if chat and isinstance(text, TokenizerView) and not text.has_chat_template:
         special = (
             ", with the model's special tokens (its <bos>)"
             if text.encode("x", special=True) != text.encode("x")

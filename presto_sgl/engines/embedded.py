@@ -35,7 +35,8 @@ from radix import RadixTree
 
 from ..errors import CapabilityError, ConfigError
 from .base import Completion, EngineCapabilities, Request
-from .forward import BufferView, WorkingRows, causal_lm
+from .forward import BufferView, CausalLM, WorkingRows, fast_path_refusal
+from .generic import GenericCausalLM
 from .grammar import Grammars, RowMask
 from .scoring import Scored, from_logp_rows
 from .text import TokenizerText
@@ -108,6 +109,22 @@ class RowDraw:
             cached_tokens=self.cached,
             logq_at=tuple(self.logq_at) if req.score_temperatures else None,
         )
+
+
+FORWARDS = ("auto", "fast", "generic")
+
+
+def causal_lm(hf_model: Any, forward: str = "auto") -> CausalLM | GenericCausalLM:
+    """The forward for ``hf_model``: ``fast`` (Llama family, :class:`~.forward.CausalLM`), ``generic``
+    (the model's own forward, :class:`~.generic.GenericCausalLM`), or ``auto``: fast where it applies."""
+    if forward not in FORWARDS:
+        raise ValueError(f"forward={forward!r} must be one of {FORWARDS}")
+    refusal = fast_path_refusal(hf_model.config)
+    if forward == "fast" and refusal:
+        raise ValueError(f"the embedded engine's fast path cannot run this model: {refusal}; use forward='generic'")
+    if forward == "generic" or refusal:
+        return GenericCausalLM(hf_model)
+    return CausalLM(hf_model)
 
 
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch.Tensor:

@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 
 FAST_PATH_MODEL_TYPES = ("llama", "qwen2", "mistral")
-FORWARDS = ("auto", "fast", "generic")
 
 
 def fast_path_refusal(cfg: Any) -> str | None:
@@ -36,21 +35,6 @@ def fast_path_refusal(cfg: Any) -> str | None:
     if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
         return f"it has a sliding window ({cfg.sliding_window})"
     return None
-
-
-def causal_lm(hf_model: Any, forward: str = "auto") -> Any:
-    """The forward for ``hf_model``: ``fast`` (Llama family, :class:`CausalLM`), ``generic``
-    (the model's own forward, :class:`~.generic.GenericCausalLM`), or ``auto``: fast where it applies."""
-    if forward not in FORWARDS:
-        raise ValueError(f"forward={forward!r} must be one of {FORWARDS}")
-    refusal = fast_path_refusal(hf_model.config)
-    if forward == "fast" and refusal:
-        raise ValueError(f"the embedded engine's fast path cannot run this model: {refusal}; use forward='generic'")
-    if forward == "generic" or refusal:
-        from .generic import GenericCausalLM
-
-        return GenericCausalLM(hf_model)
-    return CausalLM(hf_model)
 
 
 @dataclass
