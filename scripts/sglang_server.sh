@@ -2,14 +2,14 @@
 # Start, stop or query a local SGLang server (from .venv-sglang, see
 # scripts/install_sglang.sh) serving SmolLM2-135M-Instruct on 127.0.0.1.
 #
-#   bash scripts/sglang_server.sh start  [--port 30000] [--dtype bfloat16] [--model DIR] [--timeout 300]
+#   bash scripts/sglang_server.sh start  [--port 30000] [--dtype bfloat16] [--model DIR|NAME] [--timeout 300]
 #                                        [--batched-attention] [--cdf-sampling] [--profile DIR]
 #   bash scripts/sglang_server.sh stop   [--port 30000]
 #   bash scripts/sglang_server.sh restart [--port 30000]   (stop, then start with the last start's options)
 #   bash scripts/sglang_server.sh status [--port 30000]
 #
 # start materializes the model folder through the main venv (.venv; honours
-# $PRESTO_SGL_CACHE) unless --model is given, launches `python -m sglang.launch_server`
+# $PRESTO_SGL_CACHE) unless --model is a folder (a name such as gemma3 is materialized the same way), launches `python -m sglang.launch_server`
 # in its own process group (log: .cache/sglang/server-PORT.log, PID file:
 # .cache/sglang/server-PORT.pid) and waits until GET /health answers 200; on timeout or
 # early exit it prints the log tail, stops the server and fails. --dtype float32 for
@@ -77,10 +77,11 @@ start_checks
 remember_start "${START_ARGS[@]}"
 [ -x .venv-sglang/bin/python ] || die ".venv-sglang is missing: run bash scripts/install_sglang.sh"
 
-if [ -z "$MODEL" ]; then
+if [ ! -d "$MODEL" ]; then
+  NAMED="${MODEL:-smollm2}"
   [ -x .venv/bin/python ] || die ".venv is missing: run bash scripts/setup.sh (or pass --model DIR)"
-  say "materializing SmolLM2-135M-Instruct via .venv"
-  MODEL=$(.venv/bin/python -c "from presto_sgl.models import materialize_smollm2; print(materialize_smollm2())" | tail -n 1)
+  say "materializing $NAMED via .venv"
+  MODEL=$(.venv/bin/python -c "import sys; from presto_sgl.models import resolve; print(resolve(sys.argv[1]))" "$NAMED" | tail -n 1)
 fi
 [ -f "$MODEL/config.json" ] || die "no model folder at '$MODEL' (config.json missing)"
 

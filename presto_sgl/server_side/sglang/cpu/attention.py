@@ -9,8 +9,10 @@ every request's KV through SGLang's request-to-token map into a padded block
 The plugin (:mod:`.plugin`) installs them as AROUND hooks on
 ``TorchNativeAttnBackend._run_sdpa_forward_decode`` / ``_run_sdpa_forward_extend`` when
 ``PRESTO_SGL_BATCHED_ATTENTION=1`` (``scripts/sglang_server.sh start --batched-attention``).
-Cases they do not cover (encoder lengths, cross attention, sliding windows, non-causal
-extend) go to the original. Imported only in the server's processes.
+Sliding-window layers (Gemma 3: 15 of 18) are masked as the original masks them: a query at
+position p sees keys p - w .. p, where w is the layer's ``sliding_window_size`` (the
+model's window minus one). Cases they do not cover (encoder lengths, cross attention,
+non-causal extend) go to the original. Imported only in the server's processes.
 """
 
 from __future__ import annotations
@@ -34,8 +36,13 @@ def _kv_block(k_cache: Any, v_cache: Any, req_to_token: Any, req_pool_indices: A
     return k, v, valid
 
 
-def _unsupported(encoder_lens: Any, is_cross_attn: bool, sliding_window_size: Any) -> bool:
-    return encoder_lens is not None or is_cross_attn or (sliding_window_size is not None and sliding_window_size > -1)
+def _unsupported(encoder_lens: Any, is_cross_attn: bool) -> bool:
+    return encoder_lens is not None or is_cross_attn
+
+
+def _window(sliding_window_size: Any) -> int | None:
+    """The keys before a query that a sliding-window layer sees (None: every key)."""
+    return int(sliding_window_size) if sliding_window_size is not None and sliding_window_size > -1 else None
 
 
 def decode(
@@ -56,7 +63,7 @@ def decode(
     sliding_window_size: Any = None,
 ) -> Any:
     """query, output: [R, H, D] (one new token per request). One request: the original (no padding)."""
-    if _unsupported(encoder_lens, is_cross_attn, sliding_window_size) or seq_lens.shape[0] <= 1:
+    if _unsupported(encoder_lens, is_cross_attn) or seq_lens.shape[0] <= 1:
         return original(
             backend,
             query,
@@ -73,9 +80,14 @@ def decode(
             is_cross_attn,
             sliding_window_size,
         )
+    import torch
     from torch.nn.functional import scaled_dot_product_attention
 
     k, v, valid = _kv_block(k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, query.dtype)
+    window = _window(sliding_window_size)
+    if window is not None:  # the query sits at position seq_len - 1
+        kpos = torch.arange(k.shape[2], device=query.device)[None, :]
+        valid = valid & (kpos >= (seq_lens[:, None] - 1 - window))
     q = query.unsqueeze(2)  # [R, H, 1, D]
     out = scaled_dot_product_attention(q, k, v, attn_mask=valid[:, None, None, :], scale=scaling, enable_gqa=enable_gqa)
     output.copy_(out.squeeze(2))
@@ -102,7 +114,7 @@ def extend(
     sliding_window_size: Any = None,
 ) -> Any:
     """query, output: [sum of extend lengths, H, D], requests one after another."""
-    if _unsupported(encoder_lens, is_cross_attn, sliding_window_size) or not causal or seq_lens.shape[0] <= 1:
+    if _unsupported(encoder_lens, is_cross_attn) or not causal or seq_lens.shape[0] <= 1:
         return original(
             backend,
             query,
@@ -136,6 +148,9 @@ def extend(
     absolute = extend_prefix_lens.long()[:, None] + pos  # each query token's position in its sequence
     kpos = torch.arange(k.shape[2], device=query.device)
     mask = (kpos[None, None, :] <= absolute[:, :, None]) & valid[:, None, :]  # causal, within the sequence
+    window = _window(sliding_window_size)
+    if window is not None:
+        mask &= kpos[None, None, :] >= absolute[:, :, None] - window
     out = scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=scaling, enable_gqa=enable_gqa)
     output[rows[q_valid]] = out.transpose(1, 2)[q_valid]
     return output
