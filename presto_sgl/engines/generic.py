@@ -86,8 +86,9 @@ class GenericCausalLM:
         )
 
     def _probe_ids(self, n: int) -> torch.Tensor:
-        start = getattr(self.config, "bos_token_id", None)
-        ids = [int(start) if isinstance(start, int) else 0] + [(7 * i + 11) % self.vocab_size for i in range(n - 1)]
+        bos = getattr(self.config, "bos_token_id", None)
+        first = bos if isinstance(bos, int) and 0 <= bos < self.vocab_size else 0
+        ids = [first] + [(7 * i + 11) % self.vocab_size for i in range(n - 1)]
         return torch.tensor([ids], device=self.device)
 
     def _kv_shape(self) -> tuple[int, int, int]:

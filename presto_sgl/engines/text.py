@@ -53,15 +53,19 @@ def special_framing(
     return None
 
 
-def first_difference(view: Any, theirs: Sequence[int], ours: Sequence[int]) -> str:
-    """Where two tokenizations of one text part ways, in words: the position, the ids and their text."""
+def first_difference(view: Any, theirs: Sequence[int], ours: Sequence[int], specials: Iterable[int] = ()) -> str:
+    """Where two tokenizations of one text part ways, in words: the position, the ids (and the text
+    of ours: the server's ids may be another vocabulary's), and a special token only one side adds."""
     i = next((j for j, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
-
-    def show(ids: Sequence[int]) -> str:
-        part = list(ids[i : i + 4])
-        return f"{part} ({view.decode(part)!r})" if part else "nothing"
-
-    return f"from position {i} the server has {show(theirs)}, this tokenizer {show(ours)}"
+    special = set(specials)
+    theirs_part, ours_part = list(theirs[i : i + 4]), list(ours[i : i + 4])
+    said = f"from position {i} the server has {theirs_part or 'nothing'}, this tokenizer {ours_part or 'nothing'}"
+    if ours_part:
+        said += f" ({view.decode(ours_part)!r})"
+    if theirs_part and theirs_part[0] in special and list(theirs[i + 1 : i + 4]) == ours_part[:3]:
+        added = f"{theirs_part[0]} ({view.decode(theirs_part[:1])!r})"
+        said += f"; the server adds special token {added}, this tokenizer does not"
+    return said
 
 
 def ids_of_prefix(view: Any, ids: Sequence[int], text: str) -> tuple[tuple[int, ...], str]:
@@ -297,7 +301,8 @@ class ModelFolder(TokenizerText):
             "tokenizer",
             self.model_source,
             f"the tokenizer here ({{tokenizer}}) is not the served model's ({self.model_path!r}): for {probe!r}, "
-            f"{first_difference(view, server_ids, here)} (server: {len(server_ids)} ids, here: {len(here)}); "
+            f"{first_difference(view, server_ids, here, view.special_ids)} (server: {len(server_ids)} ids, here: "
+            f"{len(here)}); "
             "pass {tokenizer} as the served model's hub id or folder",
         )
 

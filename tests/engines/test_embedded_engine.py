@@ -1,6 +1,11 @@
 """The embedded engine: log q / log p0 / entropy equal a plain full forward pass, with and
 without cached prefixes, single and batched; seeds reproduce tokens; the radix cache
-reuses prefix KV; coupling holds on it."""
+reuses prefix KV; coupling holds on it.
+
+Model-agnostic: the forward, cache, batching and coupling checks run on tiny random models of
+several families built from transformers configs (:data:`FAMILIES`): the Llama-family fast
+path and, through the model's own forward, Qwen3, Gemma 3 (sliding-window layers, window 5:
+every request runs past it), Gemma 2, Phi-3, GPT-NeoX, OLMo 2 and GPT-2."""
 
 from __future__ import annotations
 
@@ -18,8 +23,12 @@ from presto_sgl.engines.embedded import EmbeddedEngine  # noqa: E402
 TOL = 2e-5  # float32: our forward vs transformers' forward, per-token log-probabilities
 
 
-def random_model(model_type: str = "llama"):
-    torch.manual_seed(0)
+FAST = ("llama", "qwen2")  # the written-out Llama-family path
+FAMILIES = (*FAST, "qwen3", "gemma3", "gemma2", "phi3", "gpt_neox", "olmo2", "gpt2")  # + the model's own forward
+WINDOW = 5  # the sliding window of the Gemma models here: the requests below run past it
+
+
+def family_config(model_type: str):
     common = dict(
         vocab_size=61,
         hidden_size=64,
@@ -29,13 +38,28 @@ def random_model(model_type: str = "llama"):
         num_key_value_heads=2,
         max_position_embeddings=96,
     )
-    if model_type == "qwen2":
-        cfg = transformers.Qwen2Config(**common)
-    else:
-        cfg = transformers.LlamaConfig(**common, attention_bias=True, tie_word_embeddings=True)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    ids = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    T = transformers
+    return {
+        "llama": lambda: T.LlamaConfig(**common, attention_bias=True, tie_word_embeddings=True),
+        "qwen2": lambda: T.Qwen2Config(**common),
+        "qwen3": lambda: T.Qwen3Config(**common, head_dim=16),
+        "gemma3": lambda: T.Gemma3TextConfig(
+            **common, **ids, head_dim=16, sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"]
+        ),
+        "gemma2": lambda: T.Gemma2Config(**common, **ids, head_dim=16, sliding_window=WINDOW),
+        "phi3": lambda: T.Phi3Config(**common, **ids),
+        "gpt_neox": lambda: T.GPTNeoXConfig(**{k: v for k, v in common.items() if k != "num_key_value_heads"}, **ids),
+        "olmo2": lambda: T.Olmo2Config(**common, **ids),
+        "gpt2": lambda: T.GPT2Config(vocab_size=61, n_embd=64, n_layer=2, n_head=4, n_positions=96, **ids),
+    }[model_type]()
+
+
+def random_model(model_type: str = "llama"):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(family_config(model_type), dtype=torch.float32).eval()
     with torch.no_grad():  # sharper logits than the default init, so sampling is not uniform
-        model.lm_head.weight.mul_(4.0)
+        model.get_output_embeddings().weight.mul_(4.0)
     return model
 
 
@@ -62,10 +86,11 @@ def assert_matches(model, req, comp):
         assert max(abs(a - b) for a, b in zip(ent, comp.entropy)) < TOL
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+@pytest.mark.parametrize("model_type", FAMILIES)
 def test_logprobs_equal_a_full_forward_single_batched_and_cached(model_type):
     model = random_model(model_type)
     eng = EmbeddedEngine(model)
+    assert type(eng.lm).__name__ == ("CausalLM" if model_type in FAST else "GenericCausalLM")
     root = [1, 5, 9, 13, 2, 7, 30, 41, 3, 3, 8, 11]
     single = Request(tuple(root[:6]), 10, 0.5, seed=3, return_entropy=True)
     (c,) = eng.generate([single])
@@ -93,10 +118,11 @@ def test_logprobs_equal_a_full_forward_single_batched_and_cached(model_type):
     assert eng.last_call.forward_steps == len(root) + 6 - 1  # position-synchronous: one step per position
 
 
-def test_log_q_at_score_temperatures_equals_a_full_forward():
+@pytest.mark.parametrize("model_type", ["llama", "gemma3"])
+def test_log_q_at_score_temperatures_equals_a_full_forward(model_type):
     """MultiTryMH's extra values: per token, log q at each requested temperature from the same
     row (rows with different sets, and rows without, in one batch)."""
-    model = random_model()
+    model = random_model(model_type)
     eng = EmbeddedEngine(model)
     root = (1, 5, 9, 13, 2, 7, 30, 41)
     reqs = [
@@ -128,12 +154,13 @@ def test_uncached_engine_and_prefill_numerics_agree():
     assert_matches(model, req, a)
 
 
-def test_rows_leave_the_batch_when_they_end():
+@pytest.mark.parametrize("model_type", ["llama", "gemma3"])
+def test_rows_leave_the_batch_when_they_end(model_type):
     """Rows that end at different positions leave the call's batch (fewer row-steps than
     feeding every row to the end), their values still equal a full forward, and the radix
     cache holds the KV of the rows that left: continuing each from the cache equals an
     uncached engine."""
-    model = random_model()
+    model = random_model(model_type)
     eng, plain = EmbeddedEngine(model), EmbeddedEngine(model, cache_bytes=0)
     shape = [(2, 3, 1), (4, 30, 2), (3, 5, 3), (6, 2, 4), (5, 9, 5), (2, 4, 6)]  # (prefix length, new tokens, seed)
     reqs = [Request(tuple(range(1, n + 1)), m, 0.5, seed=s, return_entropy=True) for n, m, s in shape]
@@ -185,11 +212,12 @@ def test_unseeded_engine_draws_fresh_tokens():
 
 
 @pytest.mark.law
-def test_sampling_follows_q_tau():
+@pytest.mark.parametrize("model_type", ["llama", "gemma3"])
+def test_sampling_follows_q_tau(model_type):
     """Many seeded one-token draws follow softmax(logits / tau) (chi-square)."""
     from scipy import stats
 
-    model = random_model()
+    model = random_model(model_type)
     eng = EmbeddedEngine(model, cache_bytes=0)
     reqs = [Request((3, 1, 4), 1, 0.7, seed=s) for s in range(3000)]
     toks = [c.tokens[0] for c in eng.generate(reqs)]
@@ -252,14 +280,14 @@ def tiny_model():
 
 @pytest.mark.exactness
 @pytest.mark.parametrize("rule,budget", [("bfs", 5), ("step", 8), ("step", 3)])
-@pytest.mark.parametrize("which", ["random", "tiny-adder"])
+@pytest.mark.parametrize("which", ["gemma3", "tiny-adder"])  # the generic forward; the fast path
 def test_coupling_on_the_embedded_engine(which, rule, budget):
     """Sequential == PreSTO on a real transformer: identical tokens and decisions after every
     transition; log-probs agree to float32 batch numerics (batched rows vs single rows)."""
     # tau > 1/alpha: a random model's log Z(ctx) barely varies and the tiny model is nearly
     # deterministic, so at tau = 1/alpha almost every proposal would be accepted
-    if which == "random":
-        model, prompt, tau = random_model(), [1, 2, 3, 4], 1.0
+    if which == "gemma3":  # a random Gemma 3 whose window (5) every state outgrows
+        model, prompt, tau = random_model(which), [1, 2, 3, 4], 1.0
     else:
         model, tok = tiny_model()
         prompt, tau = tok.encode("Q:47+385=", add_special_tokens=False), 3.0
@@ -283,6 +311,29 @@ def test_coupling_on_the_embedded_engine(which, rule, budget):
         assert max(abs(x - y) for x, y in zip(a.logq + a.logp, b.logq + b.logp)) < 1e-4
     assert pre_res.metrics.model_calls < seq_res.metrics.model_calls
     assert pre_res.metrics.cached_tokens > 0
+
+
+def test_both_forwards_agree_and_unsupported_models_are_refused_by_name():
+    """The generic forward runs a Llama model too, to the fast path's values; a model whose cache is
+    not key/value pairs per layer (a state-space model) is refused when the engine is built."""
+    model = random_model("llama")
+    req = Request((1, 5, 9, 13, 2, 7), 8, 0.5, seed=3, return_entropy=True)
+    (fast,) = EmbeddedEngine(model, forward="fast").generate([req])
+    (generic,) = EmbeddedEngine(model, forward="generic").generate([req])
+    assert fast.tokens == generic.tokens
+    assert max(abs(a - b) for a, b in zip(fast.logp + fast.logq, generic.logp + generic.logq)) < TOL
+    with pytest.raises(ValueError, match="fast path cannot run this model: model type 'gemma3_text'"):
+        EmbeddedEngine(random_model("gemma3"), forward="fast")
+    with pytest.raises(ValueError, match="forward='nope' must be one of"):
+        EmbeddedEngine(model, forward="nope")
+    torch.manual_seed(0)
+    mamba = transformers.AutoModelForCausalLM.from_config(
+        transformers.MambaConfig(vocab_size=61, hidden_size=32, num_hidden_layers=1), dtype=torch.float32
+    )
+    with pytest.raises(
+        ValueError, match=r"model type 'mamba' is not supported by the embedded engine: .*--engine sglang"
+    ):
+        EmbeddedEngine(mamba)
 
 
 def test_inverse_cdf_matches_a_full_prefix_sum():
