@@ -12,7 +12,9 @@ on 15 of 18 layers, ``<bos>`` required) on every engine, against transformers' o
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import re
 
 import pytest
@@ -26,10 +28,9 @@ from tests.support.forward import TOL, reference
 torch = pytest.importorskip("torch")
 
 WINDOW = 512
-PASSAGE = (
-    "The river runs past the old mill, under the stone bridge and into the town, where the market opens "
-    "at dawn and the bakers sell bread to the fishermen before they go out to sea. "
-)
+_codes = random.Random(0)
+ROOMS = "".join(f"Room {i} has code {_codes.randint(1000, 9999)}.\n" for i in range(1, 80))
+"""A text whose later tokens depend on what lies more than a window back (the codes repeat no pattern)."""
 REGEX = r" [0-9]{1,3} (apples|pears)\."
 
 
@@ -55,10 +56,26 @@ def tokenizer(folder):
 
 
 def long_prompt(text_view, n: int) -> tuple[int, ...]:
-    """``<bos>`` and the first n - 1 tokens of a passage repeated: a prompt of exactly n tokens."""
-    ids = text_view.encode(PASSAGE * (n // 20), special=True)
+    """``<bos>`` and the first n - 1 tokens of :data:`ROOMS`: a prompt of exactly n tokens."""
+    ids = text_view.encode(ROOMS, special=True)
     assert ids[0] == 2 and len(ids) >= n
     return tuple(ids[:n])
+
+
+@contextlib.contextmanager
+def without_window(hf_model):
+    """The model with every layer attending to all positions (the wrong answer past the window)."""
+    layers = [layer.self_attn for layer in hf_model.model.layers if getattr(layer.self_attn, "sliding_window", None)]
+    saved = hf_model.config.sliding_window, [a.sliding_window for a in layers]
+    hf_model.config.sliding_window = 1 << 20
+    for a in layers:
+        a.sliding_window = 1 << 20
+    try:
+        yield hf_model
+    finally:
+        hf_model.config.sliding_window = saved[0]
+        for a, w in zip(layers, saved[1]):
+            a.sliding_window = w
 
 
 def assert_forward(hf_model, reqs, comps, tol: float) -> None:
@@ -67,6 +84,19 @@ def assert_forward(hf_model, reqs, comps, tol: float) -> None:
         lq, lp = reference(hf_model, req.prefix, comp.tokens, req.temperature)
         assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < tol / req.temperature
         assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < tol
+
+
+def assert_past_the_window(hf_model, reqs, comps, tol: float) -> None:
+    """As :func:`assert_forward`, and the check has power: a model that ignored the window would
+    have failed it (its log p0 of the same tokens is more than 3 tol away somewhere)."""
+    assert_forward(hf_model, reqs, comps, tol)
+    with without_window(hf_model) as unwindowed:
+        worst = max(
+            abs(a - b)
+            for req, comp in zip(reqs, comps)
+            for a, b in zip(reference(unwindowed, req.prefix, comp.tokens, 1.0)[1], comp.logp)
+        )
+    assert worst > 3 * tol, f"the window changes these tokens by {worst:.2g} only: the prompt does not test it"
 
 
 def forks_past_the_window(text_view) -> list[Request]:
@@ -107,7 +137,7 @@ def test_embedded_draws_past_the_sliding_window_equal_a_float32_forward(embedded
     assert type(embedded.lm).__name__ == "GenericCausalLM" and embedded.capabilities.vocab_size == 262_144
     reqs = forks_past_the_window(embedded.text)
     assert all(len(r.prefix) + r.max_new_tokens > WINDOW for r in reqs)
-    assert_forward(hf_model, reqs, embedded.generate(reqs), 1e-4)
+    assert_past_the_window(hf_model, reqs, embedded.generate(reqs), 1e-4)
     again = embedded.generate(reqs[:1])  # the root's KV from the radix cache
     assert again[0].cached_tokens == len(reqs[0].prefix) - 1
     assert_forward(hf_model, reqs[:1], again, 1e-4)
@@ -191,7 +221,7 @@ def test_server_forks_past_the_sliding_window_equal_a_float32_forward(served, hf
     """One call of forks at three cuts of a 505-token root (batched attention, sliding layers masked
     past position 512) gives the fp32 forward's log q and log p0."""
     reqs = forks_past_the_window(served.text)
-    assert_forward(hf_model, reqs, served.generate(reqs), TOL)
+    assert_past_the_window(hf_model, reqs, served.generate(reqs), TOL)
 
 
 @pytest.mark.server
