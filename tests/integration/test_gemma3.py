@@ -252,3 +252,43 @@ def test_server_presto_against_sequential(served):
                 answer = served.text.answer(res.state.tokens)
                 assert answer.eos_index is None or re.fullmatch(REGEX, answer.text), answer.text
         assert calls["step", False] < calls["sequential", False]
+
+
+@pytest.mark.server
+def test_serve_on_the_gemma3_server(served):
+    """``presto-sgl serve`` in front of the Gemma 3 server: a text completion is power-sampled from the
+    prompt with its ``<bos>``, a JSON-schema ``response_format`` gives valid JSON, and chat is refused by
+    name (a base model has no chat template)."""
+    import json
+
+    import openai
+
+    from tests.support.serving import client, make_service, serving
+
+    with serving(make_service(served, "gemma-3-270m", target="eos")) as url:
+        api = client(url)
+        r = api.completions.create(
+            model="gemma-3-270m",
+            prompt="The capital of France is",
+            max_tokens=8,
+            extra_body={"block_size": 8, "steps": 2, "seed": 5, "return_token_ids": True},
+        )
+        (choice,) = r.choices
+        assert choice.prompt_token_ids[0] == 2 and choice.prompt_token_ids[1:] == served.text.encode(
+            "The capital of France is"
+        )
+        assert choice.model_extra["presto"]["metrics"]["transitions"] == 2
+        person = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+        structured = api.completions.create(
+            model="gemma-3-270m",
+            prompt="A JSON object naming the capital of France:",
+            max_tokens=32,
+            extra_body={
+                "block_size": 8,
+                "steps": 2,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": person}},
+            },
+        )
+        assert set(json.loads(structured.choices[0].text)) == {"city"}
+        with pytest.raises(openai.BadRequestError, match="messages"):
+            api.chat.completions.create(model="gemma-3-270m", messages=[{"role": "user", "content": "Hi"}])
