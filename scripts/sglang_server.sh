@@ -77,12 +77,7 @@ start_checks
 remember_start "${START_ARGS[@]}"
 [ -x .venv-sglang/bin/python ] || die ".venv-sglang is missing: run bash scripts/install_sglang.sh"
 
-if [ ! -d "$MODEL" ]; then
-  NAMED="${MODEL:-smollm2}"
-  [ -x .venv/bin/python ] || die ".venv is missing: run bash scripts/setup.sh (or pass --model DIR)"
-  say "materializing $NAMED via .venv"
-  MODEL=$(.venv/bin/python -c "import sys; from presto_sgl.models import resolve; print(resolve(sys.argv[1]))" "$NAMED" | tail -n 1)
-fi
+resolve_model
 [ -f "$MODEL/config.json" ] || die "no model folder at '$MODEL' (config.json missing)"
 
 ARGS=(--model-path "$MODEL" --host 127.0.0.1 --port "$PORT" --dtype "$DTYPE" --skip-server-warmup)

@@ -2,14 +2,14 @@
 # Start, stop or query a local vLLM server (from .venv-vllm, see scripts/install_vllm.sh)
 # serving SmolLM2-135M-Instruct on 127.0.0.1, on the CPU.
 #
-#   bash scripts/vllm_server.sh start  [--port 8000] [--dtype bfloat16] [--model DIR] [--timeout 300]
+#   bash scripts/vllm_server.sh start  [--port 8000] [--dtype bfloat16] [--model DIR|NAME] [--timeout 300]
 #                                      [--kv-cache-gib 1] [--block-size 32] [--compile] [--stock]
 #   bash scripts/vllm_server.sh stop   [--port 8000]
 #   bash scripts/vllm_server.sh restart [--port 8000]   (stop, then start with the last start's options)
 #   bash scripts/vllm_server.sh status [--port 8000]
 #
 # start materializes the model folder through the main venv (.venv; honours $PRESTO_SGL_CACHE)
-# unless --model is given, launches `python -m vllm.entrypoints.openai.api_server` in its own
+# unless --model is a folder (a name such as gemma3 is materialized the same way), launches `python -m vllm.entrypoints.openai.api_server` in its own
 # process group (log: .cache/vllm/server-PORT.log, PID file: .cache/vllm/server-PORT.pid) and
 # waits until GET /health answers 200; on timeout or early exit it prints the log tail, stops
 # the server and fails. --dtype float32 for exactness tests, bfloat16 (default) for speed.
@@ -85,11 +85,7 @@ esac
 start_checks
 remember_start "${START_ARGS[@]}"
 [ -x .venv-vllm/bin/python ] || die ".venv-vllm is missing: run bash scripts/install_vllm.sh"
-if [ -z "$MODEL" ]; then
-  [ -x .venv/bin/python ] || die ".venv is missing: run bash scripts/setup.sh (or pass --model DIR)"
-  say "materializing SmolLM2-135M-Instruct via .venv"
-  MODEL=$(.venv/bin/python -c "from presto_sgl.models import materialize_smollm2; print(materialize_smollm2())" | tail -n 1)
-fi
+resolve_model
 [ -f "$MODEL/config.json" ] || die "no model folder at '$MODEL' (config.json missing)"
 
 CORES=$(nproc)

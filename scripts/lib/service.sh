@@ -97,3 +97,13 @@ launch() {  # launch COMMAND... in its own process group (setsid: pgid == pid), 
   done
   say "ready after $(( $(date +%s) - started )) s (pid $pid) at $URL"
 }
+
+resolve_model() {  # MODEL: a folder stays; a name (default smollm2) is materialized through .venv into its folder
+  if [ ! -d "$MODEL" ]; then
+    local named="${MODEL:-smollm2}"
+    [ -x .venv/bin/python ] || die ".venv is missing: run bash scripts/setup.sh (or pass --model DIR)"
+    say "materializing $named via .venv"
+    MODEL=$(.venv/bin/python -c "import sys; from presto_sgl.models import resolve; print(resolve(sys.argv[1]))" \
+      "$named" | tail -n 1)
+  fi
+}
