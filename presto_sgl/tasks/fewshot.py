@@ -1,18 +1,18 @@
 """Few-shot arithmetic for base models (``--dataset arithmetic[:DIGITS]``; pure Python).
 
 A base model (Gemma 3 270M, say) has no chat template and answers by continuing a pattern, so
-the prompt is four worked examples and the question, with no instruction::
+the prompt is four worked equations and the question, with no instruction::
 
-    Q: What is 47 + 85?
-    A: 132
+    4 + 8 = 12
 
     ...
 
-    Q: What is 31 - 76?
-    A:
+    3 - 7 =
 
-Operands have ``DIGITS`` digits (default 2), the operator is ``+`` or ``-`` (results may be
-negative); problems and shots come from the seed. The answer is the integer that opens the
+Operands have ``DIGITS`` digits (default 1), the operator is ``+`` or ``-`` (results may be
+negative); problems and shots come from the seed. (Measured greedily on Gemma 3 270M, 30
+problems: this form solves about half of the one-digit sums and differences and none with two
+digits; a ``Q: What is 4 + 8?`` / ``A:`` form about a seventh.) The answer is the integer that opens the
 response's first line (a base model goes on with the next ``Q:``, which is not graded).
 """
 
@@ -31,7 +31,7 @@ _LEADING_INT = re.compile(r"\s*(-?\d+)\b")
 def _question(rng: random.Random, digits: int) -> tuple[str, int]:
     lo, hi = 10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1
     a, b, op = rng.randint(lo, hi), rng.randint(lo, hi), rng.choice("+-")
-    return f"Q: What is {a} {op} {b}?\nA:", a + b if op == "+" else a - b
+    return f"{a} {op} {b} =", a + b if op == "+" else a - b
 
 
 class Arithmetic:
@@ -43,7 +43,7 @@ class Arithmetic:
 
     def __init__(self, options: str, size: int, seed: int) -> None:
         try:
-            digits = int(options) if options else 2
+            digits = int(options) if options else 1
         except ValueError:
             digits = 0
         if not 1 <= digits <= 9:

@@ -127,20 +127,20 @@ def test_addition_task_grades_the_answer():
 
 
 def test_fewshot_arithmetic_for_base_models():
-    """Four worked examples then the question, no chat template; the answer opens the first line."""
-    task, problems = load_task("arithmetic", limit=6, seed=2)
+    """Four worked equations then the question, no chat template; the answer opens the first line."""
+    task, problems = load_task("arithmetic", limit=50, seed=2)
     p = problems[0]
-    assert task.name == "arithmetic:2" and not p.chat and p.prompt.count("Q: What is ") == 5
-    assert p.prompt.endswith("?\nA:") and re.search(r"Q: What is \d\d [+-] \d\d\?\nA:$", p.prompt)
-    shots = p.prompt.rsplit("Q:", 1)[0]
+    assert task.name == "arithmetic:1" and not p.chat and p.prompt.count(" = ") == 4
+    assert re.search(r"\n\n\d [+-] \d =$", p.prompt) and re.match(r"\d [+-] \d = -?\d+\n\n", p.prompt)
+    shots = p.prompt.rsplit("\n\n", 1)[0]
     assert all(q.prompt.startswith(shots) for q in problems)  # the same shots for every problem
-    assert task.grade(p, f" {p.reference}\n\nQ: What is 1 + 1?\nA: 2").correct is True
+    assert task.grade(p, f" {p.reference}\n\n1 + 1 = 2").correct is True
     assert task.grade(p, f" {p.reference + 1}\n{p.reference}").correct is False  # only the first line counts
     assert task.grade(p, " about twelve").answer is None
-    assert [q.prompt for q in load_task("arithmetic:2", limit=6, seed=2)[1]] == [q.prompt for q in problems]
-    _, ones = load_task("arithmetic:1", limit=50, seed=2)
-    assert all(re.search(r"What is \d [+-] \d\?\nA:$", q.prompt) for q in ones)
-    assert any(q.reference < 0 for q in ones)  # subtraction may go below zero
+    assert [q.prompt for q in load_task("arithmetic:1", limit=50, seed=2)[1]] == [q.prompt for q in problems]
+    assert any(q.reference < 0 for q in problems)  # subtraction may go below zero
+    _, twos = load_task("arithmetic:2", limit=5, seed=2)
+    assert all(re.search(r"\n\n\d\d [+-] \d\d =$", q.prompt) for q in twos)
     with pytest.raises(ConfigError, match=r"DIGITS in 1\.\.9"):
         load_task("arithmetic:x")
 
