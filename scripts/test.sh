@@ -9,10 +9,13 @@
 #   bash scripts/test.sh --tier 2    the statistical law suites (marker `law`), the full coupling
 #                                    products (`fullgrid`) and the other tests over 10 s (`slow`)
 #   bash scripts/test.sh --tier 3    the real-server tests (marker `server`; `sglang` and `vllm` imply
-#                                    it) in .venv, one at a time, then the files that need sglang
-#                                    importable with .venv-sglang's python (test_sglang_runtime.py,
+#                                    it) but Gemma 3's in .venv, one at a time, then the files that need
+#                                    sglang importable with .venv-sglang's python (test_sglang_runtime.py,
 #                                    test_power_gen_programs.py, test_sglang_programs.py,
 #                                    test_sglang_attention.py; the .venv run skips them)
+#   bash scripts/test.sh --tier 4    Gemma 3 270M on its real SGLang and vLLM servers (marker `gemma3`;
+#                                    PRESTO_SGL_GEMMA3_SGLANG_URL / PRESTO_SGL_GEMMA3_VLLM_URL), then
+#                                    its program file with .venv-sglang (test_gemma3_programs.py)
 #   bash scripts/test.sh ARGS...     plain pytest with ARGS in .venv (e.g. `-m exactness`, a file, `-k
 #                                    coupling`), then those of the sglang files among ARGS (all of them
 #                                    when ARGS names no test file) with .venv-sglang
@@ -33,7 +36,9 @@ RUNTIME_TESTS=(tests/integration/test_sglang_runtime.py tests/integration/test_p
                tests/integration/test_sglang_programs.py tests/integration/test_sglang_attention.py)
 TIER1="not server and not law and not fullgrid and not slow"
 TIER2="not server and (law or fullgrid or slow)"
-TIER3="server"
+TIER3="server and not gemma3"
+TIER4="gemma3"
+GEMMA3_RUNTIME_TESTS=(tests/integration/test_gemma3_programs.py)
 JOBS="${PRESTO_SGL_TEST_JOBS:-$(nproc)}"
 COMMON=(-p no:cacheprovider "--timeout=${PRESTO_SGL_TEST_TIMEOUT:-1800}" --durations=15)
 
@@ -92,8 +97,16 @@ tier() {  # N: run tier N; its exit status
         rc=$?
       fi
       ;;
+    4)
+      .venv/bin/python -m pytest -m "$TIER4" "${COMMON[@]}"
+      rc=$?
+      if passed "$rc"; then
+        sglang_runtime "${GEMMA3_RUNTIME_TESTS[@]}" "${COMMON[@]}"
+        rc=$?
+      fi
+      ;;
     *)
-      say "--tier: $n is not a tier; choose 1, 2 or 3"
+      say "--tier: $n is not a tier; choose 1, 2, 3 or 4"
       return 2
       ;;
   esac
@@ -106,13 +119,13 @@ tier() {  # N: run tier N; its exit status
 }
 
 if [ "$#" -eq 0 ]; then
-  for n in 1 2 3; do
+  for n in 1 2 3 4; do
     tier "$n" || exit $?
   done
   exit 0
 fi
 if [ "$1" = --tier ]; then
-  [ "$#" -eq 2 ] || { say "usage: bash scripts/test.sh [--tier 1|2|3 | PYTEST_ARGS...]"; exit 2; }
+  [ "$#" -eq 2 ] || { say "usage: bash scripts/test.sh [--tier 1|2|3|4 | PYTEST_ARGS...]"; exit 2; }
   tier "$2"
   exit $?
 fi
@@ -124,7 +137,7 @@ passed "$rc" || say "pytest in .venv failed (exit $rc)"
 options=() runtime_paths=() named_paths=no
 for arg in "$@"; do
   case "$arg" in
-    *test_sglang_runtime.py*|*test_power_gen_programs.py*|*test_sglang_programs.py*|*test_sglang_attention.py*)
+    *test_sglang_runtime.py*|*test_power_gen_programs.py*|*test_sglang_programs.py*|*test_sglang_attention.py*|*test_gemma3_programs.py*)
       runtime_paths+=("$arg"); named_paths=yes ;;
     tests/*|*.py|*.py::*) named_paths=yes ;;
     *) options+=("$arg") ;;

@@ -4,10 +4,13 @@ on 15 of 18 layers, ``<bos>`` required) on every engine, against transformers' o
 * Embedded engine (tier 2, ``slow``; the model is materialized once from PyPI on first use):
   draws beyond the sliding window, masked draws, and coupling of every rule with sequential
   execution.
-* A real CPU SGLang server of the same folder (tier 3; ``PRESTO_SGL_GEMMA3_SGLANG_URL``, started by
-  ``.ci/run`` with ``--batched-attention``): the client tokenizes as the server does (with the
-  GGUF's own tokenizer too, which adds no ``<bos>``), forks past the window batched in one call,
-  masked draws, and the step rule against sequential execution.
+* Real CPU servers of the same folder (tier 4, marker ``gemma3``; started by ``.ci/run`` after tier
+  3, with the other servers stopped):
+  - SGLang (``PRESTO_SGL_GEMMA3_SGLANG_URL``, ``--batched-attention``): the client tokenizes as the
+    server does (with the GGUF's own tokenizer too, which adds no ``<bos>``), forks past the window
+    batched in one call, masked draws, PreSTO against sequential under a regex, ``serve``;
+  - vLLM (``PRESTO_SGL_GEMMA3_VLLM_URL``): the same tokenization, forks past the window, and
+    coupling (vLLM seeds requests, so the step rule's chain is the sequential one).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from presto_sgl.constraints import Constraint
 from presto_sgl.engines.base import Request
 from tests.support.coupling import assert_same_states, run_states
 from tests.support.forward import TOL, reference
+from tests.support.structured import assert_resumed_masked
 
 torch = pytest.importorskip("torch")
 
@@ -106,22 +110,6 @@ def forks_past_the_window(text_view) -> list[Request]:
     return [Request(root, 24, 0.5), Request(root[:-30], 48, 1.0), Request(root[:-8], 20, 0.25)]
 
 
-def assert_masked(engine, hf_model, tokenizer, prompt: tuple[int, ...]) -> None:
-    """A regex answer drawn, then resumed 2 tokens in: masked log q and raw log p0 as a masked
-    float32 forward's; the answer is in the language."""
-    from tests.support.structured import masked_forward
-
-    c, stop = Constraint(regex=REGEX), engine.text.stop_ids
-    (first,) = engine.generate([Request(prompt, 12, 1.0, None, stop=stop, constraint=c)])
-    k = 2
-    (comp,) = engine.generate([Request(prompt + first.tokens[:k], 10, 0.5, None, stop=stop, constraint=c, resume=k)])
-    lq, lp = masked_forward(hf_model, tokenizer, c, prompt + first.tokens[:k], k, comp.tokens, 0.5, stop)
-    assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / 0.5
-    assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
-    text = engine.text.decode([t for t in first.tokens[:k] + comp.tokens if t not in stop])
-    assert comp.tokens[-1] not in stop or re.fullmatch(REGEX, text), text
-
-
 # -- the embedded engine ---------------------------------------------------------------------
 
 
@@ -145,7 +133,8 @@ def test_embedded_draws_past_the_sliding_window_equal_a_float32_forward(embedded
 
 @pytest.mark.slow
 def test_embedded_masked_draws_equal_a_masked_float32_forward(embedded, hf_model, tokenizer):
-    assert_masked(embedded, hf_model, tokenizer, tuple(embedded.text.encode("I bought", special=True)))
+    prompt = tuple(embedded.text.encode("I bought", special=True))
+    assert_resumed_masked(embedded, hf_model, tokenizer, Constraint(regex=REGEX), prompt, REGEX)
 
 
 RULES = [("bfs", False), ("predictive", False), ("step", False), ("bfs", True), ("predictive", True), ("step", True)]
@@ -176,14 +165,18 @@ def test_embedded_coupling_of_every_rule_with_sequential_execution(embedded):
 # -- a real SGLang server of the same folder ---------------------------------------------------
 
 
+def gemma3_server(var: str) -> str:
+    url = os.environ.get(var)
+    if not url:
+        if os.environ.get("PRESTO_SGL_REQUIRE_GEMMA3") == "1":
+            pytest.fail(f"PRESTO_SGL_REQUIRE_GEMMA3=1 but {var} is not set")
+        pytest.skip(f"no Gemma 3 server at {var} (scripts/sglang_server.sh / vllm_server.sh start --model gemma3)")
+    return url
+
+
 @pytest.fixture(scope="module")
 def server_url():
-    url = os.environ.get("PRESTO_SGL_GEMMA3_SGLANG_URL")
-    if not url:
-        if os.environ.get("PRESTO_SGL_REQUIRE_SGLANG") == "1":
-            pytest.fail("PRESTO_SGL_REQUIRE_SGLANG=1 but PRESTO_SGL_GEMMA3_SGLANG_URL is not set")
-        pytest.skip("no Gemma 3 SGLang server (bash scripts/sglang_server.sh start --model gemma3 ...)")
-    return url
+    return gemma3_server("PRESTO_SGL_GEMMA3_SGLANG_URL")
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +188,17 @@ def served(server_url):
     return engine
 
 
+@pytest.fixture(scope="module")
+def vllm(folder):
+    from presto_sgl.engines.vllm.http import VLLMEngine
+
+    engine = VLLMEngine(gemma3_server("PRESTO_SGL_GEMMA3_VLLM_URL"))
+    assert engine.mode == "one-pass" and engine.capabilities.seeded
+    return engine
+
+
 @pytest.mark.server
+@pytest.mark.gemma3
 def test_the_client_tokenizes_as_the_server_does(server_url, served, folder, tmp_path):
     """With the materialized tokenizer both add ``<bos>``; with the GGUF's own tokenizer (no
     ``<bos>``) the client adopts the server's and says so; prompts then start with it."""
@@ -217,6 +220,7 @@ def test_the_client_tokenizes_as_the_server_does(server_url, served, folder, tmp
 
 
 @pytest.mark.server
+@pytest.mark.gemma3
 def test_server_forks_past_the_sliding_window_equal_a_float32_forward(served, hf_model):
     """One call of forks at three cuts of a 505-token root (batched attention, sliding layers masked
     past position 512) gives the fp32 forward's log q and log p0."""
@@ -225,36 +229,35 @@ def test_server_forks_past_the_sliding_window_equal_a_float32_forward(served, hf
 
 
 @pytest.mark.server
+@pytest.mark.gemma3
 def test_server_masked_draws_equal_a_masked_float32_forward(served, hf_model, tokenizer):
-    assert_masked(served, hf_model, tokenizer, tuple(served.text.encode("I bought", special=True)))
+    prompt = tuple(served.text.encode("I bought", special=True))
+    assert_resumed_masked(served, hf_model, tokenizer, Constraint(regex=REGEX), prompt, REGEX)
 
 
 @pytest.mark.server
-def test_server_presto_against_sequential(served):
-    """Sequential PowerMH and the step rule (cost-aware too) on the server: K transitions each, the
-    step rule in fewer calls; under a regex every response is in the language."""
+@pytest.mark.gemma3
+def test_server_presto_under_a_regex_against_sequential(served):
+    """Sequential PowerMH and the step rule on the server under a regex: K transitions each, every
+    answer in the language, the step rule in fewer calls (unconstrained, the embedded coupling
+    and benchmarks/RESULTS.md cover it)."""
     from presto_sgl import sampling_configs
 
-    prompt = tuple(served.text.encode("Question: how many legs does a spider have?\nAnswer:", special=True))
-    for constraint in (None, Constraint(regex=REGEX)):
-        calls = {}
-        for rule, cost_aware in (("sequential", False), ("step", False), ("step", True)):
-            cfg, presto = sampling_configs(
-                rule, target="eos", alpha=4.0, max_new_tokens=16, block_size=8, steps=4, cost_aware=cost_aware
-            )
-            if constraint is not None:
-                t = cfg.target
-                cfg = PowerConfig(Target(t.alpha, 16, 8, "eos", constraint), cfg.kernel)
-            res = Sampler(served, cfg, presto).run(prompt, seed=4)
-            assert res.metrics.transitions == 8
-            calls[rule, cost_aware] = res.metrics.model_calls
-            if constraint is not None:
-                answer = served.text.answer(res.state.tokens)
-                assert answer.eos_index is None or re.fullmatch(REGEX, answer.text), answer.text
-        assert calls["step", False] < calls["sequential", False]
+    prompt = tuple(served.text.encode("I bought", special=True))
+    calls = {}
+    for rule in ("sequential", "step"):
+        cfg, presto = sampling_configs(rule, target="eos", alpha=4.0, max_new_tokens=16, block_size=8, steps=4)
+        cfg = PowerConfig(Target(cfg.target.alpha, 16, 8, "eos", Constraint(regex=REGEX)), cfg.kernel)
+        res = Sampler(served, cfg, presto).run(prompt, seed=4)
+        assert res.metrics.transitions == 8
+        calls[rule] = res.metrics.model_calls
+        answer = served.text.answer(res.state.tokens)
+        assert answer.eos_index is None or re.fullmatch(REGEX, answer.text), answer.text
+    assert calls["step"] < calls["sequential"]
 
 
 @pytest.mark.server
+@pytest.mark.gemma3
 def test_serve_on_the_gemma3_server(served):
     """``presto-sgl serve`` in front of the Gemma 3 server: a text completion is power-sampled from the
     prompt with its ``<bos>``, a JSON-schema ``response_format`` gives valid JSON, and chat is refused by
@@ -292,3 +295,30 @@ def test_serve_on_the_gemma3_server(served):
         assert set(json.loads(structured.choices[0].text)) == {"city"}
         with pytest.raises(openai.BadRequestError, match="messages"):
             api.chat.completions.create(model="gemma-3-270m", messages=[{"role": "user", "content": "Hi"}])
+
+
+@pytest.mark.server
+@pytest.mark.gemma3
+def test_vllm_tokenizes_as_it_does_and_forks_past_the_window_equal_a_float32_forward(vllm, hf_model):
+    assert vllm.text.framing is None and vllm.text.prompt_ids("The capital of France is", chat=True)[0] == 2
+    reqs = [
+        Request(r.prefix, r.max_new_tokens, r.temperature, seed=i + 1)
+        for i, r in enumerate(forks_past_the_window(vllm.text))
+    ]
+    assert_past_the_window(hf_model, reqs, vllm.generate(reqs), TOL)
+
+
+@pytest.mark.server
+@pytest.mark.gemma3
+@pytest.mark.exactness
+def test_vllm_coupling_of_the_step_rule_with_sequential_execution(vllm):
+    """vLLM seeds each request: for the same keys the step rule (cost-aware too) visits the sequential
+    chain's states on Gemma 3."""
+    prompt = tuple(vllm.text.encode("def fibonacci(n):", special=True))
+    cfg = PowerConfig(Target(alpha=4.0, max_new_tokens=16, block_size=8), KernelConfig(tau=1.0, steps=4))
+    seq, seq_res = run_states(Sampler(vllm, cfg, PrestoConfig("sequential", keying="step")), prompt, seed=3)
+    assert {acc for *_, acc in seq} == {True, False}
+    for cost_aware in (False, True):
+        pre, pre_res = run_states(Sampler(vllm, cfg, PrestoConfig("step", 6, cost_aware=cost_aware)), prompt, seed=3)
+        assert_same_states(seq, pre, TOL)
+        assert pre_res.metrics.model_calls < seq_res.metrics.model_calls

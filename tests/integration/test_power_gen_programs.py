@@ -451,39 +451,3 @@ def test_a_streamed_program_gets_the_answer_whole(backend):
     state = qa.run(backend=backend, stream=True)
     streamed = "".join(state.text_iter("answer"))  # SGLang's stream reader: one piece, the whole answer
     assert streamed == state["answer"] and len(state.get_meta_info("answer")["answer_ids"]) <= 4
-
-
-def test_a_base_model_program_on_a_gemma3_server():
-    """Gemma 3 (a base model: no chat template, ``<bos>`` required) on its own SGLang server: a
-    few-shot program whose text power_gen tokenizes once, ``<bos>`` first as the server does, a
-    ``dtype=int`` answer and a free one, each scored as Gemma's float32 forward scores it."""
-    url = os.environ.get("PRESTO_SGL_GEMMA3_SGLANG_URL")
-    if not url:
-        if os.environ.get("PRESTO_SGL_REQUIRE_SGLANG") == "1" and HAVE_SGLANG:
-            pytest.fail("PRESTO_SGL_REQUIRE_SGLANG=1 but PRESTO_SGL_GEMMA3_SGLANG_URL is not set")
-        pytest.skip("no Gemma 3 SGLang server (PRESTO_SGL_GEMMA3_SGLANG_URL)")
-    if not HAVE_SGLANG:
-        pytest.skip(f"sglang is not importable by {sys.executable}")
-    import sglang as sgl
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from presto_sgl.models import materialize_gemma3
-    from presto_sgl.program import power_gen
-
-    @sgl.function
-    def fewshot(s):
-        s += "Q: What is 12 + 30?\nA: 42\n\nQ: What is 25 + 17?\nA:"
-        s += power_gen("sum", max_tokens=4, dtype=int, seed=1, **CHAIN)
-        s += "\n\nQ: What is the capital of France?\nA:"
-        s += power_gen("city", max_tokens=8, stop="\n", seed=2, **CHAIN)
-
-    state = fewshot.run(backend=sgl.RuntimeEndpoint(url))
-    assert state.error() is None, state.error()
-    assert re.fullmatch(r"[-+]?[0-9]+[ \n]*", state["sum"]), state["sum"]
-    model = AutoModelForCausalLM.from_pretrained(materialize_gemma3(), dtype=torch.float32).eval()
-    for name in ("sum", "city"):
-        meta = state.get_meta_info(name)
-        assert meta["prompt_ids"][0] == 2 and meta["prompt_ids"].count(2) == 1  # one <bos>, first
-        assert_scores_match(model, meta["prompt_ids"], meta["output_ids"], meta["output_token_logp"])
-    assert "\n" not in state["city"]

@@ -6,7 +6,6 @@ by ``jsonschema``. Skipped without PRESTO_SGL_SGLANG_URL (a failure under PRESTO
 from __future__ import annotations
 
 import json
-import re
 
 import jsonschema
 import pytest
@@ -17,7 +16,7 @@ from presto_sgl.constraints import Constraint
 from presto_sgl.engines.base import Request
 from presto_sgl.errors import CapabilityError
 from tests.support.forward import TOL
-from tests.support.structured import masked_forward
+from tests.support.structured import assert_resumed_masked, masked_forward
 
 pytestmark = pytest.mark.sglang
 
@@ -79,16 +78,9 @@ def test_an_ebnf_grammar_resumed_on_the_server(engine, hf_model):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(engine.model_path)
-    c, stop = Constraint(ebnf='root ::= ("Yes" | "No") ", because " [a-z ]+ "."'), engine.text.stop_ids
+    c = Constraint(ebnf='root ::= ("Yes" | "No") ", because " [a-z ]+ "."')
     prompt = tuple(engine.chat_prompt("Is the sky blue? Answer Yes or No and say why."))
-    (first,) = engine.generate([Request(prompt, 24, 1.0, None, stop=stop, constraint=c)])
-    k = 2
-    (comp,) = engine.generate([Request(prompt + first.tokens[:k], 32, 0.5, None, stop=stop, constraint=c, resume=k)])
-    lq, lp = masked_forward(hf_model, tok, c, prompt + first.tokens[:k], k, comp.tokens, 0.5, stop)
-    assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / 0.5
-    assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
-    text = engine.text.decode([t for t in first.tokens[:k] + comp.tokens if t not in stop])
-    assert comp.tokens[-1] not in stop or re.fullmatch(r"(Yes|No), because [a-z ]+\.", text), text
+    assert_resumed_masked(engine, hf_model, tok, c, prompt, r"(Yes|No), because [a-z ]+\.", lengths=(24, 32))
 
 
 def test_structured_power_sampling_on_the_server(engine):

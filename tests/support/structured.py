@@ -149,3 +149,22 @@ def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, st
         lp.append(float(torch.log_softmax(row, -1)[t]))
         assert matcher.accept_token(t), f"token {t} outside the grammar"
     return lq, lp
+
+
+def assert_resumed_masked(engine, model, tokenizer, constraint, prompt, pattern: str, lengths=(12, 10)) -> None:
+    """An answer under ``constraint`` drawn (``lengths[0]`` tokens at most), then resumed 2 tokens in
+    (``lengths[1]`` more at tau 0.5): masked log q and raw log p0 as :func:`masked_forward` gives
+    them; an answer that ended is a full match of ``pattern`` (Python ``re``)."""
+    from presto_sgl.engines.base import Request
+    from tests.support.forward import TOL
+
+    stop = engine.text.stop_ids
+    (first,) = engine.generate([Request(prompt, lengths[0], 1.0, None, stop=stop, constraint=constraint)])
+    k = 2
+    resumed = Request(prompt + first.tokens[:k], lengths[1], 0.5, None, stop=stop, constraint=constraint, resume=k)
+    (comp,) = engine.generate([resumed])
+    lq, lp = masked_forward(model, tokenizer, constraint, resumed.prefix, k, comp.tokens, 0.5, stop)
+    assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / 0.5
+    assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
+    text = engine.text.decode([t for t in first.tokens[:k] + comp.tokens if t not in stop])
+    assert comp.tokens[-1] not in stop or re.fullmatch(pattern, text), text
