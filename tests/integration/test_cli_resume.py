@@ -54,7 +54,15 @@ def kill_at(path: Path, lines: int, sig: int, rule: str) -> int:
         "--trace",
         str(path),
     ]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # SIGINT as Ctrl-C gives it, also where this test itself runs with SIGINT ignored (a background job)
+    proc = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
         if path.exists() and path.read_bytes().count(b"\n") >= lines:
