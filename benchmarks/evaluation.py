@@ -34,7 +34,8 @@ Suites (embedded engine, fp32 and seeded, so PreSTO's chains are the sequential 
   and differences of two one-digit numbers, which greedy decoding solves about half of; the
   answer opens the first line), T = 8 in two blocks of 4, K = 4 per block, alpha = 4, tau = 1/4:
   greedy (tau = 0.001), low temperature, best-of-8, Power-SMC (8 particles) and PreSTO step (the
-  chains sequential PowerMH draws).
+  chains sequential PowerMH draws). ``gemma3-sequence``: the same on ``sequence`` (the next term of
+  an arithmetic progression from five, which greedy decoding solves about a third of).
 - ``tiny``: the project's tiny adder on ``addition`` with noisy proposals (tau = 2, where
   plain sampling solves about half): the same baselines, sequential PowerMH with each
   keying, PreSTO bfs, predictive and step at N_pf = 8 (bfs and step also at 2, 4 and 16),
@@ -141,18 +142,21 @@ SUITES = {
             ("champ", [m for m in BASELINES if m.name in ("lowtemp", "bestof8", "powersmc")]),
         )
     },
-    "gemma3": Suite(
-        "arithmetic:1",
-        (
-            *("--engine", "embedded", "--model", "gemma3", "--target", "fixed"),
-            *("--max-new-tokens", "8", "--block-size", "4", "--steps", "4"),
-        ),
-        (
-            Method("greedy", ("--method", "lowtemp", "--tau", "0.001")),
-            *(m for m in BASELINES if m.name in ("lowtemp", "bestof8", "powersmc")),
-            Method("presto-step", ("--rule", "step", "--budget", "20")),
-        ),
-    ),
+    **{
+        name: Suite(
+            dataset,
+            (
+                *("--engine", "embedded", "--model", "gemma3", "--target", "fixed"),
+                *("--max-new-tokens", "8", "--block-size", "4", "--steps", "4"),
+            ),
+            (
+                Method("greedy", ("--method", "lowtemp", "--tau", "0.001")),
+                *(m for m in BASELINES if m.name in ("lowtemp", "bestof8", "powersmc")),
+                Method("presto-step", ("--rule", "step", "--budget", "20")),
+            ),
+        )
+        for name, dataset in (("gemma3", "arithmetic:1"), ("gemma3-sequence", "sequence"))
+    },
     "tiny": Suite(
         "addition",
         (

@@ -1,4 +1,5 @@
-"""Few-shot arithmetic for base models (``--dataset arithmetic[:DIGITS]``; pure Python).
+"""Few-shot tasks for base models (pure Python): ``--dataset arithmetic[:DIGITS[:TERMS]]`` and
+``--dataset sequence``.
 
 A base model (Gemma 3 270M, say) has no chat template and answers by continuing a pattern, so
 the prompt is four worked equations and the question, with no instruction::
@@ -9,11 +10,26 @@ the prompt is four worked equations and the question, with no instruction::
 
     3 - 7 =
 
-Operands have ``DIGITS`` digits (default 1), the operator is ``+`` or ``-`` (results may be
-negative); problems and shots come from the seed. (Measured greedily on Gemma 3 270M, 30
-problems: this form solves about half of the one-digit sums and differences and none with two
-digits; a ``Q: What is 4 + 8?`` / ``A:`` form about a seventh.) The answer is the integer that
-opens the response's first line (a base model goes on with the next equation, which is not graded).
+Operands have ``DIGITS`` digits (default 1), ``TERMS`` of them (default 2), each operator ``+`` or
+``-`` (results may be negative); problems and shots come from the seed. With more than two terms
+the shots work left to right, one running result at a time, so the answer is a short derivation::
+
+    3 + 5 - 2 = 8 - 2 = 6
+
+(Measured greedily on Gemma 3 270M, 30 problems: the two-term form solves about half of the
+one-digit sums and differences, 2 of 30 with three terms and none with two digits; a ``Q: What is
+4 + 8?`` / ``A:`` form about a seventh.) The answer is the integer after the last ``=`` of the
+response's first line, or the integer opening it (a base model goes on with the next equation,
+which is not graded).
+
+``sequence`` is the next term of an arithmetic progression, from five terms (start 1..30, step
++-2..12), after four worked ones::
+
+    28, 36, 44, 52, 60, 68
+
+    16, 22, 28, 34, 40,
+
+The answer is the integer opening the response (Gemma 3 270M, greedily: 10 of 30).
 """
 
 from __future__ import annotations
@@ -28,39 +44,90 @@ SHOTS = 4
 _LEADING_INT = re.compile(r"\s*(-?\d+)\b")
 
 
-def _question(rng: random.Random, digits: int) -> tuple[str, int]:
+def _question(rng: random.Random, digits: int, terms: int) -> tuple[str, str, int]:
+    """(question, its worked answer, the result): ``a op b op c =`` and ``r1 op c = r2``."""
     lo, hi = 10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1
-    a, b, op = rng.randint(lo, hi), rng.randint(lo, hi), rng.choice("+-")
-    return f"{a} {op} {b} =", a + b if op == "+" else a - b
+    value, *xs = (rng.randint(lo, hi) for _ in range(terms))
+    rest = [(rng.choice("+-"), x) for x in xs]
+    question = f"{value} " + " ".join(f"{op} {x}" for op, x in rest) + " ="
+    steps = []
+    for i, (op, x) in enumerate(rest):
+        value = value + x if op == "+" else value - x
+        steps.append(" ".join([str(value), *(f"{o} {y}" for o, y in rest[i + 1 :])]))
+    return question, " = ".join(steps), value
 
 
 class Arithmetic:
-    """Few-shot +/- of two DIGITS-digit integers; no chat template."""
+    """Few-shot +/- of TERMS DIGITS-digit integers; no chat template."""
 
     name = "arithmetic"
     errors: tuple[str, ...] = ()  # every input is a problem
-    grader = "the integer opening the response's first line equals the result"
+    grader = "the integer after the last '=' of the response's first line (else opening it) equals the result"
 
     def __init__(self, options: str, size: int, seed: int) -> None:
-        try:
-            digits = int(options) if options else 1
-        except ValueError:
-            digits = 0
-        if not 1 <= digits <= 9:
-            raise ConfigError("dataset", f"arithmetic:{options}", "{dataset}: arithmetic[:DIGITS], DIGITS in 1..9")
-        self.name = f"arithmetic:{digits}"
+        digits, terms = _numbers(options)
+        self.name = f"arithmetic:{digits}" if terms == 2 else f"arithmetic:{digits}:{terms}"
         rng = random.Random(seed)
-        shots = [_question(rng, digits) for _ in range(SHOTS)]
-        context = "".join(f"{q} {ans}\n\n" for q, ans in shots)
+        shots = [_question(rng, digits, terms) for _ in range(SHOTS)]
+        context = "".join(f"{q} {worked}\n\n" for q, worked, _ in shots)
         self._problems = [
             Problem(id=str(i), prompt=context + q, chat=False, reference=ans)
-            for i, (q, ans) in enumerate(_question(rng, digits) for _ in range(size))
+            for i, (q, _, ans) in enumerate(_question(rng, digits, terms) for _ in range(size))
         ]
 
     def problems(self) -> list[Problem]:
         return list(self._problems)
 
     def grade(self, problem: Problem, response: str) -> Grade:
-        m = _LEADING_INT.match(response.split("\n", 1)[0])
+        m = _LEADING_INT.match(response.split("\n", 1)[0].rsplit("=", 1)[-1])
         got = int(m.group(1)) if m else None
         return Grade(correct=got == problem.reference, answer=None if got is None else str(got))
+
+
+def _numbers(options: str) -> tuple[int, int]:
+    """(DIGITS, TERMS) of ``arithmetic[:DIGITS[:TERMS]]``'s options, checked."""
+    parts = options.split(":") if options else []
+    try:
+        digits = int(parts[0]) if parts else 1
+        terms = int(parts[1]) if len(parts) > 1 else 2
+    except ValueError:
+        digits = terms = 0
+    if len(parts) > 2 or not 1 <= digits <= 9 or not 2 <= terms <= 9:
+        raise ConfigError(
+            "dataset",
+            f"arithmetic:{options}",
+            "{dataset}: arithmetic[:DIGITS[:TERMS]], DIGITS in 1..9, TERMS in 2..9 (e.g. arithmetic:1:3)",
+        )
+    return digits, terms
+
+
+class Sequence:
+    """Few-shot next term of an arithmetic progression; no chat template."""
+
+    name = "sequence"
+    errors: tuple[str, ...] = ()  # every input is a problem
+    grader = "the integer opening the response equals the progression's next term"
+
+    def __init__(self, size: int, seed: int) -> None:
+        rng = random.Random(seed)
+        shots = [_progression(rng) for _ in range(SHOTS)]
+        context = "".join(f"{q} {ans}\n\n" for q, ans in shots)
+        self._problems = [
+            Problem(id=str(i), prompt=context + q, chat=False, reference=ans)
+            for i, (q, ans) in enumerate(_progression(rng) for _ in range(size))
+        ]
+
+    def problems(self) -> list[Problem]:
+        return list(self._problems)
+
+    def grade(self, problem: Problem, response: str) -> Grade:
+        m = _LEADING_INT.match(response)
+        got = int(m.group(1)) if m else None
+        return Grade(correct=got == problem.reference, answer=None if got is None else str(got))
+
+
+def _progression(rng: random.Random) -> tuple[str, int]:
+    """(five terms and a comma, the sixth term)."""
+    start, step = rng.randint(1, 30), rng.choice((-1, 1)) * rng.randint(2, 12)
+    terms = [start + i * step for i in range(6)]
+    return ", ".join(map(str, terms[:5])) + ",", terms[5]

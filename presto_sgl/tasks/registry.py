@@ -1,5 +1,5 @@
-"""Tasks by name (``presto-sgl run --dataset``): ``addition``, ``arithmetic[:DIGITS]`` (few-shot, for
-base models), ``humaneval`` (``humaneval:completion``: the bare prompt, for base models),
+"""Tasks by name (``presto-sgl run --dataset``): ``addition``, ``arithmetic[:DIGITS[:TERMS]]`` and
+``sequence`` (few-shot, for base models), ``humaneval`` (``humaneval:completion``: the bare prompt, for base models),
 ``reasoning-gym:TASK``, ``champ``, ``hf:NAME[:CONFIG][:SPLIT]`` (a Hugging Face dataset,
 :mod:`.hf`), or a path to a JSONL file of prompts.
 
@@ -15,7 +15,8 @@ from .base import Grade, Problem, Task
 
 NAMES = (
     "addition",
-    "arithmetic[:DIGITS]",
+    "arithmetic[:DIGITS[:TERMS]]",
+    "sequence",
     "humaneval[:completion]",
     "reasoning-gym:TASK",
     "champ",
@@ -72,6 +73,10 @@ def load_task(
         from .fewshot import Arithmetic
 
         task = Arithmetic(name.partition(":")[2], size, seed)
+    elif name == "sequence":
+        from .fewshot import Sequence
+
+        task = Sequence(size, seed)
     elif name in ("humaneval", "humaneval:completion"):
         from .humaneval import HumanEval
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -143,6 +144,42 @@ def test_fewshot_arithmetic_for_base_models():
     assert all(re.search(r"\n\n\d\d [+-] \d\d =$", q.prompt) for q in twos)
     with pytest.raises(ConfigError, match=r"DIGITS in 1\.\.9"):
         load_task("arithmetic:x")
+
+
+def test_fewshot_arithmetic_with_more_terms_works_left_to_right():
+    task, problems = load_task("arithmetic:1:3", limit=40, seed=1)
+    assert task.name == "arithmetic:1:3"
+    shots = problems[0].prompt.rsplit("\n\n", 1)[0].split("\n\n")
+    for shot in shots:  # "3 + 5 - 2 = 8 - 2 = 6": each step folds the first two terms
+        question, *steps = shot.split(" = ")
+        assert len(steps) == 2 and eval(steps[0]) == eval(question) == int(steps[1])
+    for p in problems:
+        question = p.prompt.rsplit("\n\n", 1)[1]
+        assert re.fullmatch(r"\d [+-] \d [+-] \d =", question) and eval(question[:-2]) == p.reference
+    p = problems[0]
+    assert task.grade(p, f" {p.reference + 3} - 3 = {p.reference}\n\n1 + 1 + 1").correct is True  # after the last =
+    assert task.grade(p, f" {p.reference}\n").correct is True  # a bare answer opens the line
+    assert task.grade(p, f" 1 + 2 = {p.reference + 1}\n{p.reference}").correct is False
+    for bad in ("arithmetic:1:1", "arithmetic:1:x", "arithmetic:1:3:4"):
+        with pytest.raises(ConfigError, match=r"TERMS in 2\.\.9"):
+            load_task(bad)
+
+
+def test_fewshot_sequence_asks_the_next_term():
+    task, problems = load_task("sequence", limit=60, seed=3)
+    assert task.name == "sequence" and not problems[0].chat
+    shots = problems[0].prompt.rsplit("\n\n", 1)[0].split("\n\n")
+    assert len(shots) == 4 and all(q.prompt.startswith("\n\n".join(shots)) for q in problems)
+    for p in problems:
+        terms = [int(x) for x in p.prompt.rsplit("\n\n", 1)[1].rstrip(",").split(", ")]
+        steps = {b - a for a, b in itertools.pairwise(terms)}
+        assert len(terms) == 5 and len(steps) == 1 and 2 <= abs(step := steps.pop()) <= 12
+        assert p.reference == terms[-1] + step
+    assert any(p.reference < 0 for p in problems) and any(p.reference > 40 for p in problems)
+    p = problems[0]
+    assert task.grade(p, f" {p.reference}, {p.reference + 1},").correct is True
+    assert task.grade(p, f" {p.reference + 1}, {p.reference},").correct is False  # the next term only
+    assert task.grade(p, " next").answer is None
 
 
 def test_jsonl_task_reports_bad_lines_and_goes_on(tmp_path):
