@@ -41,6 +41,7 @@ TIER4="gemma3"
 GEMMA3_RUNTIME_TESTS=(tests/integration/test_gemma3_programs.py)
 JOBS="${PRESTO_SGL_TEST_JOBS:-$(nproc)}"
 COMMON=(-p no:cacheprovider "--timeout=${PRESTO_SGL_TEST_TIMEOUT:-1800}" --durations=15)
+PARALLEL=(-n "$JOBS" --dist loadgroup)  # a module marked xdist_group runs on one worker (test_gemma3.py)
 
 passed() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 say() { echo "test.sh: $*" >&2; }
@@ -72,7 +73,7 @@ tier() {  # N: run tier N; its exit status
   case "$n" in
     1)
       static_checks || return 1
-      .venv/bin/python -m pytest -n "$JOBS" -m "$TIER1" "${COMMON[@]}"
+      .venv/bin/python -m pytest "${PARALLEL[@]}" -m "$TIER1" "${COMMON[@]}"
       rc=$?
       if wait "$MYPY_PID"; then
         tail -n 1 .cache/logs/mypy.log
@@ -83,7 +84,7 @@ tier() {  # N: run tier N; its exit status
       fi
       ;;
     2)
-      .venv/bin/python -m pytest -n "$JOBS" -m "$TIER2" "${COMMON[@]}"
+      .venv/bin/python -m pytest "${PARALLEL[@]}" -m "$TIER2" "${COMMON[@]}"
       rc=$?
       ;;
     3)

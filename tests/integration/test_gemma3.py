@@ -30,6 +30,9 @@ from tests.support.forward import TOL, reference
 from tests.support.structured import assert_resumed_masked
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.xdist_group("gemma3")
+"""On one xdist worker (scripts/test.sh distributes by group): the model is materialized and loaded
+once, while the other workers go on with other tests instead of one waiting on the lock."""
 
 WINDOW = 512
 _codes = random.Random(0)
