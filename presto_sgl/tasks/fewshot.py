@@ -34,8 +34,10 @@ The answer is the integer opening the response (Gemma 3 270M, greedily: 10 of 30
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
+from collections.abc import Iterator
 
 from ..errors import ConfigError
 from .base import Grade, Problem
@@ -57,31 +59,48 @@ def _question(rng: random.Random, digits: int, terms: int) -> tuple[str, str, in
     return question, " = ".join(steps), value
 
 
-class Arithmetic:
-    """Few-shot +/- of TERMS DIGITS-digit integers; no chat template."""
+class _FewShot:
+    """Four worked examples, then the question, graded on one integer; no chat template."""
 
-    name = "arithmetic"
+    name: str
     errors: tuple[str, ...] = ()  # every input is a problem
-    grader = "the integer after the last '=' of the response's first line (else opening it) equals the result"
+    grader: str
 
-    def __init__(self, options: str, size: int, seed: int) -> None:
-        digits, terms = _numbers(options)
-        self.name = f"arithmetic:{digits}" if terms == 2 else f"arithmetic:{digits}:{terms}"
-        rng = random.Random(seed)
-        shots = [_question(rng, digits, terms) for _ in range(SHOTS)]
-        context = "".join(f"{q} {worked}\n\n" for q, worked, _ in shots)
+    def _pose(self, examples: Iterator[tuple[str, str, int]], size: int) -> None:
+        """The problems from ``examples`` (question, worked answer, result): the first SHOTS
+        worked, each of the next ``size`` a question after them."""
+        context = "".join(f"{q} {worked}\n\n" for q, worked, _ in itertools.islice(examples, SHOTS))
         self._problems = [
             Problem(id=str(i), prompt=context + q, chat=False, reference=ans)
-            for i, (q, _, ans) in enumerate(_question(rng, digits, terms) for _ in range(size))
+            for i, (q, _, ans) in enumerate(itertools.islice(examples, size))
         ]
 
     def problems(self) -> list[Problem]:
         return list(self._problems)
 
     def grade(self, problem: Problem, response: str) -> Grade:
-        m = _LEADING_INT.match(response.split("\n", 1)[0].rsplit("=", 1)[-1])
+        m = _LEADING_INT.match(self._answer_text(response))
         got = int(m.group(1)) if m else None
         return Grade(correct=got == problem.reference, answer=None if got is None else str(got))
+
+    def _answer_text(self, response: str) -> str:
+        """Where the graded integer opens."""
+        return response
+
+
+class Arithmetic(_FewShot):
+    """Few-shot +/- of TERMS DIGITS-digit integers."""
+
+    grader = "the integer after the last '=' of the response's first line (else opening it) equals the result"
+
+    def __init__(self, options: str, size: int, seed: int) -> None:
+        digits, terms = _numbers(options)
+        self.name = f"arithmetic:{digits}" if terms == 2 else f"arithmetic:{digits}:{terms}"
+        rng = random.Random(seed)
+        self._pose((_question(rng, digits, terms) for _ in itertools.count()), size)
+
+    def _answer_text(self, response: str) -> str:
+        return response.split("\n", 1)[0].rsplit("=", 1)[-1]
 
 
 def _numbers(options: str) -> tuple[int, int]:
@@ -101,33 +120,19 @@ def _numbers(options: str) -> tuple[int, int]:
     return digits, terms
 
 
-class Sequence:
-    """Few-shot next term of an arithmetic progression; no chat template."""
+class Sequence(_FewShot):
+    """Few-shot next term of an arithmetic progression."""
 
     name = "sequence"
-    errors: tuple[str, ...] = ()  # every input is a problem
     grader = "the integer opening the response equals the progression's next term"
 
     def __init__(self, size: int, seed: int) -> None:
         rng = random.Random(seed)
-        shots = [_progression(rng) for _ in range(SHOTS)]
-        context = "".join(f"{q} {ans}\n\n" for q, ans in shots)
-        self._problems = [
-            Problem(id=str(i), prompt=context + q, chat=False, reference=ans)
-            for i, (q, ans) in enumerate(_progression(rng) for _ in range(size))
-        ]
-
-    def problems(self) -> list[Problem]:
-        return list(self._problems)
-
-    def grade(self, problem: Problem, response: str) -> Grade:
-        m = _LEADING_INT.match(response)
-        got = int(m.group(1)) if m else None
-        return Grade(correct=got == problem.reference, answer=None if got is None else str(got))
+        self._pose((_progression(rng) for _ in itertools.count()), size)
 
 
-def _progression(rng: random.Random) -> tuple[str, int]:
-    """(five terms and a comma, the sixth term)."""
+def _progression(rng: random.Random) -> tuple[str, str, int]:
+    """(five terms and a comma, the sixth term worked, the sixth term)."""
     start, step = rng.randint(1, 30), rng.choice((-1, 1)) * rng.randint(2, 12)
     terms = [start + i * step for i in range(6)]
-    return ", ".join(map(str, terms[:5])) + ",", terms[5]
+    return ", ".join(map(str, terms[:5])) + ",", str(terms[5]), terms[5]
