@@ -27,10 +27,10 @@ from typing import Any
 
 from benchmarks.compare import machine
 from presto_sgl import TraceWriter, sampling_configs
-from presto_sgl.chain.proposals import ProposalStore
-from presto_sgl.chain.samplers import Sampler
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.engines.text import TextView
+from presto_sgl.kernels.proposals import ProposalStore
+from presto_sgl.samplers import Sampler
 from presto_sgl.scheduling.runner import run_prompts
 from presto_sgl.scheduling.scheduler import Scheduler
 

@@ -53,9 +53,9 @@ from pathlib import Path
 
 from benchmarks.compare import machine
 from presto_sgl import sampling_configs
-from presto_sgl.chain.samplers import Sampler
 from presto_sgl.chain.trace import StateReplay, read_trace
 from presto_sgl.engines.sglang.http import SGLangEngine
+from presto_sgl.samplers import Sampler
 from presto_sgl.scheduling.runner import run_prompts
 from presto_sgl.tasks.registry import load_task
 from tests.support.servers import free_port, kill_server, server_script

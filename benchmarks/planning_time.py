@@ -20,8 +20,8 @@ from typing import TypeVar
 
 from presto_sgl import ChainState, make_kernel, sampling_configs
 from presto_sgl.chain.keys import ChainKeys, DecisionDraws, DecisionId
-from presto_sgl.chain.proposals import ProposalStore
 from presto_sgl.config import Keying
+from presto_sgl.kernels.proposals import ProposalStore
 from presto_sgl.planners import BFSPlanner, Planner, RoundContext, StepPlanner
 from presto_sgl.planners.predictive import CandidateNode, PredictivePlanner, allocate, candidate_tree
 from presto_sgl.predictor.certainty import ConstantPredictor, Predictor

@@ -34,7 +34,7 @@ from typing import Any
 from benchmarks.compare import machine
 from benchmarks.load import DATASET
 from presto_sgl import sampling_configs
-from presto_sgl.chain.samplers import Sampler
+from presto_sgl.samplers import Sampler
 from presto_sgl.scheduling.runner import run_prompts
 from presto_sgl.scheduling.scheduler import Scheduler
 from presto_sgl.tasks.registry import load_task

@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import registry
-from .chain.samplers import Sampler
 from .config import PRESTO, BaselineConfig, PowerConfig, PrestoConfig, baseline_config, sampling_configs
 from .constraints import Constraint
 from .engines.base import Engine
 from .errors import ConfigError
 from .methods import Method
 from .registry import make_kernel
+from .samplers import Sampler
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def constrained(method: MethodConfig, constraint: Constraint) -> MethodConfig:
 
 def make_method(engine: Engine, spec: MethodConfig | Mapping[str, Any]) -> Method:
     """The method of ``spec`` (a :class:`MethodConfig`, or flat options) on ``engine``: a
-    :class:`~presto_sgl.chain.samplers.Sampler` for a kernel, the baseline's class otherwise."""
+    :class:`~presto_sgl.samplers.Sampler` for a kernel, the baseline's class otherwise."""
     m = spec if isinstance(spec, MethodConfig) else method_config(spec)
     if isinstance(m.config, PowerConfig):
         return Sampler(engine, m.config, m.presto)

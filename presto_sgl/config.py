@@ -18,7 +18,6 @@ value and the fix. Kernels and rules are named through :mod:`presto_sgl.registry
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -166,34 +165,20 @@ def _own_params(method: str, kind: type, params: Any) -> Any:
     return params
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class PowerConfig:
     """A power-sampling chain: its :class:`Target` and the :class:`KernelConfig` that moves it.
     (How the transitions run, which never changes the chain, is :class:`PrestoConfig`.)"""
 
-    target: Target
-    kernel: KernelConfig
+    target: Target = field(default_factory=Target)
+    kernel: KernelConfig = field(default_factory=KernelConfig)
 
-    def __init__(self, target: Target | None = None, kernel: KernelConfig | None = None, **flat: Any) -> None:
-        if flat:
-            warnings.warn(
-                "PowerConfig(alpha=..., ...) with flat fields is deprecated; use "
-                "PowerConfig(Target(...), KernelConfig(...)) or sampling_configs(rule, **options)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if target is not None or kernel is not None:
-                raise TypeError("PowerConfig takes a Target and a KernelConfig, or (deprecated) flat fields; not both")
-            target, kernel = _flat_power(flat)
-        target = Target() if target is None else target
-        kernel = KernelConfig() if kernel is None else kernel
-        if not isinstance(target, Target) or not isinstance(kernel, KernelConfig):
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, Target) or not isinstance(self.kernel, KernelConfig):
             raise TypeError(
                 "PowerConfig takes a Target and a KernelConfig, "
-                f"got {type(target).__name__} and {type(kernel).__name__}"
+                f"got {type(self.target).__name__} and {type(self.kernel).__name__}"
             )
-        object.__setattr__(self, "target", target)
-        object.__setattr__(self, "kernel", kernel)
 
     @property
     def temperature(self) -> float:
@@ -422,21 +407,6 @@ def baseline_config(baseline: str, options: Mapping[str, Any]) -> BaselineConfig
     return BaselineConfig(baseline, Target(**target), **common, params=spec.params(**mine))
 
 
-def _flat_power(flat: Mapping[str, Any]) -> tuple[Target, KernelConfig]:
-    """The deprecated flat ``PowerConfig(alpha=..., keying=..., ...)``: ``keying`` now belongs to
-    PrestoConfig (a ConfigError says so)."""
-    if "keying" in flat:
-        raise ConfigError(
-            "keying",
-            flat["keying"],
-            "{keying} is PrestoConfig's now (derived from its rule); use PrestoConfig(rule, keying=...)",
-        )
-    options = dict(flat)
-    params = options.pop("params", None)
-    config = power_config(options.pop("kernel", "powermh"), options)
-    return config.target, config.kernel if params is None else dataclasses.replace(config.kernel, params=params)
-
-
 def check_keying(need: Keying | None, keying: str | None, subject: str) -> None:
     """ConfigError unless ``keying`` fits the keys ``need`` of ``subject`` (a rule, or an
     injected planner; None: either): the one place a rule's keying is checked."""
@@ -456,9 +426,6 @@ def sampling_configs(rule: str = "step", **options: Any) -> tuple[PowerConfig, P
     cost_aware). ``keying`` defaults to the rule's own (``step`` for ``sequential``, which
     runs with either). An option that belongs to no one, or to another kernel, is a
     ConfigError naming it."""
-    if "sampler" in options:  # the pre-registry name of `kernel`
-        warnings.warn("sampling_configs(sampler=...) is deprecated; use kernel=...", DeprecationWarning, stacklevel=2)
-        options["kernel"] = options.pop("sampler")
     presto = PrestoConfig(rule=rule, **{k: options.pop(k) for k in PRESTO if k in options and k != "rule"})
     return power_config(options.pop("kernel", "powermh"), options), presto
 

@@ -29,13 +29,12 @@ def option(
     flag: str | None = None,
     metavar: str | None = None,
     choices: Callable[[], Sequence[str]] | Sequence[str] | None = None,
-    aliases: tuple[str, ...] = (),
 ) -> Any:
     """A declared parameter: its ``default``, one-line ``doc`` (the CLI help and the docs),
     its ``check``, and for the CLI an optional ``flag`` (default ``--name-with-dashes``), the
     old flags it still answers to (``aliases``), ``metavar`` and ``choices`` (a sequence, or a
     callable read when the parser is built)."""
-    meta = {"doc": doc, "check": check, "flag": flag, "metavar": metavar, "choices": choices, "aliases": aliases}
+    meta = {"doc": doc, "check": check, "flag": flag, "metavar": metavar, "choices": choices}
     return field(default=default, metadata=meta)
 
 
@@ -52,7 +51,6 @@ class Param:
     flag: str | None = None
     metavar: str | None = None
     choices: Callable[[], Sequence[str]] | Sequence[str] | None = None
-    aliases: tuple[str, ...] = ()
 
     @property
     def cli_flag(self) -> str:
@@ -86,7 +84,6 @@ def params_of(cls: type) -> tuple[Param, ...]:
                 m["flag"],
                 m["metavar"],
                 m["choices"],
-                m["aliases"],
             )
         )
     return tuple(out)

@@ -16,17 +16,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .chain.executor import OnTransition, Recorder
 from .chain.metrics import CallRecord, PromptMetrics, RequestRecord, summarize
-from .chain.resume import Checkpoint, check_same_run
 from .chain.state import ChainState
 from .chain.trace import TraceWriter
 from .engines.base import Completion, Engine, Request
 from .errors import ConfigError
+from .execution.executor import OnTransition, Recorder
+from .execution.resume import Checkpoint, check_same_run
 
 if TYPE_CHECKING:
+    from .execution.offers import Lane
     from .planners.base import Planner
-    from .scheduling.offers import Lane
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@
 * a **method** is what a run uses: a kernel (run by a rule) or a baseline.
 
 The registry sits low in the package: it knows kernels (it registers the built-in ones),
-while the planners and the baselines register themselves when their packages load
-(``import presto_sgl`` loads both). The front ends' flat options are generated from the
+while the planners and the baselines, above it, register themselves when their packages load;
+the tables load those packages by name on their first read (as they would a plugin), so any
+front end sees every built-in whatever it imported first. The front ends' flat options are generated from the
 declared fields of the configs and of every registered kernel and baseline
 (:func:`presto_sgl.config.parameters`), so a new kernel is one :func:`register_kernel`
 call, and it appears as a ``--method`` choice with its flags, as ``serve`` request fields
@@ -22,9 +23,10 @@ and as ``power_gen`` keyword arguments::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import importlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from .errors import ConfigError
 from .fields import params_of
@@ -62,9 +64,51 @@ class BaselineSpec:
     check: Callable[[Any], None] | None = None  # (BaselineConfig): checks across its fields
 
 
-KERNELS: dict[str, KernelSpec] = {}
-RULES: dict[str, RuleSpec] = {}
-BASELINES: dict[str, BaselineSpec] = {}
+BUILTINS = ("presto_sgl.planners", "presto_sgl.baselines")
+"""The packages above the registry that register built-ins: the rules and the baselines."""
+
+_loaded = False
+
+S = TypeVar("S")
+
+
+def _load_builtins() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in BUILTINS:
+            importlib.import_module(module)
+
+
+class Table(Mapping[str, S], Generic[S]):
+    """Registered specs by name. Reading it first loads :data:`BUILTINS` (once per process)."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, S] = {}
+
+    def _all(self) -> dict[str, S]:
+        _load_builtins()
+        return self._specs
+
+    def __getitem__(self, name: str) -> S:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def add(self, name: str, spec: S) -> None:
+        self._specs[name] = spec
+
+    def remove(self, name: str) -> None:
+        self._specs.pop(name, None)
+
+
+KERNELS: Table[KernelSpec] = Table()
+RULES: Table[RuleSpec] = Table()
+BASELINES: Table[BaselineSpec] = Table()
 RESERVED: set[str] = {"method", "seed", "prompt"}
 """Parameter names no kernel or baseline may declare: the configs' own (added by
 :mod:`presto_sgl.config`) and the front ends'."""
@@ -77,10 +121,14 @@ def declared() -> dict[str, str]:
 
 
 def _check_new(kind: str, name: str, params: type | None) -> None:
-    if not isinstance(name, str) or not name.isidentifier() or name in KERNELS or name in BASELINES or name in RULES:
+    """Refuses a taken name or parameter (read from the tables as they stand: the built-ins
+    load before a user's registration, see :func:`register_kernel`)."""
+    tables = (KERNELS._specs, BASELINES._specs, RULES._specs)
+    if not isinstance(name, str) or not name.isidentifier() or any(name in t for t in tables):
         raise ValueError(f"cannot register {kind} {name!r}: the name is taken or not an identifier")
     if params is not None:
-        taken = RESERVED | set(declared())
+        own = [spec.params for spec in KERNELS._specs.values()] + [spec.params for spec in BASELINES._specs.values()]
+        taken = RESERVED | {p.name for cls in own for p in params_of(cls)}
         clash = [p.name for p in params_of(params) if p.name in taken]
         if clash:
             raise ValueError(
@@ -91,27 +139,42 @@ def _check_new(kind: str, name: str, params: type | None) -> None:
 def register_kernel(spec: KernelSpec) -> KernelSpec:
     """Add an MH kernel: it becomes a ``--method`` choice, its parameters CLI flags, ``serve``
     request fields and ``power_gen`` keyword arguments."""
-    _check_new("kernel", spec.name, spec.params)
-    KERNELS[spec.name] = spec
-    return spec
+    _load_builtins()
+    return builtin(spec)
 
 
 def register_rule(spec: RuleSpec) -> RuleSpec:
-    _check_new("rule", spec.name, None)
-    RULES[spec.name] = spec
-    return spec
+    _load_builtins()
+    return builtin(spec)
 
 
 def register_baseline(spec: BaselineSpec) -> BaselineSpec:
-    _check_new("baseline", spec.name, spec.params)
-    BASELINES[spec.name] = spec
+    _load_builtins()
+    return builtin(spec)
+
+
+Spec = TypeVar("Spec", KernelSpec, RuleSpec, BaselineSpec)
+
+
+def builtin(spec: Spec) -> Spec:
+    """Register ``spec`` without loading the built-ins first: how the built-in packages
+    (:data:`BUILTINS`, and the kernels below) register their own, while they load."""
+    if isinstance(spec, KernelSpec):
+        _check_new("kernel", spec.name, spec.params)
+        KERNELS.add(spec.name, spec)
+    elif isinstance(spec, RuleSpec):
+        _check_new("rule", spec.name, None)
+        RULES.add(spec.name, spec)
+    else:
+        _check_new("baseline", spec.name, spec.params)
+        BASELINES.add(spec.name, spec)
     return spec
 
 
 def unregister(name: str) -> None:
     """Remove a kernel, rule or baseline (tests that register toys clean up with this)."""
     for table in (KERNELS, RULES, BASELINES):
-        table.pop(name, None)
+        table.remove(name)
 
 
 def methods() -> tuple[str, ...]:
@@ -164,8 +227,8 @@ def current_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-register_kernel(KernelSpec("powermh", PowerMHParams, lambda alpha, tau, p: PowerMHKernel(alpha, tau), "uniform cuts"))
-register_kernel(
+builtin(KernelSpec("powermh", PowerMHParams, lambda alpha, tau, p: PowerMHKernel(alpha, tau), "uniform cuts"))
+builtin(
     KernelSpec(
         "entropycut",
         EntropyCutParams,
@@ -173,7 +236,7 @@ register_kernel(
         "cuts where the p0 entropy rises; needs an engine with entropy",
     )
 )
-register_kernel(
+builtin(
     KernelSpec(
         "multitry",
         MultiTryParams,

@@ -2,7 +2,7 @@
 # The project's test command, in three tiers, fastest first (docs/design.md §8):
 #
 #   bash scripts/test.sh             every tier in order; stops after the first tier that fails
-#   bash scripts/test.sh --tier 1    static checks (ruff lint, ruff format --check, mypy), then every test
+#   bash scripts/test.sh --tier 1    static checks (ruff lint, ruff format --check, lint-imports, mypy), then every test
 #                                    that needs no server, is not a law suite and takes < 10 s: unit,
 #                                    engine, CLI/serve and exactness tests, the coupling grid as an
 #                                    all-pairs covering design (a few minutes)
@@ -47,9 +47,11 @@ passed() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 say() { echo "test.sh: $*" >&2; }
 
 static_checks() {  # ruff at once (seconds); mypy beside the tier-1 tests (its pid in MYPY_PID)
+  mkdir -p .cache/logs
   .venv/bin/ruff check . || { say "ruff check failed (tier 1)"; return 1; }
   .venv/bin/ruff format --check . || { say "ruff format --check failed: run .venv/bin/ruff format . (tier 1)"; return 1; }
-  mkdir -p .cache/logs
+  .venv/bin/lint-imports --no-cache >.cache/logs/lint-imports.log 2>&1 \
+    || { cat .cache/logs/lint-imports.log; say "lint-imports failed: an import runs up a layer ([tool.importlinter] in pyproject.toml, docs/design.md §9) (tier 1)"; return 1; }
   .venv/bin/mypy >.cache/logs/mypy.log 2>&1 &
   MYPY_PID=$!
 }

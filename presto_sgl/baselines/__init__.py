@@ -2,7 +2,7 @@
 best-of-N and Power-SMC, methods like the MH samplers (:mod:`presto_sgl.methods`), each
 registered by name in :mod:`presto_sgl.registry` when this package loads."""
 
-from ..registry import BaselineSpec, register_baseline
+from ..registry import BaselineSpec, builtin
 from .base import Baseline
 from .parallel import BestOfN, LowTemperature
 from .params import BestOfNParams, LowTemperatureParams, PowerSMCParams, check_smc
@@ -18,13 +18,9 @@ __all__ = [
     "PowerSMCParams",
 ]
 
-register_baseline(
-    BaselineSpec("lowtemp", LowTemperatureParams, LowTemperature, LowTemperature.uses, "one draw at --tau")
-)
-register_baseline(
-    BaselineSpec("bestofn", BestOfNParams, BestOfN, BestOfN.uses, "--best-of draws, the best by --select")
-)
-register_baseline(
+builtin(BaselineSpec("lowtemp", LowTemperatureParams, LowTemperature, LowTemperature.uses, "one draw at --tau"))
+builtin(BaselineSpec("bestofn", BestOfNParams, BestOfN, BestOfN.uses, "--best-of draws, the best by --select"))
+builtin(
     BaselineSpec(
         "powersmc",
         PowerSMCParams,

@@ -17,16 +17,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from ..chain.executor import OnTransition, Recorder
-from ..chain.resume import Checkpoint
 from ..chain.state import ChainState
 from ..chain.trace import TraceWriter
 from ..config import BaselineConfig
 from ..engines.base import Engine
+from ..execution.executor import OnTransition, Recorder
+from ..execution.resume import Checkpoint
 from ..methods import MethodBase, SampleResult, check_seed
 
 if TYPE_CHECKING:
-    from ..scheduling.offers import Lane
+    from ..execution.offers import Lane
 
 
 class Baseline(MethodBase):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..chain.executor import Recorder
 from ..chain.keys import ChainKeys
 from ..chain.state import ChainState
 from ..config import BaselineConfig
 from ..engines.base import Completion, Engine, Request
+from ..execution.executor import Recorder
 from ..methods import extend
 from .base import Baseline
 

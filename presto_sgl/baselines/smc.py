@@ -19,11 +19,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..chain.executor import Recorder
 from ..chain.keys import ChainKeys
 from ..chain.state import ChainState
 from ..config import BaselineConfig
 from ..engines.base import Engine, Request
+from ..execution.executor import Recorder
 from ..methods import extend
 from .base import Baseline
 from .params import ramp_tokens

@@ -1,3 +1,2 @@
-"""The MH chain: its state, keys, proposals, the walker, the executor of a stage's rounds,
-the sampler, resume, traces and metrics.
-"""
+"""The values of an MH chain: its keys, its state, its metrics and its trace records (how its
+transitions run is :mod:`presto_sgl.execution`)."""

@@ -1,6 +1,6 @@
 """JSONL traces: one record per line (:data:`RECORD_TYPES`), written as a run goes and read
 back to recompute its metrics (docs/design.md §7) or to resume the chain
-(:mod:`presto_sgl.chain.resume`: ``state`` records hold the chain at its boundaries).
+(:mod:`presto_sgl.execution.resume`: ``state`` records hold the chain at its boundaries).
 
 A ``state`` record holds what changed since the run's previous one: ``keep`` (the response
 tokens, with their values, it keeps from that state; 0 or absent: a whole state) and the

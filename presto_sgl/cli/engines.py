@@ -1,5 +1,5 @@
 """Engines by name (``--engine``): builders from the parsed arguments, generated from the
-engine catalog's declared options (:mod:`presto_sgl.engines.catalog`)."""
+engine catalog's declared options (:mod:`presto_sgl.catalog`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from ..engines import catalog
+from .. import catalog
 from ..engines.base import Engine
 from ..fields import params_of
 from .common import PROG

@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import __version__
 from ..errors import EngineError
+from ..version import __version__
 from . import compare, predictor, report, run, sample, serve
 from .common import PROG, UsageError, error
 

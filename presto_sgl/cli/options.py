@@ -12,16 +12,14 @@ import argparse
 import sys
 from typing import Any
 
-from .. import registry
+from .. import catalog, registry
 from ..build import MethodConfig, make_method
 from ..build import method_config as _method_config
 from ..config import parameters
-from ..engines import catalog
 from ..engines.text import ModelFolder, TokenizerView
 from ..fields import Param, params_of
 from ..methods import Method
 from ..scheduling.pool import GuardedEngine
-from .common import PROG
 from .engines import ENGINES, engine_flags
 
 
@@ -40,7 +38,7 @@ TYPES = {"bool": None, "tuple": _temperatures, "float": float, "int": int, "str"
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """``--engine`` and every engine's options, generated from the engine catalog's declarations
-    (:mod:`presto_sgl.engines.catalog`): a flag shared by engines is one flag, its defaults said
+    (:mod:`presto_sgl.catalog`): a flag shared by engines is one flag, its defaults said
     per engine where they differ; a flag left out is the chosen engine's default."""
     eng = p.add_argument_group("engine")
     eng.add_argument(
@@ -59,7 +57,6 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
             tail = f" (default: {shown.pop()})" if shown else ""
         eng.add_argument(
             param.cli_flag,
-            *param.aliases,
             dest=name,
             default=None,
             type=TYPES[param.kind] or str,
@@ -73,18 +70,6 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="do not apply the model's chat template to the prompt (run: to any problem)",
     )
-
-
-class _Deprecated(argparse.Action):
-    """An old flag that still works: it sets the new one's value and says so on stderr."""
-
-    def __init__(self, option_strings, dest, new: str = "", **kw) -> None:
-        super().__init__(option_strings, dest, **kw)
-        self.new = new
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        print(f"{PROG}: warning: {option_string} is deprecated; use {self.new}", file=sys.stderr)
-        setattr(namespace, self.dest, values)
 
 
 def _method_help() -> str:
@@ -111,20 +96,12 @@ def _add_param(group: argparse._ArgumentGroup, param: Param, owner: str) -> None
 
 
 def add_method_options(p: argparse.ArgumentParser) -> None:
-    """The method flags: ``--method`` (old name ``--sampler``), the schedule, the rule and every
+    """The method flags: ``--method``, the schedule, the rule and every
     kernel's and baseline's parameters, from the registry."""
     grp = p.add_argument_group("method (a kernel run by a rule, or a baseline)")
     owners = registry.declared()
     for param in parameters():
         _add_param(grp, param, owners.get(param.name, ""))
-    grp.add_argument(
-        "--sampler",
-        dest="method",
-        action=_Deprecated,
-        new="--method",
-        choices=registry.methods(),
-        help=argparse.SUPPRESS,
-    )
 
 
 def method_options(args: argparse.Namespace) -> dict[str, Any]:

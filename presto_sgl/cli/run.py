@@ -3,7 +3,7 @@
 ``--out DIR`` gets ``manifest.json`` and ``records.jsonl`` (:mod:`presto_sgl.evaluation.rundir`);
 a rerun with the same options skips the prompts already there and appends the rest (with
 ``--traces``, a prompt whose chain was interrupted goes on from its trace's last boundary,
-:mod:`presto_sgl.chain.resume`), and one with other options is refused with the difference
+:mod:`presto_sgl.execution.resume`), and one with other options is refused with the difference
 named. Each prompt's chain keys are
 (``--seed``, the problem's id), so a prompt samples the same way whatever else runs.
 ``--workers`` chains are in flight at once (a server batches across them), in the package's
@@ -22,14 +22,14 @@ from concurrent.futures import FIRST_EXCEPTION, wait
 from pathlib import Path
 from typing import Any
 
-from ..chain.resume import Checkpoint, read_checkpoint, truncate
 from ..chain.trace import TraceWriter
 from ..errors import ConfigError, EngineError
 from ..evaluation.records import make_record
 from ..evaluation.results import aggregate, write_results
 from ..evaluation.rundir import RunDir
+from ..execution.offers import Lane
+from ..execution.resume import Checkpoint, read_checkpoint, truncate
 from ..methods import Method
-from ..scheduling.offers import Lane
 from ..scheduling.pool import ChainPool, Ticket
 from ..scheduling.scheduler import Scheduler
 from ..tasks.base import Problem

@@ -4,7 +4,7 @@ The chain runs with no EOS stop (exactly ``--max-new-tokens`` tokens); the print
 answer ends at the first of the model's stop tokens (:func:`cut_at_stop`).
 
 ``--resume TRACE`` goes on with the interrupted run whose ``--trace`` is TRACE, from the
-last boundary it recorded (:mod:`presto_sgl.chain.resume`), appending to TRACE. The prompt, seed
+last boundary it recorded (:mod:`presto_sgl.execution.resume`), appending to TRACE. The prompt, seed
 and prompt id come from the trace; the other options must be the ones it was written with
 (a difference is refused, named).
 """
@@ -19,11 +19,11 @@ from dataclasses import asdict
 from typing import Any
 
 from ..chain.metrics import PromptMetrics
-from ..chain.resume import Checkpoint, check_same_run, read_checkpoint, truncate
 from ..chain.trace import TraceWriter
 from ..engines.base import Engine
 from ..engines.monitor import Monitored
 from ..errors import ConfigError, EngineError
+from ..execution.resume import Checkpoint, check_same_run, read_checkpoint, truncate
 from ..methods import Method, SampleResult
 from ..scheduling.pool import GuardedEngine
 from .common import UsageError, cli_message, flag

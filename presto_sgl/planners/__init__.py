@@ -12,12 +12,11 @@ policy (:func:`.budget.make_planner`, from a rule's entry in :mod:`presto_sgl.re
 
 from __future__ import annotations
 
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import registry
 from ..config import PrestoConfig
-from ..registry import RuleSpec, register_rule
+from ..registry import RuleSpec, builtin
 from .base import PlannedRequest, Planner, PlanOffer, RoundContext, RoundFeedback, SequentialPlanner
 from .bfs import BFSPlanner
 from .budget import BudgetPolicy, CostAware, RatePolicy
@@ -75,9 +74,9 @@ def _needs(predictor: Predictor | None) -> Predictor:
     return predictor
 
 
-register_rule(RuleSpec("sequential", None, lambda p: SequentialPlanner(), "PowerMH, one model call per transition"))
-register_rule(RuleSpec("bfs", "path", BFSPlanner, "the paper's breadth-first rule over the path-keyed tree"))
-register_rule(
+builtin(RuleSpec("sequential", None, lambda p: SequentialPlanner(), "PowerMH, one model call per transition"))
+builtin(RuleSpec("bfs", "path", BFSPlanner, "the paper's breadth-first rule over the path-keyed tree"))
+builtin(
     RuleSpec(
         "predictive",
         "path",
@@ -86,27 +85,8 @@ register_rule(
         predicts=True,
     )
 )
-register_rule(
+builtin(
     RuleSpec(
         "step", "step", lambda p: StepPlanner(), "one shared request per depth, valid proposals carried over rounds"
     )
 )
-
-_RENAMED = {
-    "CostAwareStepPlanner": "CostAware(StepPlanner(), RolloutPolicy(predictor, ...))",
-    "CostAwarePathPlanner": "CostAware(BFSPlanner(predictor), RatePolicy(...)) (or PredictivePlanner(predictor))",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """The cost-aware planner classes of before the budget policies: a deprecation naming the
-    composition (every rule x budget is :func:`make_planner`)."""
-    if name in _RENAMED:
-        warnings.warn(
-            f"presto_sgl.planners.{name} was removed: a cost-aware planner is a rule x a budget policy, "
-            f"{_RENAMED[name]}, or make_planner(PrestoConfig(rule, cost_aware=True))",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        raise AttributeError(f"presto_sgl.planners.{name} was removed; use {_RENAMED[name]}")
-    raise AttributeError(f"module 'presto_sgl.planners' has no attribute {name!r}")

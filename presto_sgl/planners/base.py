@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Protocol, Self
 
 from ..chain.keys import DecisionDraws, DecisionId
-from ..chain.proposals import ProposalStore
 from ..chain.state import ChainState
 from ..config import Keying
 from ..kernels.base import Kernel
+from ..kernels.proposals import ProposalStore
 from ..predictor.certainty import Observation, certainty_class
 from .timemodel import CallTimeModel
 

@@ -48,9 +48,6 @@ Token ids, never a text round trip: the program text is tokenized once, as the s
 tokenizes text; a state keeps the exact ids of its text (prompt ids + the kept answer ids),
 and a later power_gen on it or its forks starts from those ids and tokenizes only the text
 appended since (``meta["prompt_source"]``: ``"text"``, ``"ids"`` or ``"ids+text"``).
-
-The eager form of earlier versions, ``power_gen(s, "answer", ...)`` (``s`` a state, a fork
-group or a list of states), still runs, with a DeprecationWarning.
 """
 
 from __future__ import annotations
@@ -62,16 +59,13 @@ import re
 import secrets
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import registry
 from ..build import MethodConfig, constrained, ending_default, make_method
 from ..build import method_config as _method_config
-from ..chain.choices import draw_choice
 from ..chain.keys import SEED_MASK, hash64
 from ..config import PowerConfig, Target, alpha_of_temperature, capped_blocks, parameters
 from ..constraints import Constraint
@@ -79,6 +73,7 @@ from ..engines import grammar
 from ..engines.scoring import scorer
 from ..engines.sglang.http import SGLangEngine
 from ..errors import ConfigError
+from ..execution.choices import draw_choice
 from ..methods import Method
 from ..scheduling.scheduler import Scheduler
 from . import interpreter
@@ -148,13 +143,6 @@ class PowerGen:
         return inspect.Signature([*head, *opts])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if args and args[0] is not None and not isinstance(args[0], str):  # power_gen(s, name, ...): the eager form
-            warnings.warn(
-                "power_gen(s, name, ...) is deprecated; write s += power_gen(name, ...)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return _eager(*args, **kwargs)
         if any(type(v).__name__ == "SglArgument" for v in (*args, *kwargs.values())):
             # SGLang traces a program with placeholder arguments (run_batch's prefix caching): it
             # reads only the expression's name, so validate nothing then
@@ -376,7 +364,7 @@ def power_select(
 ) -> Any:
     """``sgl.select``'s drop-in: ``s += power_select("pick", ["yes", "no"])`` draws a choice c
     from pi(c) ∝ p0(c | x)^alpha (alpha = 1/temperature when temperature > 0; default 4), exactly,
-    from one scoring pass (:mod:`presto_sgl.chain.choices`)."""
+    from one scoring pass (:mod:`presto_sgl.execution.choices`)."""
     return power_gen(
         name, choices=choices, temperature=temperature, alpha=alpha, seed=seed, chain_id=chain_id, engine=engine
     )
@@ -501,21 +489,6 @@ def _on_engine(spec: GenSpec, eng: Any) -> MethodConfig:
     fixed = dataclasses.replace(m.config, target=dataclasses.replace(m.config.target, target="fixed"))
     config = ending_default(fixed, eng)
     return m if config == m.config else dataclasses.replace(m, config=config)
-
-
-def _eager(s: Any, name: str, *, seed: int | None = None, chain_id: int = 0, **options: Any) -> None:
-    """``power_gen(s, name, ...)``: each state (fork i: chain ``chain_id + i``) runs at once."""
-    states = _program_states(s)
-    if isinstance(chain_id, bool) or not isinstance(chain_id, int):
-        raise ConfigError(
-            "chain_id", chain_id, f"{{chain_id}} (={chain_id!r}) must be an integer (fork i runs chain chain_id + i)"
-        )
-    seed = secrets.randbits(63) if seed is None else seed
-    specs = [gen_spec(name, seed=seed, chain_id=chain_id + i, **options) for i in range(len(states))]
-    for st in states:
-        st.stream_executor.sync()  # waits for the expressions submitted before
-    with ThreadPoolExecutor(max_workers=len(states)) as pool:
-        list(pool.map(lambda st, spec: _run(st.stream_executor, spec), states, specs))
 
 
 def method_config(options: dict[str, Any]) -> MethodConfig:

@@ -12,7 +12,7 @@ from ..engines.text import cut_at_stop, ids_of_prefix
 
 if TYPE_CHECKING:
     from ..build import MethodConfig
-    from ..chain.choices import ChoiceDraw
+    from ..execution.choices import ChoiceDraw
     from ..methods import Method, SampleResult
 
 TRACE_VAR = "_presto_token_ids"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ..chain.trace import TraceWriter
 from ..errors import ConfigError
+from ..execution.offers import Lane
 from ..methods import SampleResult
-from .offers import Lane
 from .pool import ChainPool, Ticket
 from .scheduler import Scheduler
 

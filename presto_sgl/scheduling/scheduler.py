@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..engines.base import Completion, Engine, Request
 from ..errors import ConfigError, EngineError
+from ..execution.offers import Lane, Offer, Served
 from ..planners.timemodel import EXPLORE, CallTimeModel
-from .offers import Lane, Offer, Served
 
 if TYPE_CHECKING:
     from ..methods import Method
@@ -194,12 +193,6 @@ class Scheduler:
         planner = method.planner
         engine = backend if backend is not None else method.engine
         return cls(engine, planner.time_model if planner is not None else None, **options)
-
-    @classmethod
-    def for_sampler(cls, method: Method, backend: Engine | None = None, **options: Any) -> Scheduler:
-        """The old name of :meth:`for_method` (deprecated)."""
-        warnings.warn("Scheduler.for_sampler is deprecated; use Scheduler.for_method", DeprecationWarning, stacklevel=2)
-        return cls.for_method(method, backend, **options)
 
     def adopt(self, method: Method) -> None:
         """Make ``method``'s planner plan on this scheduler's call-time model (a method made

@@ -30,9 +30,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .. import __version__
 from ..errors import BackendUnavailable, ConfigError, EngineError
 from ..scheduling.pool import Cancelled, Ticket
+from ..version import __version__
 from . import tokens
 from .openapi import openapi_schema
 from .parse import ChainJob, parse

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import __version__, registry
+from .. import registry
 from ..fields import params_of
-from .request import NULL, Served, messages_schema, nullable, request_fields, token_ids_schema
+from ..version import __version__
+from .request import Served, messages_schema, nullable, request_fields, token_ids_schema
 from .service import Service
 
 JSON = "application/json"
@@ -74,10 +75,8 @@ def _kernel_variants(properties: dict[str, Any], required: list[str], default: s
         needs = list(required)
         if kernel == default:
             props["method"] = nullable({**named, "default": kernel})
-            props["sampler"] = nullable({**named, "description": "the old name of `method`", "deprecated": True})
         else:
             props["method"], needs = named, needs + ["method"]
-            props["sampler"] = NULL
         variants.append({"type": "object", "required": needs, "properties": props, "additionalProperties": False})
     return variants
 

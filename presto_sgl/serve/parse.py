@@ -58,7 +58,7 @@ def _checked(body: Mapping[str, Any], kind: str, served: Served) -> dict[str, An
     known = {f.name for f in declared}
     unknown = sorted(set(body) - known)
     if unknown:
-        listed = [f.name for f in power_fields() if f.name != "sampler"] + ["seed", "max_tokens"]
+        listed = [f.name for f in power_fields()] + ["seed", "max_tokens"]
         raise ParamError(
             unknown[0], f"unrecognized request field `{unknown[0]}`; the power-sampling fields are {listed}"
         )
@@ -139,12 +139,10 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
             "the log p0 of each answer token, or `echo: true` with `logprobs` to score a prompt",
         )
     length = "max_completion_tokens" if "max_completion_tokens" in given else "max_tokens"
-    method_field = "sampler" if "sampler" in given and "method" not in given else "method"
-    names = {LENGTH: length, "kernel": method_field, "method": method_field}
-    overrides = {f.name: given[f.name] for f in power_fields() if f.name in given and f.name != "sampler"}
-    if method_field in given:
-        overrides.pop("method", None)
-        overrides["kernel"] = given[method_field]
+    names = {LENGTH: length, "kernel": "method", "method": "method"}
+    overrides = {f.name: given[f.name] for f in power_fields() if f.name in given}
+    if "method" in given:
+        overrides["kernel"] = overrides.pop("method")
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     _temperature(given.get("temperature"), overrides, names)
     cap = whole(given[length]) if length in given else None

@@ -10,7 +10,7 @@ null field is the field left out: the server's default.
 
 The power-sampling fields ride next to the OpenAI ones (with the ``openai`` client:
 ``extra_body={...}``) and are generated from the library's declared parameters
-(:func:`presto_sgl.config.parameters`): ``method`` (the MH kernel; old name ``sampler``),
+(:func:`presto_sgl.config.parameters`): ``method`` (the MH kernel),
 ``rule``, the schedule, ``budget``, ``cost_aware`` and every kernel's own, each with the
 type, choices and bounds its declaration gives. The library checks them, so a request is
 refused exactly where the library would refuse it.
@@ -448,8 +448,7 @@ def served_default(defaults: Defaults, name: str) -> Any:
 
 def power_fields() -> tuple[Field, ...]:
     """The power-sampling fields: the library's declared parameters (every registered kernel's
-    included), less the length (``max_tokens``), the server-side ones and the baselines',
-    then ``sampler``, the old name of ``method``."""
+    included), less the length (``max_tokens``), the server-side ones and the baselines'."""
     baseline = {p.name for spec in registry.BASELINES.values() for p in params_of(spec.params)}
     owners = registry.declared()
     out = []
@@ -460,8 +459,6 @@ def power_fields() -> tuple[Field, ...]:
         owner = owners.get(p.name)
         told = f"{owner}: {doc}" if owner and not doc.startswith(f"{owner}:") else doc
         out.append(Field(p.name, _power_schema(p), told, checked=False))
-    method = next(f for f in out if f.name == "method")
-    out.append(Field("sampler", method.schema, "the old name of `method` (deprecated)", checked=False))
     return tuple(out)
 
 

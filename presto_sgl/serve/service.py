@@ -18,14 +18,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from ..chain.samplers import Sampler
 from ..engines.base import Engine
 from ..engines.scoring import Scored, Scorer, scorer
 from ..engines.server import ServerEngine
 from ..engines.text import cut_at_stop, ids_of_prefix
 from ..errors import CapabilityError, ConfigError
+from ..execution.offers import Lane
 from ..methods import SampleResult
-from ..scheduling.offers import Lane
+from ..samplers import Sampler
 from ..scheduling.pool import ChainPool, GuardedEngine, Ticket
 from .parse import ChainJob, request_error
 from .request import LENGTH, ROLES, Defaults, ParamError

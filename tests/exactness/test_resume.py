@@ -1,4 +1,4 @@
-"""Exact resume (:mod:`presto_sgl.chain.resume`): a chain interrupted anywhere goes on from its
+"""Exact resume (:mod:`presto_sgl.execution.resume`): a chain interrupted anywhere goes on from its
 trace's last boundary to exactly the states of an uninterrupted run (seeded engine), and
 to the exact K-step law (unseeded engine: every request a fresh draw).
 
@@ -17,8 +17,8 @@ from collections import Counter
 import pytest
 
 from presto_sgl import TraceWriter
-from presto_sgl.chain.resume import EmptyTrace, check_same_run, read_checkpoint, truncate
 from presto_sgl.engines.reference import ReferenceLM
+from presto_sgl.execution.resume import EmptyTrace, check_same_run, read_checkpoint, truncate
 from tests.support import exact
 from tests.support.cases import KERNELS, RULES, KernelCase, RuleCase
 from tests.support.enumerated import CHAINS, PROMPT, SIGNIFICANCE, chi_square_pvalue, config, exact_law, lm

@@ -304,13 +304,9 @@ def test_entropycut_sampler_from_the_command_line(capsys):
     assert seq["response_ids"] == bfs["response_ids"]  # PreSTO-EntropyCut visits the sequential chain's states
     assert cli.main([*base, "--beta", "-1"]) == 2
     assert "`--beta`" in capsys.readouterr().err
-    # the old flag still works, and says so
-    assert cli.main([*base[:-3], "--sampler", "entropycut", "--json", "--rule", "sequential", "--keying", "path"]) == 0
-    out, err = capsys.readouterr()
-    assert (
-        "warning: --sampler is deprecated; use --method" in err
-        and json.loads(out)["response_ids"] == seq["response_ids"]
-    )
+    # the 0.x name of --method is gone
+    assert cli.main([*base[:-3], "--sampler", "entropycut", "--json"]) == 2
+    assert "unrecognized arguments: --sampler" in capsys.readouterr().err
 
 
 def test_multitry_sampler_from_the_command_line(capsys, tmp_path):

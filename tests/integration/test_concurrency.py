@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from presto_sgl import PrestoConfig, metrics_from_trace, read_trace, sampling_configs
-from presto_sgl.chain.samplers import Sampler
 from presto_sgl.engines.reference import ReferenceLM
+from presto_sgl.samplers import Sampler
 from presto_sgl.scheduling.runner import run_prompts
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [2, 2], [3, 1, 4, 1], [5, 9], [11, 0, 7]]

@@ -419,24 +419,6 @@ def test_an_error_in_a_program_ends_the_process(backend, server_url):
     assert "ConfigError `json_schema` is not valid JSON" in done.stdout
 
 
-def test_the_eager_form_still_runs_with_a_deprecation(backend):
-    import sglang as sgl
-
-    from presto_sgl.program import power_gen
-
-    @sgl.function
-    def three(s):
-        s += sgl.user("Name a prime number.")
-        s += sgl.assistant_begin()
-        forks = s.fork(2)
-        power_gen(forks, "answer", max_new_tokens=8, seed=5, **CHAIN)
-        return [f.get_meta_info("answer") for f in forks]
-
-    with pytest.warns(DeprecationWarning, match=r"s \+= power_gen"):
-        metas = three.run(backend=backend).ret_value
-    assert [m["chain_id"] for m in metas] == [0, 1] and all(m["transitions"] == 2 for m in metas)
-
-
 def test_a_streamed_program_gets_the_answer_whole(backend):
     import sglang as sgl
 

@@ -15,11 +15,9 @@ import time
 
 import pytest
 
-from presto_sgl.chain.samplers import Sampler
-from presto_sgl.config import sampling_configs
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.reference import ReferenceLM
-from presto_sgl.scheduling.offers import Offer
+from presto_sgl.execution.offers import Offer
 from presto_sgl.scheduling.pool import Cancelled
 from presto_sgl.scheduling.runner import run_prompts
 from presto_sgl.scheduling.scheduler import SHARE_FROM, LoadModel, Scheduler
@@ -206,9 +204,3 @@ def test_the_concurrent_dispatch_shares_from_share_from_chains_in_flight():
         assert SHARE_FROM is None and not a.sharing() and not d.sharing()  # the default: never
     with pytest.raises(ValueError, match="share_from"):
         Scheduler(engine=None, share_from=0)
-
-
-def test_the_old_name_of_for_method_still_works_and_says_so(engine):
-    sampler = Sampler(engine, *sampling_configs("step", max_new_tokens=8, block_size=4, steps=2))
-    with pytest.warns(DeprecationWarning, match="for_method"):
-        assert Scheduler.for_sampler(sampler).time_model is not None

@@ -14,10 +14,10 @@ import httpx
 import openai
 import pytest
 
-from presto_sgl.chain.samplers import Sampler
 from presto_sgl.config import sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.engines.sglang.http import SGLangEngine
+from presto_sgl.samplers import Sampler
 from tests.support.gated import GatedEngine
 from tests.support.serving import client, health, make_service, serve_cli, serving, wait_for
 from tests.support.sglang_standin import StandIn

@@ -19,8 +19,8 @@ MESSAGES = [{"role": "user", "content": "Name a prime number."}]
 
 
 def test_served_chains_are_the_librarys_chains_on_the_same_server(server_url, engine, hf_model):
-    from presto_sgl.chain.samplers import Sampler
     from presto_sgl.config import sampling_configs
+    from presto_sgl.samplers import Sampler
 
     flags = ("--engine", "vllm", "--url", server_url, "--max-new-tokens", "16", "--block-size", "8", "--steps", "3")
     with serve_cli(*flags) as (url, _):

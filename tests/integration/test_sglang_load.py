@@ -38,9 +38,9 @@ QUESTIONS = [
 
 def test_chains_in_flight_survive_a_killed_server(server_url, spare_sglang_url, hf_model, tmp_path):
     from presto_sgl import sampling_configs
-    from presto_sgl.chain.samplers import Sampler
     from presto_sgl.chain.trace import StateReplay, read_trace
     from presto_sgl.engines.sglang.http import SGLangEngine
+    from presto_sgl.samplers import Sampler
     from presto_sgl.scheduling.runner import run_prompts
 
     prompts = [SGLangEngine(server_url).chat_prompt(q) for q in QUESTIONS]

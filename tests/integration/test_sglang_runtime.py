@@ -143,7 +143,5 @@ def test_without_sglang_the_errors_name_the_fix(tmp_path):
         SGLangInProcessEngine(tmp_path)
     with pytest.raises(ImportError, match=r"run from \.venv-sglang"):
         power_gen("answer")
-    with pytest.raises(ImportError, match=r"run from \.venv-sglang"), pytest.warns(DeprecationWarning):
-        power_gen(object(), "answer")  # the eager form
     with pytest.raises(ValueError, match="`model_path`"):
         SGLangInProcessEngine(tmp_path / "nowhere")

@@ -87,7 +87,7 @@ def _uniform_per_stage() -> None:
 
 @mutant("stale-prefix", "the walker takes draws made after another prefix (the store's prefix check dropped)")
 def _stale_prefix() -> None:
-    from presto_sgl.chain.proposals import ProposalStore
+    from presto_sgl.kernels.proposals import ProposalStore
 
     def find(self, decision, tokens, cut):
         return next((e for e in self._by_decision.get(decision, ()) if e.cut == cut), None)
@@ -155,7 +155,7 @@ def _resume_path_lost() -> None:
     import dataclasses
     import importlib
 
-    from presto_sgl.chain import resume
+    from presto_sgl.execution import resume
 
     orig = resume.read_checkpoint
     resume.read_checkpoint = lambda path: dataclasses.replace(orig(path), path="")

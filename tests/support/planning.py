@@ -13,8 +13,8 @@ import numpy as np
 
 from presto_sgl import ChainState
 from presto_sgl.chain.keys import DecisionDraws, DecisionId
-from presto_sgl.chain.proposals import ProposalStore, StoredProposal
 from presto_sgl.kernels import PowerMHKernel, Proposal
+from presto_sgl.kernels.proposals import ProposalStore, StoredProposal
 from presto_sgl.planners import RoundContext
 
 KERNEL = PowerMHKernel(alpha=4.0, temperature=0.25)

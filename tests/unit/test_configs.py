@@ -81,12 +81,11 @@ def test_each_object_checks_its_own_fields_and_kernel_params_their_kernel():
         PowerConfig(KernelConfig(), Target())
 
 
-def test_the_flat_power_config_is_deprecated_and_names_where_keying_went():
-    with pytest.warns(DeprecationWarning, match=r"PowerConfig\(Target"):
-        old = PowerConfig(alpha=2.0, max_new_tokens=16, block_size=8, steps=3)
-    assert old == PowerConfig(Target(alpha=2.0, max_new_tokens=16, block_size=8), KernelConfig(steps=3))
-    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match=r"PrestoConfig\(rule, keying"):
-        PowerConfig(keying="path")
+def test_power_config_takes_objects_only():
+    """The flat 0.x form (``PowerConfig(alpha=..., ...)``) is gone: a chain is a Target and a KernelConfig."""
+    with pytest.raises(TypeError, match="alpha"):
+        PowerConfig(alpha=2.0)
+    assert PowerConfig() == PowerConfig(Target(), KernelConfig())
 
 
 def test_a_baseline_gets_its_own_config_without_a_placeholder_block():

@@ -16,10 +16,10 @@ import pytest
 
 import presto_sgl.predictor
 from presto_sgl import ChainState, Sampler, TraceWriter, read_trace, sampling_configs
-from presto_sgl.chain.proposals import ProposalStore, StoredProposal
 from presto_sgl.config import PrestoConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.kernels import Proposal
+from presto_sgl.kernels.proposals import ProposalStore, StoredProposal
 from presto_sgl.planners import CostAware, RoundContext, RoundFeedback, StepPlanner, make_planner
 from presto_sgl.planners.costaware import BASES, EndLengths, MatchRate
 from presto_sgl.planners.timemodel import EXPLORE, MIN_TIME_S, CallTimeModel

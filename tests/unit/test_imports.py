@@ -129,6 +129,23 @@ def test_every_module_imports(name):
     importlib.import_module(name)
 
 
+UNITS = sorted(
+    {".".join(m.split(".")[:2]) for m in module_files() if m.startswith("presto_sgl.")} - {"presto_sgl.__main__"}
+)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_each_unit_imports_first_and_then_sees_every_builtin(unit):
+    """Imported first in a fresh interpreter, each unit loads (no import-order cycle), and the
+    registry's tables then hold every built-in: the rules and baselines load on first read."""
+    code = f"import {unit}; from presto_sgl import registry; print(list(registry.RULES), registry.methods())"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == (
+        "['sequential', 'bfs', 'predictive', 'step'] ('powermh', 'entropycut', 'multitry', 'lowtemp', 'bestofn', 'powersmc')"
+    )
+
+
 def test_optional_heavy_dependencies_are_imported_lazily():
     """The package, its planners and predictor, the plugin and the frontend import without
     loading sglang (optional) or scikit-learn (fitting only), in a fresh interpreter."""
@@ -140,6 +157,44 @@ def test_optional_heavy_dependencies_are_imported_lazily():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+PLUGIN_MODULES = 8
+"""The most presto_sgl modules importing a server plugin may load: it runs inside the user's
+SGLang scheduler / vLLM worker processes, so it loads the wire format, not the library."""
+
+
+@pytest.mark.parametrize("plugin", ["presto_sgl.server_side.sglang.plugin", "presto_sgl.server_side.vllm.plugin"])
+def test_a_server_plugin_loads_only_what_it_uses(plugin):
+    """In a fresh interpreter: the package root is lazy (PEP 562), so the plugin loads the
+    root, its own package, the wire format and the version, nothing of the library."""
+    code = (
+        f"import sys, {plugin}; "
+        "print(sorted(m for m in sys.modules if m == 'presto_sgl' or m.startswith('presto_sgl.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = ast.literal_eval(done.stdout.strip())
+    assert plugin in loaded and "presto_sgl.wire" in loaded
+    assert len(loaded) <= PLUGIN_MODULES, f"importing {plugin} loads {len(loaded)} presto_sgl modules: {loaded}"
+
+
+def test_the_package_root_is_lazy_and_complete():
+    """``import presto_sgl`` loads only the version; each public name imports its module on
+    first read, and every name of ``__all__`` resolves."""
+    code = (
+        "import sys, presto_sgl; "
+        "before = sorted(m for m in sys.modules if m.startswith('presto_sgl')); "
+        "names = {n: getattr(presto_sgl, n) for n in presto_sgl.__all__}; "
+        "print(before, len(names), presto_sgl.Sampler.__module__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["['presto_sgl',", "'presto_sgl.version']", "39", "presto_sgl.samplers"]
+    import presto_sgl
+
+    with pytest.raises(AttributeError, match="no attribute 'PowerMH'"):
+        presto_sgl.PowerMH  # noqa: B018
 
 
 SERVER_SIDE = "presto_sgl.server_side"
@@ -182,8 +237,8 @@ def test_the_library_imports_no_dev_tooling():
 def test_graph_reads_relative_lazy_and_type_checking_imports():
     """Guard for the parser itself, on modules whose imports are known."""
     graph = import_graph()
-    assert "presto_sgl.planners" in graph["presto_sgl.chain.executor"]  # `from .planners import Planner, ...`
-    assert "presto_sgl.planners.base" not in graph["presto_sgl.chain.executor"]  # (names, not modules)
+    assert "presto_sgl.planners" in graph["presto_sgl.execution.executor"]  # `from .planners import Planner, ...`
+    assert "presto_sgl.planners.base" not in graph["presto_sgl.execution.executor"]  # (names, not modules)
     assert "presto_sgl.chain.keys" in graph["presto_sgl.kernels.base"]  # `from ..keys import` (level 2)
     assert "presto_sgl.predictor" in graph["presto_sgl.planners"]
     assert any(m == "presto_sgl.cli" or m.startswith("presto_sgl.cli.") for m in graph["presto_sgl.__main__"])

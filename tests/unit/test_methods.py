@@ -10,10 +10,10 @@ import json
 import pytest
 
 from presto_sgl import Method, SampleResult, make_method, metrics_from_trace, read_trace, registry
-from presto_sgl.chain.resume import read_checkpoint, truncate
 from presto_sgl.chain.trace import RECORD_TYPES, TraceWriter
 from presto_sgl.cli.main import main
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.execution.resume import read_checkpoint, truncate
 
 PROMPT = [1, 2, 3]
 SCHEDULE = {"max_new_tokens": 8, "block_size": 4, "steps": 3, "alpha": 4.0}

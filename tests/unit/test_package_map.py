@@ -45,6 +45,4 @@ def test_a_module_missing_from_the_map_is_found():
         ("presto_sgl/scheduling/pool.py", "the pool"),
     ]
     assert listed("presto_sgl/planners/step.py", table) and listed("presto_sgl/scheduling/pool.py", table)
-    assert not listed("presto_sgl/planners/loadmodel.py", table) and not listed(
-        "presto_sgl/scheduling/offers.py", table
-    )
+    assert not listed("presto_sgl/planners/loadmodel.py", table) and not listed("presto_sgl/execution/offers.py", table)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from presto_sgl.chain.proposals import ProposalStore, StoredProposal
-from presto_sgl.chain.walker import walk
+from presto_sgl.execution.walker import walk
 from presto_sgl.kernels import Proposal
+from presto_sgl.kernels.proposals import ProposalStore, StoredProposal
 from presto_sgl.planners import BFSPlanner, PlannedRequest, StepPlanner
 from tests.support.planning import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 

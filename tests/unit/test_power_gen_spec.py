@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from presto_sgl import ConfigError, PowerConfig
-from presto_sgl.chain.choices import draw_choice, power_probs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.execution.choices import draw_choice, power_probs
 from presto_sgl.program.frontend import REFUSED, _on_engine, choice_spec, gen_spec, spec_of
 from presto_sgl.program.state import ChoiceSpec, GenSpec
 from tests.support.enumerated import chi_square_pvalue

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import pytest
 
 import presto_sgl.predictor
-from presto_sgl.chain.proposals import ProposalStore
-from presto_sgl.chain.walker import walk
 from presto_sgl.config import PrestoConfig
+from presto_sgl.execution.walker import walk
+from presto_sgl.kernels.proposals import ProposalStore
 from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, RoundFeedback, make_planner
 from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from presto_sgl import ChainState, ConfigError, PowerConfig, PrestoConfig, TraceWriter, sampling_configs
-from presto_sgl.chain.resume import EmptyTrace, read_checkpoint
-from presto_sgl.chain.samplers import Sampler
 from presto_sgl.chain.trace import StateReplay, metrics_from_trace, read_trace
 from presto_sgl.cli.sample import _prompt_ids
 from presto_sgl.config import config_options
 from presto_sgl.engines.reference import ReferenceEngine
+from presto_sgl.execution.resume import EmptyTrace, read_checkpoint
+from presto_sgl.samplers import Sampler
 from radix.tree import RadixTree, TreeFullError
 
 RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -113,12 +113,12 @@ def test_logprobs_echo_and_stream_options():
     assert job.include_usage is True
 
 
-def test_the_old_sampler_field_still_names_the_kernel():
-    job = parse({"prompt": [1], "sampler": "entropycut", "beta": 2.0}, "completions", DEFAULTS)
+def test_the_method_field_names_the_kernel_and_its_0x_name_is_refused():
+    job = parse({"prompt": [1], "method": "entropycut", "beta": 2.0}, "completions", DEFAULTS)
     assert job.config.kernel.kernel == "entropycut" and job.config.kernel.params.beta == 2.0
     with pytest.raises(ParamError) as err:
-        parse({"prompt": [1], "sampler": "beam"}, "completions", DEFAULTS)
-    assert err.value.param == "sampler" and "`sampler` (='beam')" in str(err.value)
+        parse({"prompt": [1], "sampler": "entropycut"}, "completions", DEFAULTS)
+    assert err.value.param == "sampler" and "unrecognized request field `sampler`" in str(err.value)
 
 
 @pytest.mark.parametrize(

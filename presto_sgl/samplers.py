@@ -16,21 +16,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..config import PRESTO, PowerConfig, PrestoConfig, check_keying, config_options
-from ..engines.base import Engine, Request
-from ..errors import CapabilityError, ConfigError
-from ..kernels.base import Kernel
-from ..methods import MethodBase, SampleResult, check_seed, extend
-from ..planners import Planner, make_planner
-from ..registry import make_kernel
-from .executor import OnTransition, Recorder, StageExecutor
-from .keys import ChainKeys
-from .resume import Checkpoint
-from .state import ChainState
-from .trace import TraceWriter
+from .chain.keys import ChainKeys
+from .chain.state import ChainState
+from .chain.trace import TraceWriter
+from .config import PRESTO, PowerConfig, PrestoConfig, check_keying, config_options
+from .engines.base import Engine, Request
+from .errors import CapabilityError, ConfigError
+from .execution.executor import OnTransition, Recorder, StageExecutor
+from .execution.resume import Checkpoint
+from .kernels.base import Kernel
+from .methods import MethodBase, SampleResult, check_seed, extend
+from .planners import Planner, make_planner
+from .registry import make_kernel
 
 if TYPE_CHECKING:
-    from ..scheduling.offers import Lane
+    from .execution.offers import Lane
 
 __all__ = ["SampleResult", "Sampler"]
 
@@ -150,7 +150,7 @@ class Sampler(MethodBase):
     ) -> SampleResult:
         """Sample one response of ``max_new_tokens`` tokens (approximately) from pi_alpha.
 
-        ``resume``: go on from a trace's checkpoint (:mod:`presto_sgl.chain.resume`); ``trace`` then
+        ``resume``: go on from a trace's checkpoint (:mod:`presto_sgl.execution.resume`); ``trace`` then
         continues that trace (no new run record). ``info``: further fields of the run record
         (the CLI's engine and model). ``lane``: the chain's place in a shared scheduler (its
         calls go to the scheduler's rounds; :mod:`presto_sgl.scheduling.scheduler`)."""

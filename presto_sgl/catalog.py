@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
-from ..fields import Validated, integer, nonempty_text, number, one_of, option, params_of
-from .base import Engine
+from .engines.base import Engine
+from .errors import ConfigError
+from .fields import Validated, integer, nonempty_text, number, one_of, option, params_of
 
 
 def _tokenizer() -> Any:
@@ -83,7 +83,6 @@ class ServerOptions(Validated):
         "presto_onepass; auto: detected)",
         one_of(MODES),
         choices=MODES,
-        aliases=("--sglang-mode",),
     )
     timeout: float = option(600.0, "sglang / vllm engine: HTTP timeout in seconds", number(0.0, strict=True))
     restart_timeout: float = option(
@@ -121,13 +120,13 @@ class EngineSpec:
 
 
 def _reference(o: ReferenceOptions) -> Engine:
-    from .reference import ReferenceEngine, ReferenceLM
+    from .engines.reference import ReferenceEngine, ReferenceLM
 
     return ReferenceEngine(ReferenceLM(o.vocab_size, seed=o.model_seed))
 
 
 def _embedded(o: EmbeddedOptions) -> Engine:
-    from .. import models
+    from . import models
 
     try:
         return models.embedded_engine(o.model, device=o.device, dtype=o.dtype, tokenizer=o.tokenizer)
@@ -136,7 +135,7 @@ def _embedded(o: EmbeddedOptions) -> Engine:
 
 
 def _sglang(o: ServerOptions) -> Engine:
-    from .sglang.http import SGLangEngine
+    from .engines.sglang.http import SGLangEngine
 
     return SGLangEngine(
         o.url, mode=o.server_mode, timeout_s=o.timeout, restart_timeout_s=o.restart_timeout, tokenizer=o.tokenizer
@@ -144,7 +143,7 @@ def _sglang(o: ServerOptions) -> Engine:
 
 
 def _vllm(o: ServerOptions) -> Engine:
-    from .vllm.http import VLLMEngine
+    from .engines.vllm.http import VLLMEngine
 
     return VLLMEngine(
         o.url, mode=o.server_mode, timeout_s=o.timeout, restart_timeout_s=o.restart_timeout, tokenizer=o.tokenizer

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..kernels.base import Proposal
-from .keys import DecisionId
+from ..chain.keys import DecisionId
+from .base import Proposal
 
 
 @dataclass(frozen=True)

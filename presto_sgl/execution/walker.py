@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..chain.keys import DecisionDraws, DecisionId
+from ..chain.state import ChainState
 from ..kernels.base import Kernel, Transition
-from .keys import DecisionDraws, DecisionId
-from .proposals import ProposalStore
-from .state import ChainState
+from ..kernels.proposals import ProposalStore
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..chain.metrics import CallRecord, NodeRecord
+from ..chain.state import ChainState
+from ..chain.trace import StateReplay, TraceLineError, call_record, node_record, trace_records
 from ..errors import ConfigError
-from .metrics import CallRecord, NodeRecord
-from .state import ChainState
-from .trace import StateReplay, TraceLineError, call_record, node_record, trace_records
 
 IDENTITY_FREE = ("type", "prompt_len")
 """Run-record fields that follow from the others (not compared on resume)."""

@@ -12,18 +12,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ..chain.keys import ChainKeys, DecisionDraws, DecisionId
+from ..chain.metrics import CallRecord, NodeRecord, RequestRecord
+from ..chain.state import ChainState
+from ..chain.trace import TraceWriter
 from ..config import PrestoConfig
 from ..constraints import Constraint
 from ..engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
 from ..errors import EngineError
 from ..kernels.base import Kernel, Proposal, SuffixDraw, Transition
+from ..kernels.proposals import ProposalStore, StoredProposal
 from ..planners import PlannedRequest, Planner, RoundContext, RoundFeedback
-from ..scheduling.offers import Lane, Offer
-from .keys import ChainKeys, DecisionDraws, DecisionId
-from .metrics import CallRecord, NodeRecord, RequestRecord
-from .proposals import ProposalStore, StoredProposal
-from .state import ChainState
-from .trace import TraceWriter
+from .offers import Lane, Offer
 from .walker import Step, walk
 
 OnTransition = Callable[[int, int, ChainState, Transition], None]

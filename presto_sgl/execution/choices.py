@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..chain.keys import hash64, uniform01
 from ..engines.scoring import Scorer
-from .keys import hash64, uniform01
 
 
 @dataclass(frozen=True)
