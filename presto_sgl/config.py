@@ -124,6 +124,13 @@ class Target(Validated):
                 f"{{block_size}} (={b}); use e.g. {{max_new_tokens={hint}}}",
             )
 
+    def describe(self) -> dict[str, object]:
+        """The declared fields, and the constraint's own description when there is one."""
+        out = super().describe()
+        if self.constraint is not None:
+            out["constraint"] = self.constraint.describe()
+        return out
+
     @property
     def block(self) -> int:
         """B: the tokens of a stage."""
@@ -151,6 +158,10 @@ class KernelConfig(Validated):
 
     def _check(self) -> None:
         object.__setattr__(self, "params", _own_params(self.kernel, registry.KERNELS[self.kernel].params, self.params))
+
+    def describe(self) -> dict[str, object]:
+        """The kernel (as ``method``), K, tau as given, and the kernel's own parameters."""
+        return {"method": self.kernel, "steps": self.steps, "tau": self.tau, **self.params.describe()}
 
 
 def _own_params(method: str, kind: type, params: Any) -> Any:
@@ -185,6 +196,11 @@ class PowerConfig:
         """The proposal temperature tau (1/alpha unless given)."""
         return _temperature(self.kernel.tau, self.target.alpha)
 
+    def describe(self) -> dict[str, object]:
+        """The kernel (as ``method``), the target, the kernel's fields with tau resolved."""
+        kernel = self.kernel.describe()
+        return {"method": kernel.pop("method"), **self.target.describe(), **kernel, "tau": self.temperature}
+
 
 @dataclass(frozen=True)
 class BaselineConfig(Validated):
@@ -210,6 +226,12 @@ class BaselineConfig(Validated):
     def temperature(self) -> float:
         """tau (1/alpha unless given)."""
         return _temperature(self.tau, self.target.alpha)
+
+    def describe(self) -> dict[str, object]:
+        """The baseline (as ``method``), the target fields it uses, tau resolved, its own parameters."""
+        target = self.target.describe()
+        uses = {name: target[name] for name in registry.BASELINES[self.baseline].uses}
+        return {"method": self.baseline, **uses, "tau": self.temperature, **self.params.describe()}
 
 
 def alpha_of_temperature(temperature: Any, alpha: Any = None) -> float | None:
@@ -239,12 +261,15 @@ def alpha_of_temperature(temperature: Any, alpha: Any = None) -> float | None:
     return out
 
 
-def capped_blocks(cap: int, block: int) -> tuple[int, int]:
-    """(T, B) of a chain whose answer is capped at ``cap`` tokens (serve's ``max_tokens``,
-    ``power_gen``'s): B = min(block, cap), so a larger block is one block of the cap, and T
-    the smallest multiple of B >= cap (the response is cut back to the cap)."""
-    block = min(block, cap)
-    return -(-cap // block) * block, block
+def capped(cap: int, block: Any) -> dict[str, Any]:
+    """The target's length fields for an answer capped at ``cap`` tokens (serve's ``max_tokens``,
+    ``power_gen``'s): one stage of ``cap`` tokens where ``block`` is None, else B = min(block, cap)
+    and T the smallest multiple of B >= cap (the response is cut back to the cap). A ``block``
+    that is not a positive integer is left for :class:`Target` to refuse by name."""
+    if not (is_int(block) and block >= 1):
+        return {"max_new_tokens": cap}
+    b = min(block, cap)
+    return {"max_new_tokens": -(-cap // b) * b, "block_size": b}
 
 
 @dataclass(frozen=True)
@@ -318,6 +343,11 @@ class PrestoConfig(Validated):
     @property
     def sequential(self) -> bool:
         return self.rule == "sequential"
+
+    def describe(self) -> dict[str, object]:
+        """The rule and its keys, and for a PreSTO rule how it runs (budget, predictor, online,
+        cost_aware), which a sequential run does not use."""
+        return {"rule": self.rule, "keying": self.keying} if self.sequential else super().describe()
 
 
 TARGET = tuple(p.name for p in params_of(Target))
@@ -428,18 +458,6 @@ def sampling_configs(rule: str = "step", **options: Any) -> tuple[PowerConfig, P
     ConfigError naming it."""
     presto = PrestoConfig(rule=rule, **{k: options.pop(k) for k in PRESTO if k in options and k != "rule"})
     return power_config(options.pop("kernel", "powermh"), options), presto
-
-
-def config_options(config: PowerConfig, presto: PrestoConfig | None = None) -> dict[str, Any]:
-    """The flat options of configs (the kernel by name, its parameters flat), PrestoConfig's
-    included when given: what a run's description reports."""
-    kernel = config.kernel
-    out: dict[str, Any] = {name: getattr(config.target, name) for name in TARGET}
-    out |= {"kernel": kernel.kernel, **{name: getattr(kernel, name) for name in KERNEL}}
-    out |= {p.name: getattr(kernel.params, p.name) for p in params_of(type(kernel.params))}
-    if presto is not None:
-        out |= {name: getattr(presto, name) for name in PRESTO}
-    return out
 
 
 def with_options(

@@ -113,6 +113,15 @@ class Validated:
     def _check(self) -> None:
         """Checks across fields (none by default)."""
 
+    def describe(self) -> dict[str, object]:
+        """The declared fields and their values, as a run's description reports them (tuples as
+        lists, as JSON keeps them)."""
+        return {p.name: _plain(getattr(self, p.name)) for p in params_of(type(self))}
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
 
 # -- checks -------------------------------------------------------------------------------
 @dataclass(frozen=True)

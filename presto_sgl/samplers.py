@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .chain.keys import ChainKeys
 from .chain.state import ChainState
 from .chain.trace import TraceWriter
-from .config import PRESTO, PowerConfig, PrestoConfig, check_keying, config_options
+from .config import PowerConfig, PrestoConfig, check_keying
 from .engines.base import Engine, Request
 from .errors import CapabilityError, ConfigError
 from .execution.executor import OnTransition, Recorder, StageExecutor
@@ -126,15 +126,7 @@ class Sampler(MethodBase):
     def describe(self) -> dict[str, object]:
         """The run's config: method (the kernel), rule, the schedule and the kernel's parameters,
         and for a PreSTO rule its PrestoConfig (tuples as lists, as JSON keeps them)."""
-        c = config_options(self.config, self.presto)
-        c.pop("kernel")
-        out = {"method": self.name, **c, "tau": self.config.temperature}
-        if self.config.target.constraint is not None:
-            out["constraint"] = self.config.target.constraint.describe()
-        if self.presto.sequential:  # how a PreSTO rule runs, which a sequential run does not use
-            for name in set(PRESTO) - {"rule", "keying"}:
-                out.pop(name)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+        return {**self.config.describe(), **self.presto.describe()}
 
     def run(
         self,

@@ -14,7 +14,6 @@ on a seeded engine, the very same response).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from ..chain.state import ChainState
@@ -47,9 +46,7 @@ class Baseline(MethodBase):
         self.temperature = config.temperature
 
     def describe(self) -> dict[str, object]:
-        target = {name: getattr(self.config.target, name) for name in self.uses}
-        out = {"method": self.name, **target, "tau": self.temperature, **asdict(self.params)}
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+        return self.config.describe()
 
     def run(
         self,

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from ..engines.text import cut_at_stop, ids_of_prefix
 
 if TYPE_CHECKING:
-    from ..build import MethodConfig
     from ..execution.choices import ChoiceDraw
     from ..methods import Method, SampleResult
+    from .spec import ChoiceSpec, GenSpec
 
 TRACE_VAR = "_presto_token_ids"
 """The program variable that holds a state's :class:`TokenTrace` (copied into forks)."""
@@ -25,35 +25,6 @@ class TokenTrace:
 
     text: str
     ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class GenSpec:
-    """One power_gen call: the variable (None: anonymous), the validated method and what shapes the answer."""
-
-    name: str | None
-    method: MethodConfig
-    max_tokens: int | None
-    stop: tuple[str, ...]
-    stop_token_ids: tuple[int, ...]
-    return_logprob: bool
-    seed: int | None
-    chain_id: int | None
-    engine: Any
-    default_eos: bool = False  # the target is eos because max_tokens capped the answer and none was given
-    stop_regex: tuple[str, ...] = ()  # the answer ends before the first match of any of these
-
-
-@dataclass(frozen=True)
-class ChoiceSpec:
-    """One power_gen call with ``choices``: the variable, the choices and alpha."""
-
-    name: str | None
-    choices: tuple[str, ...]
-    alpha: float
-    seed: int | None
-    chain_id: int | None
-    engine: Any
 
 
 def prompt_ids(variables: dict[str, Any], text: str, engine: Any) -> tuple[tuple[int, ...], str]:

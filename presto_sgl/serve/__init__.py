@@ -1,6 +1,6 @@
 """``presto-sgl serve``: power sampling behind an OpenAI-compatible HTTP endpoint.
 
-Modules: :mod:`.request` (each request field declared once), :mod:`.schema` (a declared
+Modules: :mod:`.fieldtable` (each request field declared once), :mod:`.schema` (a declared
 schema's check), :mod:`.parse` (a request body -> a validated job, 400 naming the field),
 :mod:`.openapi` (the document, from the declarations), :mod:`.tokens` (prompts to token
 ids), :mod:`.service` (chains to choices), :mod:`.responses` (the OpenAI shapes),

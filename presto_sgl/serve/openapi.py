@@ -1,7 +1,7 @@
 """The endpoint's OpenAPI 3.1 document (``GET /openapi.json``), built from what the server accepts.
 
-The request bodies are the request model's declarations (:mod:`.request`): each field's
-schema and doc as :func:`~.request.request_fields` declares them for the endpoint, with
+The request bodies are the request model's declarations (:mod:`.fieldtable`): each field's
+schema and doc as :func:`~.fieldtable.request_fields` declares them for the endpoint, with
 ``additionalProperties: false`` as the server refuses any other, once per registered kernel
 (``anyOf``: ``method`` names it, and only its own parameters ride along). Token ids are
 bounded by the engine's vocabulary, ``model`` is the served one, defaults are the server's.
@@ -20,7 +20,9 @@ from typing import Any
 from .. import registry
 from ..fields import params_of
 from ..version import __version__
-from .request import Served, messages_schema, nullable, request_fields, token_ids_schema
+from .fieldtable import messages_schema, request_fields, token_ids_schema
+from .request import ServerFacts
+from .schema import nullable
 from .service import Service
 
 JSON = "application/json"
@@ -55,9 +57,9 @@ LIMIT_KEYWORDS = {
 
 def request_schema(service: Service, kind: str) -> dict[str, Any]:
     """The request body of ``kind`` ("completions" or "chat"), each field's schema from its
-    declaration (:func:`~.request.request_fields`): one variant per registered kernel
+    declaration (:func:`~.fieldtable.request_fields`): one variant per registered kernel
     (``method``), each with the kernel's own parameters and no other kernel's."""
-    served = Served(service.defaults, service.model, service.engine.capabilities.vocab_size)
+    served = ServerFacts(service.defaults, service.model, service.engine.capabilities.vocab_size)
     properties = {f.name: f.document(served, kind) for f in request_fields(kind)}
     required = ["messages" if kind == "chat" else "prompt"]
     return {"type": "object", "anyOf": _kernel_variants(properties, required, service.defaults.config.kernel.kernel)}
@@ -112,7 +114,7 @@ def _operation(
 def openapi_schema(service: Service, limits: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the app serving ``service`` (see the module docstring for ``limits``)."""
     sampling_errors = ("400", "404", "429", "4XX", "5XX")
-    served = Served(service.defaults, service.model, service.engine.capabilities.vocab_size)
+    served = ServerFacts(service.defaults, service.model, service.engine.capabilities.vocab_size)
     chat_messages = messages_schema(served)
     tokenize = {
         "type": "object",

@@ -1,7 +1,7 @@
 """A request body -> a validated :class:`ChainJob` (the chains it asks for; a structured
 request's grammar in its target's constraint), or a
 :class:`~.request.ParamError` naming the field (HTTP 400): each field checked by its
-declaration in the request model (:mod:`.request`), then what the server checks across
+declaration in the field table (:mod:`.fieldtable`), then what the server checks across
 fields, and the power-sampling fields applied to the server's configs as a typed replace
 (:func:`presto_sgl.config.with_options`), whose ConfigError is told in the request's names.
 """
@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..config import PowerConfig, PrestoConfig, alpha_of_temperature, capped_blocks, with_options
+from ..config import PowerConfig, PrestoConfig, alpha_of_temperature, capped, with_options
 from ..constraints import GRAMMARS, Constraint
 from ..engines.grammar import check as check_grammar
 from ..errors import ConfigError
-from .request import LENGTH, OPENAI, Defaults, ParamError, Served, power_fields, request_fields
+from .fieldtable import OPENAI, power_fields, request_fields
+from .request import LENGTH, Defaults, ParamError, ServerFacts
 from .schema import describe, token_ids, whole
 
 
@@ -52,7 +53,7 @@ def request_error(exc: ConfigError, names: Mapping[str, str]) -> ParamError:
     return ParamError(field(exc.param) if exc.param else None, exc.render(field))
 
 
-def _checked(body: Mapping[str, Any], kind: str, served: Served) -> dict[str, Any]:
+def _checked(body: Mapping[str, Any], kind: str, served: ServerFacts) -> dict[str, Any]:
     """The body's non-null fields, each valid by its declaration; unknown fields refused."""
     declared = request_fields(kind)
     known = {f.name for f in declared}
@@ -82,7 +83,7 @@ def _temperature(t: float | None, overrides: dict[str, Any], names: dict[str, st
 def _length(cap: int | None, field: str, defaults: Defaults, overrides: dict[str, Any], scoring: bool) -> int:
     """The answer's cap ``max_tokens`` (0 or 1 when scoring); sets the chain's length T, the
     smallest multiple of the block size >= the cap, with the block size min(the request's or
-    else the server's, cap) (:func:`~presto_sgl.config.capped_blocks`)."""
+    else the server's, cap) (:func:`~presto_sgl.config.capped`)."""
     if scoring:
         cap = cap or 0
         if cap > 1:
@@ -95,11 +96,7 @@ def _length(cap: int | None, field: str, defaults: Defaults, overrides: dict[str
     cap = defaults.config.target.max_new_tokens if cap is None else cap
     if cap < 1:
         raise ParamError(field, f"`{field}` (={cap}) must be an integer >= 1 (0 only with `echo` and `logprobs`)")
-    block = overrides.setdefault("block_size", defaults.config.target.block)
-    if isinstance(block, int) and not isinstance(block, bool) and block >= 1:
-        overrides[LENGTH], overrides["block_size"] = capped_blocks(cap, block)
-    else:
-        overrides[LENGTH] = cap
+    overrides |= capped(cap, overrides.get("block_size", defaults.config.target.block))
     return cap
 
 
@@ -108,10 +105,10 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
     checked by its declaration, then what the server checks across fields."""
     if not isinstance(body, dict):
         raise ParamError(None, "the request body must be a JSON object")
-    given = _checked(body, kind, Served(defaults, vocab=vocab))
+    given = _checked(body, kind, ServerFacts(defaults, vocab=vocab))
     main = "messages" if kind == "chat" else "prompt"
     if main not in given:
-        schema = next(f for f in OPENAI if f.name == main).schema(Served(defaults), kind)
+        schema = next(f for f in OPENAI if f.name == main).schema(ServerFacts(defaults), kind)
         raise ParamError(main, f"`{main}` is required: {describe(schema)}")
     if kind == "chat":
         prompts: tuple[Any, ...] = (given["messages"],)

@@ -1,4 +1,4 @@
-"""JSON Schema, as the request model uses it (:mod:`.request`): the keywords its declarations
+"""JSON Schema, as the field table uses it (:mod:`.fieldtable`): the keywords its declarations
 write (:func:`nullable`, :func:`integer`), the check of a value against one (:func:`valid`)
 and what one asks in words (:func:`describe`, a 400's message)."""
 

@@ -40,8 +40,8 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from presto_sgl import registry
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.serve.fieldtable import fields
 from presto_sgl.serve.openapi import openapi_schema
-from presto_sgl.serve.request import fields
 from tests.support.serving import make_service, serving
 
 REQUEST_TIMEOUT_S = 60.0

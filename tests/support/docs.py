@@ -1,7 +1,7 @@
 """docs/serve.md's request-field table, written from the request model's declarations.
 
 ``python -m tests.support.docs`` rewrites the table between its markers (after a change to a
-field in presto_sgl/serve/request.py or to a library parameter); tests/unit/test_serve_doc.py
+field in presto_sgl/serve/fieldtable.py or to a library parameter); tests/unit/test_serve_doc.py
 fails while the file differs from what this writes.
 """
 
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import pathlib
 
-from presto_sgl.serve.request import field_table
+from presto_sgl.serve.fieldtable import field_table
 
 SERVE_MD = pathlib.Path(__file__).resolve().parents[2] / "docs" / "serve.md"
-BEGIN = "<!-- request fields: generated from presto_sgl/serve/request.py (python -m tests.support.docs writes it) -->\n"
+BEGIN = (
+    "<!-- request fields: generated from presto_sgl/serve/fieldtable.py (python -m tests.support.docs writes it) -->\n"
+)
 END = "<!-- end of request fields -->\n"
 
 

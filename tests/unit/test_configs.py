@@ -19,7 +19,7 @@ from presto_sgl import (
     sampling_configs,
 )
 from presto_sgl.baselines import PowerSMCParams
-from presto_sgl.config import config_options, with_options
+from presto_sgl.config import with_options
 from presto_sgl.engines.reference import ReferenceEngine
 from presto_sgl.kernels.entropycut import EntropyCutParams
 from presto_sgl.kernels.multitry import MultiTryParams
@@ -63,10 +63,31 @@ def test_an_override_is_a_typed_replace_and_a_new_rule_brings_its_keys():
         with_options(config, presto, {"block_size": 0})
 
 
-def test_config_options_round_trip_through_sampling_configs():
+def test_each_object_describes_itself():
+    """A run's description is its objects' own: the kernel as ``method``, the target, K, tau
+    resolved, the kernel's parameters; the rule's fields, only those a sequential run uses."""
     config, presto = sampling_configs("predictive", kernel="entropycut", beta=2.5, budget=7, max_new_tokens=32)
-    flat = config_options(config, presto)
-    assert sampling_configs(flat.pop("rule"), **flat) == (config, presto)
+    assert config.describe() == {
+        "method": "entropycut",
+        "alpha": 4.0,
+        "max_new_tokens": 32,
+        "block_size": 16,
+        "target": "fixed",
+        "steps": 10,
+        "tau": 0.25,
+        "beta": 2.5,
+    }
+    assert presto.describe() == {
+        "rule": "predictive",
+        "budget": 7,
+        "predictor": "default",
+        "online": False,
+        "cost_aware": False,
+        "keying": "path",
+    }
+    assert PrestoConfig("sequential", keying="path").describe() == {"rule": "sequential", "keying": "path"}
+    multitry = KernelConfig("multitry", tau=0.5).describe()
+    assert multitry == {"method": "multitry", "steps": 10, "tau": 0.5, "tries": 4, "try_temperatures": [0.25, 0.5, 1.0]}
 
 
 def test_each_object_checks_its_own_fields_and_kernel_params_their_kernel():

@@ -141,9 +141,9 @@ def test_each_unit_imports_first_and_then_sees_every_builtin(unit):
     code = f"import {unit}; from presto_sgl import registry; print(list(registry.RULES), registry.methods())"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == (
-        "['sequential', 'bfs', 'predictive', 'step'] ('powermh', 'entropycut', 'multitry', 'lowtemp', 'bestofn', 'powersmc')"
-    )
+    rules, methods = done.stdout.strip().split("] (")
+    assert rules == "['sequential', 'bfs', 'predictive', 'step'"
+    assert methods == "'powermh', 'entropycut', 'multitry', 'lowtemp', 'bestofn', 'powersmc')"
 
 
 def test_optional_heavy_dependencies_are_imported_lazily():

@@ -3,6 +3,7 @@ the exact draw of a choice (pi(c) ∝ p0(c | x)^alpha) on the reference engine."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -12,8 +13,8 @@ import pytest
 from presto_sgl import ConfigError, PowerConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.execution.choices import draw_choice, power_probs
-from presto_sgl.program.frontend import REFUSED, _on_engine, choice_spec, gen_spec, spec_of
-from presto_sgl.program.state import ChoiceSpec, GenSpec
+from presto_sgl.program.execution import on_engine
+from presto_sgl.program.spec import REFUSED, ChoiceSpec, GenSpec, choice_spec, gen_spec, spec_of, with_run_defaults
 from tests.support.enumerated import chi_square_pvalue
 
 CHAIN = dict(max_tokens=8, block_size=4, steps=2)
@@ -34,6 +35,66 @@ def test_temperature_sets_alpha_as_serve_reads_it(temperature, alpha):
     config = gen_spec("x", temperature=temperature, **CHAIN).method.config
     assert isinstance(config, PowerConfig) and config.target.alpha == alpha
     assert choice_spec("x", choices=["a", "b"], temperature=temperature).alpha == alpha
+
+
+class RunDefaults:
+    """``program.run(...)``'s ``default_sampling_para`` (its fields that power_gen takes)."""
+
+    def __init__(self, **fields):
+        self.max_new_tokens = self.stop = self.stop_token_ids = self.return_logprob = None
+        self.__dict__.update(fields)
+
+
+def merged_call(call: dict, defaults: RunDefaults) -> dict:
+    """The reference: the call's arguments with the run's where unset, parsed again (what
+    power_gen did before it kept its spec)."""
+    out = dict(call)
+    for field, arg in (("max_new_tokens", "max_tokens"), ("stop", "stop"), ("stop_token_ids", "stop_token_ids")):
+        value = getattr(defaults, field)
+        if out.get(arg) is None and not (arg == "max_tokens" and "max_new_tokens" in out) and value not in (None, []):
+            out[arg] = value
+    if out.get("return_logprob") is None and defaults.return_logprob is not None:
+        out["return_logprob"] = defaults.return_logprob
+    return out
+
+
+RUN = RunDefaults(max_new_tokens=20, stop=["\n"], stop_token_ids=[5], return_logprob=True)
+
+
+@pytest.mark.parametrize(
+    "call, defaults",
+    [
+        ({"name": "a"}, RUN),
+        ({"name": "a", "block_size": 8, "target": "fixed"}, RUN),
+        ({"name": "a", "block_size": None}, RUN),
+        ({"name": "a", "max_new_tokens": 32, "block_size": 8}, RUN),
+        ({"name": "a", "max_tokens": 10, "stop": "Q:", "return_logprob": False}, RUN),
+        ({"name": "a", "method": "bestofn", "best_of": 2}, RUN),
+        ({"name": "a", "method": "powersmc", "block_size": 4}, RUN),
+        ({"name": "a", "regex": "[ab]+", "method": "entropycut"}, RunDefaults(max_new_tokens=30)),
+        ({"name": "a", "rule": "sequential", "steps": 3}, RunDefaults(stop="x")),
+        ({"name": "a", "max_tokens": 12}, RunDefaults()),
+    ],
+)
+def test_run_level_defaults_are_typed_replaces_of_the_kept_spec(call, defaults):
+    """A call is validated once, when the expression is made; the program's run-level values fill
+    what it left unset as typed replaces, giving the spec that parsing the merged call gives."""
+    kept = with_run_defaults(gen_spec(**call), defaults)
+    reparsed = gen_spec(**merged_call(call, defaults))
+    assert dataclasses.replace(kept, given=frozenset()) == dataclasses.replace(reparsed, given=frozenset())
+
+
+def test_a_bad_run_level_value_is_refused_by_name():
+    spec = gen_spec("a")
+    for defaults, arg in (
+        (RunDefaults(stop=[""]), "stop"),
+        (RunDefaults(stop_token_ids=[-1]), "stop_token_ids"),
+        (RunDefaults(max_new_tokens=0), "max_tokens"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            with_run_defaults(spec, defaults)
+        assert err.value.param == arg
+    assert with_run_defaults(spec, RunDefaults()) is spec
 
 
 def test_temperature_and_a_different_alpha_are_refused_by_name():
@@ -81,9 +142,9 @@ def test_a_capped_answer_targets_the_responses_that_end():
     chosen = gen_spec("x", target="fixed", **CHAIN)
     assert not chosen.default_eos and chosen.method.config.target.target == "fixed"
     assert not gen_spec("x", method="bestofn", max_tokens=8).default_eos
-    no_stop = _on_engine(capped, ReferenceEngine(_lm()))
+    no_stop = on_engine(capped, ReferenceEngine(_lm()))
     assert isinstance(no_stop.config, PowerConfig) and no_stop.config.target.target == "fixed"
-    stops = _on_engine(capped, ReferenceEngine(_lm(), stop_ids=(0,)))
+    stops = on_engine(capped, ReferenceEngine(_lm(), stop_ids=(0,)))
     assert stops is capped.method
 
 

@@ -5,6 +5,7 @@ and its state records (each the change from the last, replayed to the very state
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -18,7 +19,6 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 from presto_sgl import ChainState, ConfigError, PowerConfig, PrestoConfig, TraceWriter, sampling_configs
 from presto_sgl.chain.trace import StateReplay, metrics_from_trace, read_trace
 from presto_sgl.cli.sample import _prompt_ids
-from presto_sgl.config import config_options
 from presto_sgl.engines.reference import ReferenceEngine
 from presto_sgl.execution.resume import EmptyTrace, read_checkpoint
 from presto_sgl.samplers import Sampler
@@ -51,7 +51,8 @@ anything = st.one_of(
 
 # -- config validators ----------------------------------------------------------------
 def cfg_default(name: str):
-    return config_options(PowerConfig(), PrestoConfig("sequential")).get(name)
+    config, presto = PowerConfig(), PrestoConfig("sequential")
+    return {**config.target.describe(), **config.kernel.describe(), **dataclasses.asdict(presto)}.get(name)
 
 
 @settings(RELAXED, max_examples=400)

@@ -18,9 +18,11 @@ from presto_sgl.cli.main import main
 from presto_sgl.config import parameters, sampling_configs
 from presto_sgl.fields import Validated, integer, option
 from presto_sgl.kernels.powermh import PowerMHKernel
-from presto_sgl.program.frontend import method_config, power_gen
+from presto_sgl.program.frontend import power_gen
+from presto_sgl.program.spec import method_config
+from presto_sgl.serve.fieldtable import fields
 from presto_sgl.serve.parse import parse
-from presto_sgl.serve.request import Defaults, ParamError, fields
+from presto_sgl.serve.request import Defaults, ParamError
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """docs/serve.md's request-field table is the request model's: every field the server takes,
-with its endpoints and what it does, as presto_sgl/serve/request.py declares them."""
+with its endpoints and what it does, as presto_sgl/serve/fieldtable.py declares them."""
 
 from __future__ import annotations
 
-from presto_sgl.serve.request import fields, request_fields
+from presto_sgl.serve.fieldtable import fields, request_fields
 from tests.support.docs import SERVE_MD, with_table
 
 

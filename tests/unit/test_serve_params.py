@@ -83,7 +83,7 @@ def test_max_tokens_caps_the_answer_and_rounds_the_chain_up_to_whole_blocks():
 
 def test_power_gen_rounds_the_chain_up_to_whole_blocks_of_at_most_max_tokens():
     """``power_gen``'s spec (the SGLang primitive) reads lengths as the serve parser does."""
-    from presto_sgl.program.frontend import gen_spec
+    from presto_sgl.program.spec import gen_spec
 
     for block, T, B in ((4, 12, 4), (439972, 9, 9), (None, 9, 9)):
         config = gen_spec("a", max_tokens=9, **({} if block is None else {"block_size": block})).method.config
