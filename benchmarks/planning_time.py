@@ -46,7 +46,11 @@ def contexts(T: int, remaining: int, budget: int, calls: int, keying: Keying) ->
                 cache[d] = keys.decision(stage, d)
             return cache[d]
 
-        out.append(RoundContext(root, "", 0, remaining, budget, draws, ProposalStore(), kernel, keying))
+        out.append(
+            RoundContext(
+                root, "", 0, remaining, budget=budget, draws=draws, store=ProposalStore(), kernel=kernel, keying=keying
+            )
+        )
     return out
 
 

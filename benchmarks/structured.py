@@ -71,7 +71,8 @@ def configs(rule: str, constrained: bool, ns: argparse.Namespace):
     if constrained:
         t = cfg.target
         cfg = PowerConfig(
-            Target(t.alpha, t.max_new_tokens, t.block_size, "eos", Constraint(json_schema=SCHEMA)), cfg.kernel
+            Target(t.alpha, t.max_new_tokens, t.block_size, "eos", constraint=Constraint(json_schema=SCHEMA)),
+            cfg.kernel,
         )
     return cfg, presto
 

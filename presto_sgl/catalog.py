@@ -10,7 +10,7 @@ them. The CLI's engine flags are generated from these declarations
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from .engines.base import Engine
@@ -90,6 +90,7 @@ class ServerOptions(Validated):
         "sglang / vllm engine: seconds to wait for a server that went away mid-run to come back",
         number(0.0, strict=False),
     )
+    _: KW_ONLY
     tokenizer: str | None = _tokenizer()
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import Any
 
 from . import registry
@@ -99,6 +99,7 @@ class Target(Validated):
         one_of(TARGETS),
         choices=TARGETS,
     )
+    _: KW_ONLY
     constraint: Constraint | None = None
 
     def _check(self) -> None:
@@ -313,6 +314,7 @@ class PrestoConfig(Validated):
         boolean,
         flag="--online-predictor",
     )
+    _: KW_ONLY
     cost_aware: bool = option(
         False,
         "PreSTO rules: choose the requests per call, up to --budget, from the measured "

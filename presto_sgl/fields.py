@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, Field, dataclass, field, fields
+from dataclasses import KW_ONLY, MISSING, Field, dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError
@@ -46,6 +46,7 @@ class Param:
     default: Any
     doc: str
     owner: str  # the class that declares it, e.g. "Target", "EntropyCutParams"
+    _: KW_ONLY
     check: Check | None = None
     kind: str = "str"  # "bool", "tuple" (of floats), "float", "int" or "str": from the annotation
     flag: str | None = None
@@ -79,11 +80,11 @@ def params_of(cls: type) -> tuple[Param, ...]:
                 _default(f),
                 m["doc"],
                 cls.__name__,
-                m["check"],
-                _kind(f.type),
-                m["flag"],
-                m["metavar"],
-                m["choices"],
+                check=m["check"],
+                kind=_kind(f.type),
+                flag=m["flag"],
+                metavar=m["metavar"],
+                choices=m["choices"],
             )
         )
     return tuple(out)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from .errors import ConfigError
@@ -51,6 +51,7 @@ class RuleSpec:
     keying: Keying | None  # the keys the rule couples with (None: either; docs/design.md §4)
     planner: Callable[[Any], Any]  # the predictor (or None) -> the rule's Planner, with a fixed budget
     doc: str
+    _: KW_ONLY
     predicts: bool = False  # the rule needs a predictor with a fixed budget too (a cost-aware budget always has one)
 
 
@@ -60,6 +61,7 @@ class BaselineSpec:
     params: type  # a frozen Validated dataclass of the baseline's own parameters
     make: Callable[[Any, Any], Any]  # (engine, BaselineConfig) -> the Method
     uses: tuple[str, ...]  # the Target fields it reads (alpha, max_new_tokens, ...); others are refused
+    _: KW_ONLY
     doc: str
     check: Callable[[Any], None] | None = None  # (BaselineConfig): checks across its fields
 

@@ -169,12 +169,12 @@ class Sampler(MethodBase):
                         target.block,
                         self.config.temperature,
                         keys.extension_seed(stage),
-                        entropy,
-                        temps,
-                        keys.route,
-                        self.stop,
-                        target.constraint,
-                        L,
+                        return_entropy=entropy,
+                        score_temperatures=temps,
+                        route=keys.route,
+                        stop=self.stop,
+                        constraint=target.constraint,
+                        resume=L,
                     )
                     (comp,) = extend(rec, stage, L, [req])
                     state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)
@@ -185,12 +185,12 @@ class Sampler(MethodBase):
                 stage * target.block,
                 steps,
                 self.presto,
-                planner,
-                stage,
-                keys,
-                rec,
-                on_transition,
-                self.stop,
-                target.constraint,
+                planner=planner,
+                stage=stage,
+                keys=keys,
+                rec=rec,
+                on_transition=on_transition,
+                stop=self.stop,
+                constraint=target.constraint,
             ).run(state, path, k)
         return self.close_trace(rec, state)

@@ -26,7 +26,7 @@ class TreeFullError(RuntimeError):
     """Raised when an insert cannot fit in ``max_tokens`` because too much is locked."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class TreeNode:
     """One edge segment of the tree; the root has an empty key and no parent."""
 

@@ -18,15 +18,15 @@ __all__ = [
     "PowerSMCParams",
 ]
 
-builtin(BaselineSpec("lowtemp", LowTemperatureParams, LowTemperature, LowTemperature.uses, "one draw at --tau"))
-builtin(BaselineSpec("bestofn", BestOfNParams, BestOfN, BestOfN.uses, "--best-of draws, the best by --select"))
+builtin(BaselineSpec("lowtemp", LowTemperatureParams, LowTemperature, LowTemperature.uses, doc="one draw at --tau"))
+builtin(BaselineSpec("bestofn", BestOfNParams, BestOfN, BestOfN.uses, doc="--best-of draws, the best by --select"))
 builtin(
     BaselineSpec(
         "powersmc",
         PowerSMCParams,
         PowerSMC,
         PowerSMC.uses,
-        "--particles grown in blocks of --block-size, the exponent ramped to alpha over --ramp-tokens",
-        check_smc,
+        doc="--particles grown in blocks of --block-size, the exponent ramped to alpha over --ramp-tokens",
+        check=check_smc,
     )
 )

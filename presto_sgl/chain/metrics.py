@@ -10,7 +10,7 @@ tokens; an upper bound on the engine's KV use, which shares cached prefixes.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from .keys import DecisionId
 
@@ -21,6 +21,7 @@ class RequestRecord:
     cut: int
     prefix_len: int  # prompt + kept response tokens
     new_tokens: int
+    _: KW_ONLY
     cached_tokens: int
     reachable: bool = True
     temperature: float | None = None  # the draw's proposal temperature
@@ -33,6 +34,7 @@ class CallRecord:
     stage: int
     kind: str  # "extend" or "mh"
     k0: int  # transitions done in the stage before this call
+    _: KW_ONLY
     requests: tuple[RequestRecord, ...]
     time_s: float  # wall time of the engine call
     plan_s: float = 0.0  # coordinator: planning
@@ -61,6 +63,7 @@ class PromptMetrics:
     extend_calls: int
     transitions: int
     transitions_per_call: float
+    _: KW_ONLY
     accepted: int
     requests_issued: int
     requests_per_call: float

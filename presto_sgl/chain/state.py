@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class ChainState:
     tokens: tuple[int, ...] = ()
     logq: tuple[float, ...] = ()
     logp: tuple[float, ...] = ()
+    _: KW_ONLY
     entropy: tuple[float, ...] | None = None
     logq_at: tuple[tuple[float, ...], ...] | None = None
 

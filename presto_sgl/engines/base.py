@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import EngineError
@@ -35,6 +35,7 @@ class Request:
     max_new_tokens: int
     temperature: float
     seed: int | None = None
+    _: KW_ONLY
     return_entropy: bool = False
     score_temperatures: tuple[float, ...] = ()  # also return log q of each new token at these
     route: str | None = None  # the chain's routing key: a router keeps a chain's requests on one worker
@@ -49,6 +50,7 @@ class Completion:
     logq: tuple[float, ...]
     logp: tuple[float, ...]
     entropy: tuple[float, ...] | None = None
+    _: KW_ONLY
     cached_tokens: int = 0
     logq_at: tuple[tuple[float, ...], ...] | None = None  # per token, log q at the request's score temperatures
 
@@ -61,6 +63,7 @@ class EngineCapabilities:
     entropy: bool
     vocab_size: int
     context_length: int | None = None  # max prompt + new tokens; None: unbounded
+    _: KW_ONLY
     score_temperatures: tuple[float, ...] | None = ()
     """Temperatures at which log q of each new token can be returned: () none, None any."""
     stops: bool = False

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ class CallStats:
     cached_tokens: int = 0  # prefix tokens whose KV came from the radix cache
     prefill_tokens: int = 0  # prefix tokens computed in this call
     decode_tokens: int = 0  # new tokens generated
+    _: KW_ONLY
     forward_steps: int = 0  # position-synchronous decode steps
     row_steps: int = 0  # rows fed, summed over those steps
     seconds: float = 0.0
@@ -65,6 +66,7 @@ class EngineTotals:
     cached_tokens: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    _: KW_ONLY
     last: CallStats | None = None
 
 
@@ -77,6 +79,7 @@ class RowDraw:
     gen: torch.Generator
     cached: int  # prefix tokens whose KV came from the radix cache
     mask: RowMask | None = None  # the request's constraint, resumed at its response prefix
+    _: KW_ONLY
     seq: list[int] = field(init=False)
     logq: list[float] = field(default_factory=list)
     logp: list[float] = field(default_factory=list)

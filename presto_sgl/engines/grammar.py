@@ -129,14 +129,14 @@ class Grammars:
         if c.grammar is not None:
             matcher = xgrammar().GrammarMatcher(self.compiled(c.grammar))
         response = request.prefix[len(request.prefix) - request.resume :] if request.resume else ()
-        return RowMask(self, c, matcher, frozenset(request.stop), response)
+        return RowMask(self, c, matcher, frozenset(request.stop), response=response)
 
 
 class RowMask:
     """One request's constraint state: the tokens allowed next, and advancing by one token."""
 
     def __init__(
-        self, grammars: Grammars, constraint: Constraint, matcher: Any, stop: frozenset[int], response: Sequence[int]
+        self, grammars: Grammars, constraint: Constraint, matcher: Any, stop: frozenset[int], *, response: Sequence[int]
     ) -> None:
         self.constraint = constraint
         self.vocab_size = grammars.vocab_size

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -45,6 +45,7 @@ class ServerSummary:
     interval_s: float
     duration_s: float
     samples: int
+    _: KW_ONLY
     missed: int  # polls that failed (server restarting, endpoint missing)
     kv_capacity: int  # max_total_num_tokens
     kv_tokens_peak: int  # num_used_tokens: KV tokens held by running requests

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..errors import BackendUnavailable, ConfigError, EngineError
@@ -88,6 +88,7 @@ class Decoded:
     logq: tuple[float, ...]
     logp: tuple[float, ...] | None
     entropy: tuple[float, ...] | None
+    _: KW_ONLY
     cached_tokens: int
     logq_at: tuple[tuple[float, ...], ...] | None = None
 
@@ -114,6 +115,7 @@ class ServerStats:
     http_requests: int = 0
     retries: int = 0
     reconnects: int = 0  # waits for the server to come back after a lost connection
+    _: KW_ONLY
     cached_tokens: int = 0
     prompt_tokens: int = 0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 STATISTICS = ("log_likelihood", "confidence")
@@ -25,6 +25,7 @@ class Tost:
     n: int
     mean_a: float
     mean_b: float
+    _: KW_ONLY
     diff: float  # mean of B - A
     ci90: tuple[float, float]
     margin: float
@@ -55,7 +56,7 @@ def paired_tost(a: Sequence[float], b: Sequence[float], margin: float, statistic
         p = max(stats.t.sf((m + margin) / se, n - 1), stats.t.cdf((m - margin) / se, n - 1))
         half = stats.t.ppf(0.95, n - 1) * se
         ci = (m - half, m + half)
-    return Tost(statistic, n, sum(a) / n, sum(b) / n, m, ci, margin, float(p))
+    return Tost(statistic, n, sum(a) / n, sum(b) / n, diff=m, ci90=ci, margin=margin, p_eq=float(p))
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 
 from ..chain.keys import ChainKeys, DecisionDraws, DecisionId
 from ..chain.metrics import CallRecord, NodeRecord, RequestRecord
@@ -106,6 +106,7 @@ class StageExecutor:
         horizon: int,
         steps: int,
         presto: PrestoConfig,
+        *,
         planner: Planner,
         stage: int,
         keys: ChainKeys,
@@ -193,12 +194,12 @@ class StageExecutor:
                     H - p.cut,
                     d.temperature,
                     d.seed,
-                    d.entropy,
-                    d.score_temperatures,
-                    self.keys.route,
-                    self.stop,
-                    self.constraint,
-                    p.cut,
+                    return_entropy=d.entropy,
+                    score_temperatures=d.score_temperatures,
+                    route=self.keys.route,
+                    stop=self.stop,
+                    constraint=self.constraint,
+                    resume=p.cut,
                 )
                 for d in group
             )
@@ -206,7 +207,7 @@ class StageExecutor:
         ]
         if offer is None:
             return Batch(planned, groups, rows)
-        return Batch(planned, groups, rows, offer.values, offer.preferred, shared=True)
+        return Batch(planned, groups, rows, offer.values, preferred=offer.preferred, shared=True)
 
     def send(self, batch: Batch) -> tuple[Batch, list[Completion], float]:
         """One engine call (a scheduler may take a prefix of the groups): the batch sent, its
@@ -223,7 +224,8 @@ class StageExecutor:
         for p, group in zip(batch.planned, batch.groups):
             n = len(group)
             proposals = tuple(
-                Proposal(p.cut, c.tokens, c.logq, c.logp, c.entropy, c.logq_at) for c in completions[j : j + n]
+                Proposal(p.cut, c.tokens, c.logq, c.logp, entropy=c.entropy, logq_at=c.logq_at)
+                for c in completions[j : j + n]
             )
             self.store.add(
                 p.decision, StoredProposal(root.tokens[: p.cut], proposals, tuple((index, j + i) for i in range(n)))
@@ -246,11 +248,22 @@ class StageExecutor:
         elapsed, plan_s, walk_s = seconds
         records = [
             RequestRecord(
-                p.decision, p.cut, len(r.prefix), len(c.tokens), c.cached_tokens, p.reachable, r.temperature, r.seed
+                p.decision,
+                p.cut,
+                len(r.prefix),
+                len(c.tokens),
+                cached_tokens=c.cached_tokens,
+                reachable=p.reachable,
+                temperature=r.temperature,
+                seed=r.seed,
             )
             for p, r, c in zip(_per_request(batch.planned, batch.groups), requests, completions)
         ]
-        rec.record_call(CallRecord(index, self.stage, "mh", k, tuple(records), elapsed, plan_s, walk_s))
+        rec.record_call(
+            CallRecord(
+                index, self.stage, "mh", k, requests=tuple(records), time_s=elapsed, plan_s=plan_s, walk_s=walk_s
+            )
+        )
         length = T  # the length of the state each decision was taken at (it varies under target="eos")
         for i, step in enumerate(steps):
             tr = step.transition
@@ -293,6 +306,7 @@ class Batch:
     groups: list[tuple[SuffixDraw, ...]]
     rows: list[tuple[Request, ...]]
     values: tuple[float, ...] | None = None
+    _: KW_ONLY
     preferred: int | None = None
     shared: bool = False  # sent through a shared scheduler that weighs it (it fits the time model)
 

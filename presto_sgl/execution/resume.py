@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ class Checkpoint:
     run: dict[str, Any]  # the trace's run record
     stage: int
     k: int
+    _: KW_ONLY
     path: str
     state: ChainState | None  # None at stage 0
     calls: tuple[CallRecord, ...]
@@ -93,7 +94,18 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"trace {name} line {j + 1}: malformed {r['type']!r} record ({exc!r})") from None
     finished = any(r["type"] == "summary" for r, _ in records[last:])
-    return Checkpoint(name, run, stage, k, path, state, tuple(calls), tuple(nodes), records[last][1], finished)
+    return Checkpoint(
+        name,
+        run,
+        stage,
+        k,
+        path=path,
+        state=state,
+        calls=tuple(calls),
+        nodes=tuple(nodes),
+        offset=records[last][1],
+        finished=finished,
+    )
 
 
 def check_same_run(name: str, recorded: Mapping[str, Any], current: Mapping[str, Any]) -> None:

@@ -21,7 +21,7 @@ these three methods and nothing else (docs/design.md §3).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
 from ..chain.keys import DecisionDraws
@@ -46,6 +46,7 @@ class Proposal:
     tokens: tuple[int, ...]
     logq: tuple[float, ...]
     logp: tuple[float, ...]
+    _: KW_ONLY
     entropy: tuple[float, ...] | None = None
     logq_at: tuple[tuple[float, ...], ...] | None = None  # per token, log q at the score temperatures
 
@@ -58,6 +59,7 @@ class Transition:
     log_accept: float
     uniform: float
     accepted: bool
+    _: KW_ONLY
     selected: int = 0  # the draw proposed, among the decision's (MultiTryMH: the selected try)
 
 

@@ -14,7 +14,7 @@ model) is shared on purpose and guarded by locks, so chains may run on several t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Protocol, Self
 
 from ..chain.keys import DecisionDraws, DecisionId
@@ -57,6 +57,7 @@ class RoundFeedback:
     decisions: tuple[tuple[int, float], ...]  # (cut, log A) of each transition walked
     requests: tuple[tuple[int, int], ...]  # (prefix length, new tokens) of each request sent
     time_s: float  # wall time of the engine call (0 when no request was sent)
+    _: KW_ONLY
     timed: bool = True  # False: the call was a shared scheduler's merged call (it fits the time model)
 
     def observations(self) -> list[Observation]:
@@ -70,6 +71,7 @@ class RoundContext:
     root_path: str  # accept ("1") / reject ("0") bits from the stage start to the root
     k0: int  # transitions already done in this stage
     remaining: int  # K - k0: the depth cap
+    _: KW_ONLY
     budget: int  # N_pf
     draws: Callable[[DecisionId], DecisionDraws]
     store: ProposalStore

@@ -176,7 +176,9 @@ class RolloutPolicy:
         T = ctx.root.length
         accept = [h_plus(self.predictor, c / T) for c in cuts[:D]]
         draws = len(ctx.kernel.suffix_draws(cuts[0], T, ctx.draws(ctx.k0))) if cuts else 1
-        return RoundModel(cuts[:D], accept, T, held & ((1 << D) - 1), self.time_model, self.match, draws), idx
+        return RoundModel(
+            cuts[:D], accept, T, held & ((1 << D) - 1), time_model=self.time_model, match=self.match, draws=draws
+        ), idx
 
     def sampled_futures(self, ctx: RoundContext, rm: RoundModel) -> list[Outcome]:
         """``samples`` futures from a generator seeded by (seed, k0, remaining, T): the same

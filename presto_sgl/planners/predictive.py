@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from ..config import Keying
 from ..predictor.certainty import Predictor, h_plus
@@ -47,6 +47,7 @@ class CandidateNode:
     cut: int
     h: float
     weight: float
+    _: KW_ONLY
     plus: CandidateNode | None = field(default=None, repr=False)
     minus: CandidateNode | None = field(default=None, repr=False)
 

@@ -36,6 +36,7 @@ class RoundModel:
         accept: Sequence[float],
         length: int,
         held: int,
+        *,
         time_model: CallTimeModel,
         match: float = 0.0,
         draws: int = 1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ class Evaluation:
     groups: int
     folds: int  # 0: a given predictor scored as is (no refits)
     class_counts: tuple[int, int, int]
+    _: KW_ONLY
     accuracy: float
     log_loss: float
     prior_accuracy: float  # always the most frequent class
@@ -82,7 +83,14 @@ def cross_validate(
     acc, loss = _scores(probs, y)
     prior_acc, prior_loss = _scores(prior, y)
     return Evaluation(
-        len(y), len(set(groups)), folds, tuple(np.bincount(y, minlength=3).tolist()), acc, loss, prior_acc, prior_loss
+        len(y),
+        len(set(groups)),
+        folds,
+        tuple(np.bincount(y, minlength=3).tolist()),
+        accuracy=acc,
+        log_loss=loss,
+        prior_accuracy=prior_acc,
+        prior_log_loss=prior_loss,
     )
 
 
@@ -95,7 +103,16 @@ def evaluate(predictor: Predictor, observations: Sequence[Observation]) -> Evalu
     acc, loss = _scores(probs, y)
     prior_acc, prior_loss = _scores(np.tile(_prior(y), (len(y), 1)), y)
     groups = len({o.group for o in observations})
-    return Evaluation(len(y), groups, 0, tuple(np.bincount(y, minlength=3).tolist()), acc, loss, prior_acc, prior_loss)
+    return Evaluation(
+        len(y),
+        groups,
+        0,
+        tuple(np.bincount(y, minlength=3).tolist()),
+        accuracy=acc,
+        log_loss=loss,
+        prior_accuracy=prior_acc,
+        prior_log_loss=prior_loss,
+    )
 
 
 def observations_from_trace(records: Iterable[Mapping[str, Any]], eps: float = EPS) -> list[Observation]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from .. import registry
@@ -47,6 +47,7 @@ class GenSpec:
     method: MethodConfig
     max_tokens: int | None
     stop: tuple[str, ...]
+    _: KW_ONLY
     stop_token_ids: tuple[int, ...]
     return_logprob: bool
     seed: int | None
@@ -65,6 +66,7 @@ class ChoiceSpec:
     choices: tuple[str, ...]
     alpha: float
     seed: int | None
+    _: KW_ONLY
     chain_id: int | None
     engine: Any
 
@@ -262,7 +264,7 @@ def choice_spec(
             "chain; drop it (alpha and temperature apply)",
         )
     alpha = alpha_of_temperature(temperature, alpha) or (Target.alpha if alpha is None else alpha)
-    return ChoiceSpec(name, tuple(choices), Target(alpha=alpha).alpha, seed, chain_id, engine)
+    return ChoiceSpec(name, tuple(choices), Target(alpha=alpha).alpha, seed, chain_id=chain_id, engine=engine)
 
 
 def spec_of(*args: Any, **kwargs: Any) -> GenSpec | ChoiceSpec:

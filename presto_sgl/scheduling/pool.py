@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..engines.base import Completion, Engine, EngineCapabilities, Request
@@ -96,6 +96,7 @@ class PoolStats:
     queued: int = 0
     completed: int = 0
     cancelled: int = 0
+    _: KW_ONLY
     failed: int = 0
     refused: int = 0  # chains of requests refused because the queue was full
 

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..engines.base import Completion, Engine, Request
@@ -130,6 +130,7 @@ class _Entry:
     since: float
     taken: int = 0
     completions: list[Completion] | None = None
+    _: KW_ONLY
     elapsed: float = 0.0
     error: BaseException | None = None
     done: bool = False
@@ -141,6 +142,7 @@ class SchedulerStats:
     offers: int = 0  # chain rounds served
     rows: int = 0  # requests sent
     offered_rows: int = 0  # requests the offers held
+    _: KW_ONLY
     call_s: float = 0.0
     chains_per_call: list[int] = field(default_factory=list)
     taken: list[tuple[tuple[int, int], ...]] = field(default_factory=list)  # per call: (groups sent, offered) per chain

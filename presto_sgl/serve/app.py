@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -53,6 +53,7 @@ class Failure(Exception):
         message: str,
         param: str | None = None,
         code: str | None = None,
+        *,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -129,6 +130,7 @@ class AppOptions:
     poll_s: float = 0.1
     keepalive_s: float = 15.0
     api_key: str | None = None
+    _: KW_ONLY
     max_body_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
@@ -244,7 +246,7 @@ class Handlers:
                 code="server_busy",
                 headers={"Retry-After": "1"},
             )
-        return ParsedJob(job, ticket, seed, prompts, futures)
+        return ParsedJob(job, ticket, seed, prompts, futures=futures)
 
     async def finish(self, request: Request, job: ParsedJob) -> dict[str, Any]:
         """The response body of a started job (raises Cancelled, an EngineError, or a bug)."""
@@ -361,4 +363,5 @@ class ParsedJob:
     ticket: Ticket
     seed: int
     prompts: list[tuple[int, ...]]
+    _: KW_ONLY
     futures: list[Any]

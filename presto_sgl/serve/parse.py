@@ -9,7 +9,7 @@ fields, and the power-sampling fields applied to the server's configs as a typed
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
 from ..config import PowerConfig, PrestoConfig, alpha_of_temperature, capped, with_options
@@ -29,6 +29,7 @@ class ChainJob:
     prompts: tuple[Any, ...]  # completions: str or token ids each; chat: one message list
     n: int
     config: PowerConfig
+    _: KW_ONLY
     presto: PrestoConfig
     seed: int | None
     stop: tuple[str, ...]
@@ -166,16 +167,16 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
         prompts,
         n,
         config,
-        presto,
-        seed,
-        (stop,) if isinstance(stop, str) else tuple(stop),
-        stream,
-        bool(given.get("return_token_ids")),
-        max_tokens,
-        logprobs,
-        echo,
-        include_usage,
-        constraint_field,
+        presto=presto,
+        seed=seed,
+        stop=(stop,) if isinstance(stop, str) else tuple(stop),
+        stream=stream,
+        return_token_ids=bool(given.get("return_token_ids")),
+        max_tokens=max_tokens,
+        logprobs=logprobs,
+        echo=echo,
+        include_usage=include_usage,
+        constraint_field=constraint_field,
     )
 
 

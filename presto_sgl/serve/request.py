@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..config import PowerConfig, PrestoConfig
@@ -82,6 +82,7 @@ class Field:
     schema: Schema
     doc: str
     kinds: tuple[str, ...] = BOTH
+    _: KW_ONLY
     unsupported: str = ""
     nullable: bool = True
     checked: bool = True

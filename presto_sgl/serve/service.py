@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..engines.base import Engine
@@ -43,6 +43,7 @@ class Choice:
     text: str
     token_ids: tuple[int, ...]  # the ids the text decodes
     finish_reason: str  # "stop" (a stop token or string ended it) or "length"
+    _: KW_ONLY
     result: SampleResult | None  # the chain (None: a scored prompt)
     eos_index: int | None  # the first stop token of the chain's whole response
     logp: tuple[float | None, ...] = ()  # log p0 of each of token_ids
@@ -207,7 +208,9 @@ class Service:
         if job.scoring:
             ids = tuple(prompt) + ((result.next_token[0],) if job.max_tokens else ())
             logp = result.logp + ((result.next_token[1],) if job.max_tokens else ())
-            return Choice(index, self.text.decode(ids), ids, "length", None, None, logp, result)
+            return Choice(
+                index, self.text.decode(ids), ids, "length", result=None, eos_index=None, logp=logp, scored=result
+            )
         tokens = result.state.tokens
         answer = self.text.answer(tokens[: job.max_tokens])
         text, ids, reason = answer.text, answer.ids, "stop" if answer.eos_index is not None else "length"
@@ -216,7 +219,9 @@ class Service:
             text, reason = text[: min(cuts)], "stop"
             ids, _ = ids_of_prefix(self.text, ids, text)
         eos_index = cut_at_stop(tokens, self.text.stop_ids)[1]
-        return Choice(index, text, ids, reason, result, eos_index, tuple(result.state.logp[: len(ids)]))
+        return Choice(
+            index, text, ids, reason, result=result, eos_index=eos_index, logp=tuple(result.state.logp[: len(ids)])
+        )
 
     def backend_healthy(self) -> bool:
         """The backend answers ``/health`` (server engines), or is in process."""

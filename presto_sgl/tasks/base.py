@@ -9,7 +9,7 @@ text (cut at the model's stop tokens) into a :class:`Grade`. Tasks by name:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 
@@ -19,6 +19,7 @@ class Problem:
     prompt: str
     chat: bool = True
     reference: Any = None  # JSON-serializable: the answer, or what the grader needs
+    _: KW_ONLY
     meta: dict[str, Any] = field(default_factory=dict)
 
 

@@ -25,7 +25,7 @@ def constrained(rule: str, constraint: Constraint, **options) -> tuple[PowerConf
     cfg, presto = sampling_configs(rule, target="eos", **options)
     target = cfg.target
     return PowerConfig(
-        Target(target.alpha, target.max_new_tokens, target.block_size, target.target, constraint), cfg.kernel
+        Target(target.alpha, target.max_new_tokens, target.block_size, target.target, constraint=constraint), cfg.kernel
     ), presto
 
 
@@ -82,4 +82,4 @@ def test_min_tokens_holds_the_stop_token_back(tiny_engine):
 
 def test_a_constraint_needs_the_eos_target():
     with pytest.raises(ConfigError, match="target='eos'"):
-        Target(4.0, 32, 16, "fixed", Constraint(regex="[0-9]+"))
+        Target(4.0, 32, 16, "fixed", constraint=Constraint(regex="[0-9]+"))

@@ -108,7 +108,9 @@ class StandIn:
                 {str(prompt[t]): {"logprob": float(self.lm.distribution(prompt[:t])[0][prompt[t]])}}
                 for t in range(1, len(prompt))
             ]
-        (c,) = self.ref.generate([Request(tuple(prompt), n, temp, body.get("seed"), True, TEMPS)])
+        (c,) = self.ref.generate(
+            [Request(tuple(prompt), n, temp, body.get("seed"), return_entropy=True, score_temperatures=TEMPS)]
+        )
         k = body.get("logprobs")
         tokens, logq, logp = list(c.tokens), list(c.logq), list(c.logp)
         if short:
@@ -180,7 +182,7 @@ def test_layout_round_trip():
     assert ids == [0, 1, 2, 3, 4, 5, 6] and 15 not in ids
     vals = [wire.SIGNATURE + 2, -0.5, 1.25, 0.5, 1.0, -0.75, 0.0]
     f = layout.parse_fields(15, -0.4, dict(zip(ids, vals)), V)
-    assert f == layout.Fields(15, -0.4, -0.5, 1.25, (0.5, 1.0), (-0.75, 0.0))
+    assert f == layout.Fields(15, -0.4, -0.5, 1.25, temperatures=(0.5, 1.0), lognorm=(-0.75, 0.0))
     assert f.logq_at((1.0, 0.5)) == (-0.4, -0.8 + 0.75) and f.logq_at((0.25,)) is None
     assert layout.parse_fields(15, -0.4, {0: -3.0, 1: -4.0}, V) is None  # a stock server's top entries
     assert layout.parse_fields(15, -0.4, dict(zip(ids[:3], vals[:3])), V) is None  # fields missing
@@ -197,7 +199,12 @@ def test_both_modes_give_exact_scores(stand_in, kind):
     extras = {"return_entropy": True, "score_temperatures": TEMPS} if kind == "plugin" else {}
     reqs = [Request((1, 2, 3), 5, 0.25, 7, **extras), Request((1, 2, 3, 4, 5, 6), 2, 0.5, 8, **extras)]
     comps = eng.generate(reqs)
-    truth = srv.ref.generate([Request(r.prefix, r.max_new_tokens, r.temperature, r.seed, True, TEMPS) for r in reqs])
+    truth = srv.ref.generate(
+        [
+            Request(r.prefix, r.max_new_tokens, r.temperature, r.seed, return_entropy=True, score_temperatures=TEMPS)
+            for r in reqs
+        ]
+    )
     for c, t in zip(comps, truth):
         assert c.tokens == t.tokens
         assert c.logq == pytest.approx(t.logq, abs=1e-12) and c.logp == pytest.approx(t.logp, abs=1e-12)

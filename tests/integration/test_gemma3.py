@@ -253,7 +253,7 @@ def test_server_presto_under_a_regex_against_sequential(served):
     calls = {}
     for rule in ("sequential", "step"):
         cfg, presto = sampling_configs(rule, target="eos", alpha=4.0, max_new_tokens=16, block_size=8, steps=4)
-        cfg = PowerConfig(Target(cfg.target.alpha, 16, 8, "eos", Constraint(regex=REGEX)), cfg.kernel)
+        cfg = PowerConfig(Target(cfg.target.alpha, 16, 8, "eos", constraint=Constraint(regex=REGEX)), cfg.kernel)
         res = Sampler(served, cfg, presto).run(prompt, seed=4)
         assert res.metrics.transitions == 8
         calls[rule] = res.metrics.model_calls

@@ -401,7 +401,7 @@ def test_structured_requests_sample_in_the_language():
                 "json_schema": json.dumps(SCHEMA, separators=(",", ":"))
             }
         cfg, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=4, target="eos")
-        cfg = PowerConfig(Target(cfg.target.alpha, 16, 8, "eos", Constraint(json_schema=SCHEMA)), cfg.kernel)
+        cfg = PowerConfig(Target(cfg.target.alpha, 16, 8, "eos", constraint=Constraint(json_schema=SCHEMA)), cfg.kernel)
         want = Sampler(engine, cfg, presto).run((1, 2), seed=3, prompt_id=2).state.tokens
         assert r.choices[2].model_extra["presto"]["response_ids"] == list(want)
         r = c.completions.create(

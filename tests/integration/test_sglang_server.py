@@ -84,7 +84,7 @@ def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
     temps = (0.25, 0.5, 1.0)
     assert eng.capabilities.entropy and eng.capabilities.scores_at(temps)
     prompt = tuple(eng.chat_prompt("Name a prime number."))
-    (comp,) = eng.generate([Request(prompt, 10, 0.5, None, True, temps)])
+    (comp,) = eng.generate([Request(prompt, 10, 0.5, None, return_entropy=True, score_temperatures=temps)])
     assert_extras_match(hf_model, prompt, comp.tokens, comp.logq_at, temps, comp.entropy)
     results = {}
     for rule in ("sequential", "step"):

@@ -33,7 +33,7 @@ def constrained(rule: str, kernel: str = "powermh"):
         rule, kernel=kernel, target="eos", alpha=4.0, max_new_tokens=48, block_size=16, steps=4
     )
     t = cfg.target
-    return PowerConfig(Target(t.alpha, 48, 16, "eos", Constraint(json_schema=PERSON)), cfg.kernel), presto
+    return PowerConfig(Target(t.alpha, 48, 16, "eos", constraint=Constraint(json_schema=PERSON)), cfg.kernel), presto
 
 
 def valid(engine, tokens) -> bool:

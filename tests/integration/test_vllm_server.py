@@ -35,7 +35,7 @@ def test_one_pass_logprobs_match_a_full_forward(engine, hf_model):
     for comp in assert_matches_forward(engine, hf_model):
         assert all(math.isfinite(x) for x in comp.logp + comp.logq)
     prompt = tuple(engine.chat_prompt("Name a prime number."))
-    (comp,) = engine.generate([Request(prompt, 10, 0.5, 3, True, TEMPS)])
+    (comp,) = engine.generate([Request(prompt, 10, 0.5, 3, return_entropy=True, score_temperatures=TEMPS)])
     assert_extras_match(hf_model, prompt, comp.tokens, comp.logq_at, TEMPS, comp.entropy)
 
 

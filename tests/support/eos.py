@@ -14,7 +14,12 @@ def check_eos_target(engine, hf_model, entropy: bool) -> None:
     stop = engine.text.stop_ids
     assert engine.capabilities.stops and stop
     prompt = tuple(engine.chat_prompt("What is 2 + 3? Reply with the number only."))
-    comps = engine.generate([Request(prompt, 48, 0.25, None, entropy, (), None, stop) for _ in range(4)])
+    comps = engine.generate(
+        [
+            Request(prompt, 48, 0.25, None, return_entropy=entropy, score_temperatures=(), route=None, stop=stop)
+            for _ in range(4)
+        ]
+    )
     ended = [c for c in comps if c.tokens[-1] in stop]
     seen = [(len(c.tokens), c.tokens[-3:]) for c in comps]
     assert ended and all(len(c.tokens) < 48 for c in ended), f"no draw ended at a stop token {stop}: {seen}"

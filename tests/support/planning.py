@@ -54,11 +54,11 @@ def ctx(cuts: dict, *, root_path="", k0=0, remaining=3, budget=6, store=None, T=
         root_path,
         k0,
         remaining,
-        budget,
-        forced_draws(cuts),
-        store or ProposalStore(),
-        KERNEL,
-        keying,
+        budget=budget,
+        draws=forced_draws(cuts),
+        store=store or ProposalStore(),
+        kernel=KERNEL,
+        keying=keying,
     )
 
 
@@ -112,7 +112,17 @@ def random_context(rng: random.Random) -> RoundContext:
             store.add(k, proposal(root.tokens[:c], T, 100 + k))
         elif rng.random() < 0.2 and c > 0:  # stale: its prefix is not the root's
             store.add(k, proposal((-1,) + root.tokens[1:c], T, 100 + k))
-    return RoundContext(root, "", k0, remaining, rng.randint(1, 8), forced_draws(cuts), store, KERNEL, "step")
+    return RoundContext(
+        root,
+        "",
+        k0,
+        remaining,
+        budget=rng.randint(1, 8),
+        draws=forced_draws(cuts),
+        store=store,
+        kernel=KERNEL,
+        keying="step",
+    )
 
 
 def random_theta(rng: random.Random) -> np.ndarray:

@@ -77,7 +77,17 @@ def brute_force_cost(
         if k < end:
             state = ChainState((99,), tokens, (0.0,) * T, (0.0,) * T)
             requests = StepPlanner().plan(
-                RoundContext(state, "", k, end - k, budget, ctx.draws, store, ctx.kernel, ctx.keying)
+                RoundContext(
+                    state,
+                    "",
+                    k,
+                    end - k,
+                    budget=budget,
+                    draws=ctx.draws,
+                    store=store,
+                    kernel=ctx.kernel,
+                    keying=ctx.keying,
+                )
             )
     return total
 
@@ -168,7 +178,18 @@ def test_only_the_eos_target_learns_end_lengths_and_samples_them():
     for kernel, learns in ((KERNEL, False), (eos, True)):
         planner = rollout_planner(ConstantPredictor(), SyntheticClock(), explore=())
         ctx = random_context(random.Random(1))
-        ctx = RoundContext(ctx.root, "", ctx.k0, ctx.remaining, 8, ctx.draws, ctx.store, kernel, "step", 40)
+        ctx = RoundContext(
+            ctx.root,
+            "",
+            ctx.k0,
+            ctx.remaining,
+            budget=8,
+            draws=ctx.draws,
+            store=ctx.store,
+            kernel=kernel,
+            keying="step",
+            horizon=40,
+        )
         batch = StepPlanner().plan(ctx)
         for _ in range(EndLengths.MIN_OBSERVED):
             planner.plan(ctx)
@@ -210,12 +231,16 @@ def test_match_rate_is_learned_from_realized_roots():
     draws = lambda k: Forced(cuts[k])  # noqa: E731
     root = ChainState((99,), (0, 1, 2, 3, 4, 5, 6, 7), (0.0,) * 8, (0.0,) * 8)
     later = ChainState((99,), (0, 1, 2, 3, 4, 9, 9, 9), (0.0,) * 8, (0.0,) * 8)
-    planner.plan(RoundContext(root, "", 0, 5, 3, draws, ProposalStore(), KERNEL, "step"))
+    planner.plan(
+        RoundContext(root, "", 0, 5, budget=3, draws=draws, store=ProposalStore(), kernel=KERNEL, keying="step")
+    )
     assert planner.policy.match == 0.0
-    planner.plan(RoundContext(later, "110", 3, 2, 3, draws, ProposalStore(), KERNEL, "step"))  # accepts at cuts 4 and 2
+    planner.plan(
+        RoundContext(later, "110", 3, 2, budget=3, draws=draws, store=ProposalStore(), kernel=KERNEL, keying="step")
+    )  # accepts at cuts 4 and 2
     assert (planner.policy.match_rate.tokens, planner.policy.match_rate.ends) == (3, 1) and planner.policy.match == 0.75
     planner.plan(
-        RoundContext(later, "1100", 4, 1, 3, draws, ProposalStore(), KERNEL, "step")
+        RoundContext(later, "1100", 4, 1, budget=3, draws=draws, store=ProposalStore(), kernel=KERNEL, keying="step")
     )  # a reject: nothing to learn
     assert planner.policy.match == 0.75
 
@@ -294,10 +319,14 @@ def test_for_run_shares_the_learners_and_not_the_round_state():
     draws = lambda k: Forced(cuts[k])  # noqa: E731
     root = ChainState((99,), (0, 1, 2, 3, 4, 5, 6, 7), (0.0,) * 8, (0.0,) * 8)
     later = ChainState((99,), (0, 1, 2, 3, 4, 9, 9, 9), (0.0,) * 8, (0.0,) * 8)
-    first.plan(RoundContext(root, "", 0, 5, 3, draws, ProposalStore(), KERNEL, "step"))
-    second.plan(RoundContext(later, "110", 3, 2, 3, draws, ProposalStore(), KERNEL, "step"))  # no previous root
+    first.plan(RoundContext(root, "", 0, 5, budget=3, draws=draws, store=ProposalStore(), kernel=KERNEL, keying="step"))
+    second.plan(
+        RoundContext(later, "110", 3, 2, budget=3, draws=draws, store=ProposalStore(), kernel=KERNEL, keying="step")
+    )  # no previous root
     assert planner.policy.match == 0.0 and (planner.policy.match_rate.tokens, planner.policy.match_rate.ends) == (0, 0)
-    first.plan(RoundContext(later, "110", 3, 2, 3, draws, ProposalStore(), KERNEL, "step"))
+    first.plan(
+        RoundContext(later, "110", 3, 2, budget=3, draws=draws, store=ProposalStore(), kernel=KERNEL, keying="step")
+    )
     assert (planner.policy.match_rate.tokens, planner.policy.match_rate.ends) == (3, 1) and second.policy.match == 0.75
     first.observe(RoundFeedback(8, ((2, 0.0),), ((5, 6),), 0.3))
     assert second.time_model.calls == 1 and planner.policy.predictor.observations == [Observation(0.25, ACCEPT)]

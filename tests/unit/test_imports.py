@@ -293,3 +293,60 @@ def test_library_files_stay_small():
     assert not stale, f"OVERSIZED names files that do not exist: {stale}"
     over = {p: n for p, n in sorted(sizes.items()) if n > MAX_LINES and p not in OVERSIZED}
     assert not over, f"library files over {MAX_LINES} lines (split them, or allow-list with a reason): {over}"
+
+
+MAX_POSITIONAL = 4
+"""The most parameters a library constructor takes by position: past them, keywords only."""
+
+
+def positional_capacity(cls: ast.ClassDef) -> tuple[int, list[str]] | None:
+    """(how many arguments ``cls`` takes by position, their names), from its ``__init__`` or
+    its dataclass fields (up to a ``KW_ONLY`` marker or ``kw_only=True``); None if neither."""
+    init = next((b for b in cls.body if isinstance(b, ast.FunctionDef) and b.name == "__init__"), None)
+    if init is not None:
+        names = [a.arg for a in (*init.args.posonlyargs, *init.args.args)][1:]
+        return len(names), names
+    dataclass_decorators = [
+        d
+        for d in cls.decorator_list
+        if (isinstance(d, ast.Call) and getattr(d.func, "id", None) == "dataclass")
+        or getattr(d, "id", None) == "dataclass"
+    ]
+    if not dataclass_decorators:
+        return None
+    flags = {k.arg: k.value for d in dataclass_decorators if isinstance(d, ast.Call) for k in d.keywords}
+    if any(
+        isinstance(flags.get(k), ast.Constant) and flags[k].value is v for k, v in (("kw_only", True), ("init", False))
+    ):
+        return 0, []
+    names = []
+    for b in cls.body:
+        if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name):
+            if ast.unparse(b.annotation) == "KW_ONLY":
+                break
+            if not ast.unparse(b.annotation).startswith("ClassVar"):
+                names.append(b.target.id)
+    return len(names), names
+
+
+def test_constructors_take_at_most_four_arguments_by_position():
+    """Every class of the library takes at most MAX_POSITIONAL arguments by position (its
+    ``__init__``'s, or a dataclass's fields before ``KW_ONLY``): the rest by keyword."""
+    over = []
+    for name, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and (found := positional_capacity(node)) and found[0] > MAX_POSITIONAL:
+                over.append(f"{name}.{node.name}: {found[1]}")
+    assert not over, f"constructors taking more than {MAX_POSITIONAL} arguments by position: {over}"
+
+
+def test_positional_capacity_reads_inits_and_dataclasses():
+    tree = ast.parse(
+        "from dataclasses import KW_ONLY, dataclass\n"
+        "class A:\n    def __init__(self, a, b, *, c): ...\n"
+        "@dataclass\nclass B:\n    a: int\n    b: int\n    _: KW_ONLY\n    c: int\n"
+        "@dataclass(frozen=True, kw_only=True)\nclass C:\n    a: int\n"
+        "class D: ...\n"
+    )
+    classes = {c.name: positional_capacity(c) for c in tree.body if isinstance(c, ast.ClassDef)}
+    assert classes == {"A": (2, ["a", "b"]), "B": (2, ["a", "b"]), "C": (0, []), "D": None}

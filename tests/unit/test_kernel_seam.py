@@ -149,7 +149,7 @@ def test_entropycut_prefetch_cut_races_over_the_shared_positions_only():
 
     kernel = EntropyCutKernel(4.0, 0.25)
     h = (0.5, 0.9, 0.2, 1.4, 0.3, 2.0, 0.1, 0.8)
-    root = ChainState((1,), tuple(range(8)), (0.0,) * 8, (0.0,) * 8, h)
+    root = ChainState((1,), tuple(range(8)), (0.0,) * 8, (0.0,) * 8, entropy=h)
     for k in range(200):
         d = ChainKeys(0).decision(1, k)
         assert kernel.cut(root, d) == kernel.prefetch_cut(root, 8, d) == race(h, 4.0, 8, d)

@@ -77,7 +77,9 @@ def test_log_acceptance_edge_cases():
 
 
 def _proposal(cut, tokens, logp, logq_at):
-    return Proposal(cut, tuple(tokens), tuple(r[0] for r in logq_at), tuple(logp), None, tuple(map(tuple, logq_at)))
+    return Proposal(
+        cut, tuple(tokens), tuple(r[0] for r in logq_at), tuple(logp), entropy=None, logq_at=tuple(map(tuple, logq_at))
+    )
 
 
 def test_decide_follows_the_formula():
@@ -163,7 +165,7 @@ def test_one_try_at_one_temperature_is_powermh():
     for i in range(60):
         c = i % 6
         (y,) = engine.generate([Request(prompt + x.tokens[:c], 6 - c, tau, 100 + i, score_temperatures=(tau,))])
-        p = Proposal(c, y.tokens, y.logq, y.logp, None, y.logq_at)
+        p = Proposal(c, y.tokens, y.logq, y.logp, entropy=None, logq_at=y.logq_at)
         key = DecisionDraws(cut_key=c, seed=0, uniform=0.9)
         (s1, t1), (s2, t2) = mtm.decide(state, [p], key), pmh.decide(state, [p], key)
         assert t1.log_accept == pytest.approx(t2.log_accept, abs=1e-9) and t1.accepted == t2.accepted

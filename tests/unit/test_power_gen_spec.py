@@ -117,7 +117,7 @@ def test_steps_zero_is_refused_rather_than_a_plain_draw():
 
 def test_choices_make_a_choice_spec_and_refuse_the_chains_parameters():
     spec = spec_of("pick", choices=["yes", "no"], alpha=2.0, max_tokens=16, stop="\n")  # sgl.gen ignores these too
-    assert spec == ChoiceSpec("pick", ("yes", "no"), 2.0, None, None, None)
+    assert spec == ChoiceSpec("pick", ("yes", "no"), 2.0, None, chain_id=None, engine=None)
     for bad, match in (
         ({"choices": []}, "`choices`"),
         ({"choices": ["a", "a"]}, "distinct"),

@@ -171,7 +171,9 @@ def test_candidate_generation_is_bounded_by_the_budget():
 
     for budget in (1, 20, 64):
         looked.clear()
-        c = RoundContext(root_state(500), "", 0, 100, budget, draws, ProposalStore(), KERNEL, "path")
+        c = RoundContext(
+            root_state(500), "", 0, 100, budget=budget, draws=draws, store=ProposalStore(), kernel=KERNEL, keying="path"
+        )
         plan = PredictivePlanner(ConstantPredictor()).plan(c)
         assert len(plan) == budget and len(looked) <= 2 * budget - 1
 

@@ -248,7 +248,11 @@ def edits(draw):
     appended, or only a value changed under the same tokens, as a re-scored row can)."""
     n = draw(st.integers(1, 12))
     state = ChainState(
-        (9,), tuple(draw(st.lists(st.integers(0, 31), min_size=n, max_size=n))), (-1.0,) * n, (-2.0,) * n, (-0.5,) * n
+        (9,),
+        tuple(draw(st.lists(st.integers(0, 31), min_size=n, max_size=n))),
+        (-1.0,) * n,
+        (-2.0,) * n,
+        entropy=(-0.5,) * n,
     )
     states = [state]
     for _ in range(draw(st.integers(0, 8))):

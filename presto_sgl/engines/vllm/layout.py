@@ -9,7 +9,7 @@ Then log q_t(s) = log p0(s) / t - Z_t (MultiTryMH's temperature mixture).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from ...wire import FIXED, SIGNATURE, field_ids, width
 
@@ -22,6 +22,7 @@ class Fields:
     logp: float
     logq: float
     entropy: float
+    _: KW_ONLY
     temperatures: tuple[float, ...]
     lognorm: tuple[float, ...]
 
@@ -55,4 +56,6 @@ def parse_fields(sampled: int, logp: float, top: dict[int, float], vocab_size: i
     if any(i not in top for i in ids):
         return None
     vals = [top[i] for i in ids]
-    return Fields(sampled, logp, vals[1], vals[2], tuple(vals[FIXED : FIXED + m]), tuple(vals[FIXED + m :]))
+    return Fields(
+        sampled, logp, vals[1], vals[2], temperatures=tuple(vals[FIXED : FIXED + m]), lognorm=tuple(vals[FIXED + m :])
+    )
