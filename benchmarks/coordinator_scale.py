@@ -29,6 +29,7 @@ from benchmarks.compare import machine
 from presto_sgl import TraceWriter, sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.engines.text import TextView
+from presto_sgl.execution.context import RunContext
 from presto_sgl.kernels.proposals import ProposalStore
 from presto_sgl.samplers import Sampler
 from presto_sgl.scheduling.runner import run_prompts
@@ -103,7 +104,7 @@ def one(rule: str, T: int, shape: str, prompt, i: int, trace: bool) -> dict:
     sampler, engine = sampler_of(rule, T, shape)
     buf = io.StringIO()
     t0 = time.perf_counter()
-    r = sampler.run(prompt, seed=3, prompt_id=i, trace=TraceWriter(buf) if trace else None)
+    r = sampler.run(prompt, seed=3, prompt_id=i, context=RunContext(trace=TraceWriter(buf) if trace else None))
     wall = time.perf_counter() - t0
     coord = wall - engine.seconds
     return {

@@ -24,6 +24,7 @@ import time
 
 from presto_sgl import Sampler, TraceWriter, read_trace, sampling_configs
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.execution.context import RunContext
 from presto_sgl.planners import CostAware, RolloutPolicy, RoundFeedback, StepPlanner
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor import ConstantPredictor, OnlinePredictor, load_predictor
@@ -91,7 +92,9 @@ def run_chains(sampler, prompts, seeds):
     for i, p in enumerate(prompts):
         for s in seeds:
             buf = io.StringIO()
-            transitions += sampler.run(p, seed=s, prompt_id=i, trace=TraceWriter(buf)).metrics.transitions
+            transitions += sampler.run(
+                p, seed=s, prompt_id=i, context=RunContext(trace=TraceWriter(buf))
+            ).metrics.transitions
             calls += [
                 [q["new_tokens"] for q in r["requests"]]
                 for r in read_trace(io.StringIO(buf.getvalue()))

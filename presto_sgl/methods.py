@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .chain.metrics import CallRecord, PromptMetrics, RequestRecord, summarize
 from .chain.state import ChainState
-from .chain.trace import TraceWriter
 from .engines.base import Completion, Engine, Request
 from .errors import ConfigError
+from .execution.context import ALONE, RunContext
 from .execution.executor import OnTransition, Recorder
 from .execution.resume import Checkpoint, check_same_run
 
 if TYPE_CHECKING:
-    from .execution.offers import Lane
     from .planners.base import Planner
 
 
@@ -70,15 +69,16 @@ class Method(Protocol):
         *,
         seed: int,
         prompt_id: int | str = 0,
-        trace: TraceWriter | None = None,
+        context: RunContext = ALONE,
         on_transition: OnTransition | None = None,
-        resume: Checkpoint | None = None,
         info: Mapping[str, object] | None = None,
-        lane: Lane | None = None,
     ) -> SampleResult:
-        """Draw one response of ``max_new_tokens`` tokens for ``prompt``; with a ``lane``
-        (:meth:`presto_sgl.scheduling.scheduler.Scheduler.chain`) its model calls go to the shared
-        scheduler's rounds."""
+        """Draw one response of ``max_new_tokens`` tokens for ``prompt`` (keys from ``seed`` and
+        ``prompt_id``) in ``context``: its lane to a shared scheduler
+        (:meth:`presto_sgl.scheduling.scheduler.Scheduler.chain`), its cancellation guard, its
+        trace and the checkpoint it resumes from (:class:`~presto_sgl.execution.context.RunContext`).
+        ``on_transition`` sees every MH transition; ``info`` adds fields to the run record (the
+        CLI's engine and model). :class:`MethodBase` implements it once for every method."""
         ...
 
 
@@ -139,6 +139,37 @@ class MethodBase:
 
     def check_prompt(self, prompt: Sequence[int]) -> tuple[int, ...]:
         return check_prompt(self.engine, prompt, self.max_new_tokens)
+
+    def run(
+        self,
+        prompt: Sequence[int],
+        *,
+        seed: int,
+        prompt_id: int | str = 0,
+        context: RunContext = ALONE,
+        on_transition: OnTransition | None = None,
+        info: Mapping[str, object] | None = None,
+    ) -> SampleResult:
+        check_seed(seed)
+        ids = self.check_prompt(prompt)
+        rec = Recorder(self.engine, context)
+        self.open_trace(rec, ids, seed, prompt_id, info, context.resume)
+        state = self.draw(rec, ids, seed=seed, prompt_id=prompt_id, resume=context.resume, on_transition=on_transition)
+        return self.close_trace(rec, state)
+
+    def draw(
+        self,
+        rec: Recorder,
+        prompt: tuple[int, ...],
+        *,
+        seed: int,
+        prompt_id: int | str,
+        resume: Checkpoint | None,
+        on_transition: OnTransition | None,
+    ) -> ChainState:
+        """The method's own part of :meth:`run`: the response state, its calls recorded in ``rec``
+        (and its own records in ``rec.trace``), going on from ``resume`` where it can."""
+        raise NotImplementedError
 
     def run_record(
         self, prompt: Sequence[int], seed: int, prompt_id: int | str, info: Mapping[str, object] | None = None

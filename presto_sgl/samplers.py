@@ -13,24 +13,17 @@ visits exactly the same states (paper Prop. 1; docs/design.md §4).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
-
 from .chain.keys import ChainKeys
 from .chain.state import ChainState
-from .chain.trace import TraceWriter
 from .config import PowerConfig, PrestoConfig, check_keying
 from .engines.base import Engine, Request
 from .errors import CapabilityError, ConfigError
 from .execution.executor import OnTransition, Recorder, StageExecutor
 from .execution.resume import Checkpoint
 from .kernels.base import Kernel
-from .methods import MethodBase, SampleResult, check_seed, extend
+from .methods import MethodBase, SampleResult, extend
 from .planners import Planner, make_planner
 from .registry import make_kernel
-
-if TYPE_CHECKING:
-    from .execution.offers import Lane
 
 __all__ = ["SampleResult", "Sampler"]
 
@@ -128,33 +121,23 @@ class Sampler(MethodBase):
         and for a PreSTO rule its PrestoConfig (tuples as lists, as JSON keeps them)."""
         return {**self.config.describe(), **self.presto.describe()}
 
-    def run(
+    def draw(
         self,
-        prompt: Sequence[int],
+        rec: Recorder,
+        prompt: tuple[int, ...],
         *,
         seed: int,
-        prompt_id: int | str = 0,
-        trace: TraceWriter | None = None,
-        on_transition: OnTransition | None = None,
-        resume: Checkpoint | None = None,
-        info: Mapping[str, object] | None = None,
-        lane: Lane | None = None,
-    ) -> SampleResult:
-        """Sample one response of ``max_new_tokens`` tokens (approximately) from pi_alpha.
-
-        ``resume``: go on from a trace's checkpoint (:mod:`presto_sgl.execution.resume`); ``trace`` then
-        continues that trace (no new run record). ``info``: further fields of the run record
-        (the CLI's engine and model). ``lane``: the chain's place in a shared scheduler (its
-        calls go to the scheduler's rounds; :mod:`presto_sgl.scheduling.scheduler`)."""
-        check_seed(seed)
-        prompt_ids = self.check_prompt(prompt)
+        prompt_id: int | str,
+        resume: Checkpoint | None,
+        on_transition: OnTransition | None,
+    ) -> ChainState:
+        """The chain: each stage's block extension, then its K transitions (PreSTO's rounds or
+        sequential PowerMH); from ``resume``, the checkpoint's stage, path and state."""
         keys = ChainKeys(seed, prompt_id)
-        rec = Recorder(self.engine, trace, lane)
         target, steps = self.config.target, self.config.kernel.steps
         planner = self.planner.for_run()
         entropy, temps = self.kernel.needs_entropy, self.kernel.score_temperatures
-        state = ChainState(prompt_ids, entropy=() if entropy else None, logq_at=() if temps else None)
-        self.open_trace(rec, prompt_ids, seed, prompt_id, info, resume)
+        state = ChainState(prompt, entropy=() if entropy else None, logq_at=() if temps else None)
         start, path, k = 0, "", 0
         if resume is not None:
             rec.calls, rec.nodes = list(resume.calls), list(resume.nodes)
@@ -193,4 +176,4 @@ class Sampler(MethodBase):
                 stop=self.stop,
                 constraint=target.constraint,
             ).run(state, path, k)
-        return self.close_trace(rec, state)
+        return state

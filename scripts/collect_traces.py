@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from presto_sgl import Sampler, models, sampling_configs
 from presto_sgl.chain.trace import TraceWriter
+from presto_sgl.execution.context import RunContext
 
 PROMPTS = [
     # benchmarks/compare.py
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for seed in args.seeds:
                 t0 = time.perf_counter()
-                result = sampler.run(engine.chat_prompt(text), seed=seed, prompt_id=i, trace=trace)
+                result = sampler.run(engine.chat_prompt(text), seed=seed, prompt_id=i, context=RunContext(trace=trace))
                 m = result.metrics
                 print(
                     f"prompt {i} seed {seed}: {m.transitions} transitions, accepted {m.accepted}, "

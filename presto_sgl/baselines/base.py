@@ -13,19 +13,12 @@ on a seeded engine, the very same response).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
-
 from ..chain.state import ChainState
-from ..chain.trace import TraceWriter
 from ..config import BaselineConfig
 from ..engines.base import Engine
 from ..execution.executor import OnTransition, Recorder
 from ..execution.resume import Checkpoint
-from ..methods import MethodBase, SampleResult, check_seed
-
-if TYPE_CHECKING:
-    from ..execution.offers import Lane
+from ..methods import MethodBase
 
 
 class Baseline(MethodBase):
@@ -48,24 +41,16 @@ class Baseline(MethodBase):
     def describe(self) -> dict[str, object]:
         return self.config.describe()
 
-    def run(
+    def draw(
         self,
-        prompt: Sequence[int],
+        rec: Recorder,
+        prompt: tuple[int, ...],
         *,
         seed: int,
-        prompt_id: int | str = 0,
-        trace: TraceWriter | None = None,
-        on_transition: OnTransition | None = None,
+        prompt_id: int | str,
         resume: Checkpoint | None = None,
-        info: Mapping[str, object] | None = None,
-        lane: Lane | None = None,
-    ) -> SampleResult:
-        check_seed(seed)
-        ids = self.check_prompt(prompt)
-        rec = Recorder(self.engine, trace, lane)
-        self.open_trace(rec, ids, seed, prompt_id, info, resume)  # resumed: drawn again from the start (keyed calls)
-        return self.close_trace(rec, self.draw(rec, ids, seed, prompt_id))
-
-    def draw(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
-        """The response state, its calls recorded in ``rec`` (and its own records in ``rec.trace``)."""
+        on_transition: OnTransition | None = None,
+    ) -> ChainState:
+        """The response state, its calls recorded in ``rec`` (and its own records in ``rec.trace``).
+        Resumed, a baseline draws again from the start (its calls are keyed: the same draws)."""
         raise NotImplementedError

@@ -14,6 +14,7 @@ at its next model call (what they wrote to their traces resumes).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import math
 import sys
@@ -27,7 +28,7 @@ from ..errors import ConfigError, EngineError
 from ..evaluation.records import make_record
 from ..evaluation.results import aggregate, write_results
 from ..evaluation.rundir import RunDir
-from ..execution.offers import Lane
+from ..execution.context import RunContext
 from ..execution.resume import Checkpoint, read_checkpoint, truncate
 from ..methods import Method
 from ..scheduling.pool import ChainPool, Ticket
@@ -235,19 +236,17 @@ def run(args: argparse.Namespace) -> int:
     if args.traces:
         traces.mkdir(exist_ok=True)
 
-    def one(chain_id: str, problem: Problem, sample: int, lane: Lane | None) -> None:
+    def one(chain_id: str, problem: Problem, sample: int, context: RunContext) -> None:
         t0 = time.perf_counter()
         if args.traces:
             name = "".join(c if c.isalnum() or c in "-_." else "_" for c in chain_id)
             path = traces / f"{name}.jsonl"
             checkpoint = _interrupted(path)
             with open(path, "a" if checkpoint is not None else "w", encoding="utf-8") as f:
-                extra = {"resume": checkpoint} if checkpoint is not None else {}
-                result = sampler.run(
-                    prompts[problem.id], seed=args.seed, prompt_id=chain_id, trace=TraceWriter(f), lane=lane, **extra
-                )
+                traced = dataclasses.replace(context, trace=TraceWriter(f), resume=checkpoint)
+                result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=traced)
         else:
-            result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, lane=lane)
+            result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=context)
         record = make_record(
             problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer, seconds=time.perf_counter() - t0
         )

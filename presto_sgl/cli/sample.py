@@ -23,6 +23,7 @@ from ..chain.trace import TraceWriter
 from ..engines.base import Engine
 from ..engines.monitor import Monitored
 from ..errors import ConfigError, EngineError
+from ..execution.context import RunContext
 from ..execution.resume import Checkpoint, check_same_run, read_checkpoint, truncate
 from ..methods import Method, SampleResult
 from ..scheduling.pool import GuardedEngine
@@ -186,9 +187,8 @@ def run(args: argparse.Namespace) -> int:
                 prompt,
                 seed=args.seed,
                 prompt_id=args.prompt_id,
-                trace=trace,
+                context=RunContext(trace=trace, resume=checkpoint),
                 on_transition=progress,
-                resume=checkpoint,
                 info=_info(engine, args),
             )
         if trace is not None and server is not None:

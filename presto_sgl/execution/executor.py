@@ -15,7 +15,6 @@ from dataclasses import KW_ONLY, dataclass, replace
 from ..chain.keys import ChainKeys, DecisionDraws, DecisionId
 from ..chain.metrics import CallRecord, NodeRecord, RequestRecord
 from ..chain.state import ChainState
-from ..chain.trace import TraceWriter
 from ..config import PrestoConfig
 from ..constraints import Constraint
 from ..engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
@@ -23,7 +22,8 @@ from ..errors import EngineError
 from ..kernels.base import Kernel, Proposal, SuffixDraw, Transition
 from ..kernels.proposals import ProposalStore, StoredProposal
 from ..planners import PlannedRequest, Planner, RoundContext, RoundFeedback
-from .offers import Lane, Offer
+from .context import ALONE, RunContext
+from .offers import Offer
 from .walker import Step, walk
 
 OnTransition = Callable[[int, int, ChainState, Transition], None]
@@ -31,13 +31,16 @@ OnTransition = Callable[[int, int, ChainState, Transition], None]
 
 
 class Recorder:
-    """Runs model calls (timed, validated) and keeps the call and node records of one run; with
-    a ``lane``, the calls go to a shared scheduler's rounds (:mod:`presto_sgl.scheduling.scheduler`)."""
+    """Runs model calls (timed, validated) and keeps the call and node records of one run, in
+    its ``context``: the guard runs before each call the chain makes on its engine; with a lane,
+    the calls go to a shared scheduler's rounds (:mod:`presto_sgl.scheduling.scheduler`), which
+    runs the lane's check."""
 
-    def __init__(self, engine: Engine, trace: TraceWriter | None, lane: Lane | None = None) -> None:
+    def __init__(self, engine: Engine, context: RunContext = ALONE) -> None:
         self.engine = engine
-        self.trace = trace
-        self.lane = lane
+        self.trace = context.trace
+        self.lane = context.lane
+        self.guard = context.guard
         self.calls: list[CallRecord] = []
         self.nodes: list[NodeRecord] = []
 
@@ -60,6 +63,8 @@ class Recorder:
         caller checks the values of those it uses: :meth:`check`)."""
         t0 = time.perf_counter()
         if not shared or self.lane is None:
+            if self.guard is not None:
+                self.guard()
             taken = len(offer.groups)
             requests = [r for g in offer.groups for r in g]
             completions = self.engine.generate(requests)

@@ -19,6 +19,7 @@ from ..config import PowerConfig
 from ..engines.scoring import scorer
 from ..engines.sglang.http import SGLangEngine
 from ..execution.choices import draw_choice
+from ..execution.context import RunContext
 from ..methods import Method
 from ..scheduling.scheduler import Scheduler
 from . import interpreter
@@ -74,7 +75,7 @@ def _run(executor: Any, spec: GenSpec) -> None:
     scheduler.adopt(chain)
     start = time.perf_counter()
     with scheduler.chain() as lane:
-        result = chain.run(ids, seed=seed, prompt_id=chain_id, lane=lane)
+        result = chain.run(ids, seed=seed, prompt_id=chain_id, context=RunContext(lane=lane))
     meta = {"e2e_latency": time.perf_counter() - start, "seed": seed, "chain_id": chain_id}
     record(executor, spec, eng, chain, text, ids, source, result, meta)
 

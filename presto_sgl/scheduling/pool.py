@@ -6,9 +6,9 @@ run their chains here; ``power_gen`` chains run on the threads of SGLang's progr
 
 Admission is all or nothing per request: its chains are admitted when running + waiting
 chains stay within ``concurrency + queue_size``, else the request is refused (HTTP 429)
-before anything runs. Every chain carries its request's :class:`Ticket`; the backend is
-reached only through :class:`GuardedEngine`, which checks the ticket of the calling
-chain's thread before every model call. A cancelled ticket (client gone, deadline
+before anything runs. Every chain carries its request's :class:`Ticket`, handed to it
+explicitly as its run context's ``guard`` (:class:`~presto_sgl.execution.context.RunContext`)
+and checked before every model call of the chain. A cancelled ticket (client gone, deadline
 passed, server shutting down) so stops its chains at their next model call, and a chain
 still waiting never starts: no chain outlives its request by more than one model call.
 """
@@ -25,6 +25,7 @@ from typing import Any
 from ..engines.base import Completion, Engine, EngineCapabilities, Request
 from ..engines.text import TextView
 from ..errors import ConfigError
+from ..execution.context import RunContext
 from .scheduler import Scheduler
 
 
@@ -57,12 +58,9 @@ class Ticket:
             raise Cancelled(self.reason or "cancelled")
 
 
-_current = threading.local()
-
-
 class GuardedEngine:
-    """The backend, seen by the chains: checks the calling thread's ticket before each call and
-    counts the calls; the backend itself is ``inner``."""
+    """The backend, seen by the chains of a pool: counts their calls; the backend itself is
+    ``inner``. (A chain's cancellation is its run context's guard, checked before each call.)"""
 
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
@@ -77,16 +75,13 @@ class GuardedEngine:
     def text(self) -> TextView:
         return self.inner.text
 
-    def check(self) -> None:
-        """Before a model call: raise :class:`Cancelled` if the calling chain's request is gone; count the call."""
-        ticket: Ticket | None = getattr(_current, "ticket", None)
-        if ticket is not None:
-            ticket.check()
+    def count(self) -> None:
+        """One model call."""
         with self._lock:
             self.calls += 1
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
-        self.check()
+        self.count()
         return self.inner.generate(requests)
 
 
@@ -103,10 +98,10 @@ class PoolStats:
 
 class ChainPool:
     """``concurrency`` chains run at once; up to ``queue_size`` more wait their turn. A chain is
-    called as ``chain(lane=...)``: with a ``scheduler``, its :class:`~presto_sgl.scheduling.scheduler.Lane`
-    (hand it to the method's ``run``: its model calls go through the scheduler, one engine call
-    per round; before each, the lane runs the check of the chains' GuardedEngine (``submit``'s
-    ``guard``: the ticket, the call count) or else the ticket's), else None."""
+    called as ``chain(context=...)`` (hand the :class:`~presto_sgl.execution.context.RunContext` to
+    the method's ``run``): its guard is the request's ticket; with a ``scheduler``, its lane sends
+    the chain's model calls through the scheduler, one engine call per round, after the ticket's
+    check and the count of ``submit``'s ``guard`` (the scheduler calls the backend itself)."""
 
     def __init__(self, concurrency: int, queue_size: int, scheduler: Scheduler | None = None) -> None:
         for name, value, low in (("concurrency", concurrency, 1), ("queue_size", queue_size, 0)):
@@ -136,29 +131,32 @@ class ChainPool:
                 return None
             self.stats.queued += len(chains)
             self._tickets[ticket] = self._tickets.get(ticket, 0) + len(chains)
-        check = guard.check if guard is not None else ticket.check
-        return [self._executor.submit(self._run, ticket, chain, check) for chain in chains]
+        return [self._executor.submit(self._run, ticket, chain, guard) for chain in chains]
 
-    def _run(self, ticket: Ticket, chain: Callable[..., Any], check: Callable[[], None]) -> Any:
+    def _run(self, ticket: Ticket, chain: Callable[..., Any], guard: GuardedEngine | None) -> Any:
         with self._lock:
             self.stats.queued -= 1
             self.stats.running += 1
         outcome = "failed"
-        _current.ticket = ticket
+
+        def scheduled() -> None:  # before each call the scheduler makes for the chain (on the backend itself)
+            ticket.check()
+            if guard is not None:
+                guard.count()
+
         try:
             ticket.check()  # a chain whose request is gone never starts
             if self.scheduler is None:
-                result = chain(lane=None)
+                result = chain(context=RunContext(guard=ticket.check))
             else:
-                with self.scheduler.chain(check) as lane:
-                    result = chain(lane=lane)
+                with self.scheduler.chain(scheduled) as lane:
+                    result = chain(context=RunContext(lane=lane, guard=ticket.check))
             outcome = "completed"
             return result
         except Cancelled:
             outcome = "cancelled"
             raise
         finally:
-            _current.ticket = None
             with self._lock:
                 self.stats.running -= 1
                 setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)

@@ -10,6 +10,7 @@ planner state (docs/design.md §5).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from ..chain.trace import TraceWriter
 from ..errors import ConfigError
-from ..execution.offers import Lane
+from ..execution.context import RunContext
 from ..methods import SampleResult
 from .pool import ChainPool, Ticket
 from .scheduler import Scheduler
@@ -34,13 +35,13 @@ def run_prompts(
     on_done: Callable[[int, SampleResult], None] | None = None,
     scheduler: Scheduler | None = None,
 ) -> list[SampleResult]:
-    """``run_one(prompt, seed=..., prompt_id=i, trace=...)`` for every prompt, ``workers`` at a time.
+    """``run_one(prompt, seed=..., prompt_id=i, context=...)`` for every prompt, ``workers`` at a time.
 
     ``run_one`` is usually a method's ``run``. Results come back in prompt order; with
     ``trace_dir`` each prompt gets its own JSONL trace ``prompt-<i>.jsonl``. The first
     failure is raised after the other in-flight chains finish (chains not yet started then
     never start). The chains run in a :class:`~presto_sgl.scheduling.pool.ChainPool`; with a
-    ``scheduler`` (:meth:`Scheduler.for_method`) ``run_one`` also gets each chain's ``lane`` and
+    ``scheduler`` (:meth:`Scheduler.for_method`) each chain's context has its ``lane`` and
     their model calls are merged, one engine call per round (:mod:`presto_sgl.scheduling.scheduler`).
     """
     if not isinstance(workers, int) or workers < 1:
@@ -50,13 +51,13 @@ def run_prompts(
         folder.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
 
-    def one(i: int, lane: Lane | None) -> SampleResult:
-        scheduled = {"lane": lane} if lane is not None else {}
+    def one(i: int, context: RunContext) -> SampleResult:
         if folder is None:
-            result = run_one(prompts[i], seed=seed, prompt_id=i, **scheduled)
+            result = run_one(prompts[i], seed=seed, prompt_id=i, context=context)
         else:
             with open(folder / f"prompt-{i}.jsonl", "w", encoding="utf-8") as f:
-                result = run_one(prompts[i], seed=seed, prompt_id=i, trace=TraceWriter(f), **scheduled)
+                traced = dataclasses.replace(context, trace=TraceWriter(f))
+                result = run_one(prompts[i], seed=seed, prompt_id=i, context=traced)
         if on_done is not None:
             with lock:
                 on_done(i, result)

@@ -23,7 +23,7 @@ from ..engines.scoring import Scored, Scorer, scorer
 from ..engines.server import ServerEngine
 from ..engines.text import cut_at_stop, ids_of_prefix
 from ..errors import CapabilityError, ConfigError
-from ..execution.offers import Lane
+from ..execution.context import RunContext
 from ..methods import SampleResult
 from ..samplers import Sampler
 from ..scheduling.pool import ChainPool, GuardedEngine, Ticket
@@ -160,7 +160,7 @@ class Service:
             prompts = [self._scoring_ids(job, p) for p in job.prompts]
             top = job.logprobs or 0
 
-            def score_one(ids: tuple[int, ...], lane: Lane | None) -> Scored:  # one pass: no rounds to share
+            def score_one(ids: tuple[int, ...], context: RunContext) -> Scored:  # one pass: no rounds to share
                 return score([ids], top)[0]
 
             return 0, prompts, self._submit(ticket, [functools.partial(score_one, ids) for ids in prompts])

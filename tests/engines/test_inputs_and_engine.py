@@ -24,6 +24,7 @@ from presto_sgl import (
     sampling_configs,
 )
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.execution.context import RunContext
 from presto_sgl.planners import BFSPlanner, SequentialPlanner, StepPlanner
 
 
@@ -280,7 +281,14 @@ def test_trace_reproduces_metrics(rule):
         else Sampler(eng, cfg, PrestoConfig(rule, budget=6))
     )
     buf = io.StringIO()
-    results = [sampler.run([1, 2, 3], seed=s, trace=TraceWriter(buf)) for s in (0, 1)]
+    results = [
+        sampler.run(
+            [1, 2, 3],
+            seed=s,
+            context=RunContext(trace=TraceWriter(buf)),
+        )
+        for s in (0, 1)
+    ]
     records = read_trace(io.StringIO(buf.getvalue()))
     assert metrics_from_trace(records) == [r.metrics for r in results]
     m = results[0].metrics

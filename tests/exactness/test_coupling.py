@@ -29,6 +29,7 @@ import pytest
 from presto_sgl import TraceWriter, read_trace
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.execution.context import RunContext
 from presto_sgl.scheduling.runner import run_prompts
 from presto_sgl.scheduling.scheduler import Scheduler
 from tests.support.cases import KERNELS, PRESTO_RULES, RULES, KernelCase, RuleCase, sequential_sampler
@@ -245,7 +246,7 @@ def test_keyings_give_different_chains(kernel_case, reference_engine, lm12):
 
 def traced_run(sampler, prompt, seed):
     buf = io.StringIO()
-    metrics = sampler.run(prompt, seed=seed, trace=TraceWriter(buf)).metrics
+    metrics = sampler.run(prompt, seed=seed, context=RunContext(trace=TraceWriter(buf))).metrics
     return metrics, read_trace(io.StringIO(buf.getvalue()))
 
 

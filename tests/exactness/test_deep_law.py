@@ -44,6 +44,7 @@ from scipy import stats
 
 from presto_sgl import TraceWriter
 from presto_sgl.chain.metrics import CallRecord, NodeRecord
+from presto_sgl.execution.context import RunContext
 from tests.support import exact
 from tests.support.cases import KERNELS, RULES
 from tests.support.enumerated import PROMPT, SIGNIFICANCE, chi_square_pvalue, exact_law, lm
@@ -116,7 +117,7 @@ def test_deep_unseeded_chains_follow_the_exact_law(reference_engine, rule_name):
     seen: Counter = Counter()
     for i in range(chains):
         trace = Records()
-        counts[sampler.run(PROMPT, seed=10_000 + i, trace=trace).state.tokens] += 1
+        counts[sampler.run(PROMPT, seed=10_000 + i, context=RunContext(trace=trace)).state.tokens] += 1
         seen += events(trace.records)
     law = exact_law(kernel_case, cfg)
     tv_min = detectable_tv(law, chains)

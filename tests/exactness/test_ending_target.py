@@ -26,6 +26,7 @@ import pytest
 
 from presto_sgl import PowerConfig, TraceWriter, read_trace
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.execution.context import RunContext
 from tests.conftest import UNSEEDED_RNG
 from tests.support import exact
 from tests.support.cases import KERNELS, RULES, KernelCase
@@ -162,7 +163,7 @@ def test_ending_coupling_runs_exercise_variable_lengths(kernel_case):
         result = sampler.run(
             [1, 2, 3],
             seed=seed,
-            trace=TraceWriter(buf),
+            context=RunContext(trace=TraceWriter(buf)),
             on_transition=lambda s, k, st, tr: (lengths.add(st.length), outcomes.add(tr.accepted)),
         )
         finals.add((result.state.length, result.state.tokens[-1] == COUPLING_STOP))
@@ -196,7 +197,11 @@ def test_ending_run_interrupted_anywhere_resumes_to_the_same_chain(tmp_path, ker
         return rc.sampler(eng or coupling_engine(), cfg, presto, kernel_case.make(cfg))
 
     full_stream = io.StringIO()
-    full = make().run([1, 2, 3], seed=7, trace=TraceWriter(full_stream))
+    full = make().run(
+        [1, 2, 3],
+        seed=7,
+        context=RunContext(trace=TraceWriter(full_stream)),
+    )
     full_text = full_stream.getvalue()
     calls = full.metrics.model_calls + full.metrics.extend_calls
     rng = random.Random(f"{kernel_case}-{rule}")
@@ -206,6 +211,10 @@ def test_ending_run_interrupted_anywhere_resumes_to_the_same_chain(tmp_path, ker
         else:
             stream, eng = io.StringIO(), DyingEngine(coupling_engine(), rng.randint(1, calls))
         with pytest.raises(Interrupted):
-            make(eng).run([1, 2, 3], seed=7, trace=TraceWriter(stream))
+            make(eng).run(
+                [1, 2, 3],
+                seed=7,
+                context=RunContext(trace=TraceWriter(stream)),
+            )
         result, text, _ = resume_from(tmp_path, stream.getvalue(), make)
         assert result.state == full.state and nodes(text) == nodes(full_text), f"point {i}"

@@ -18,6 +18,7 @@ import pytest
 
 from presto_sgl import TraceWriter
 from presto_sgl.engines.reference import ReferenceLM
+from presto_sgl.execution.context import RunContext
 from presto_sgl.execution.resume import EmptyTrace, check_same_run, read_checkpoint, truncate
 from tests.support import exact
 from tests.support.cases import KERNELS, RULES, KernelCase, RuleCase
@@ -79,10 +80,14 @@ def resume_from(tmp_path, text: str, make_sampler, name: str = "t.jsonl"):
         checkpoint = read_checkpoint(path)
     except EmptyTrace:  # cut inside the run record: nothing to resume, the run starts again
         with open(path, "w") as f:
-            return make_sampler().run([1, 2, 3], seed=7, trace=TraceWriter(f)), path.read_text(), None
+            return (
+                make_sampler().run([1, 2, 3], seed=7, context=RunContext(trace=TraceWriter(f))),
+                path.read_text(),
+                None,
+            )
     truncate(path, checkpoint.offset)
     with open(path, "a") as f:
-        result = make_sampler().run([1, 2, 3], seed=7, trace=TraceWriter(f), resume=checkpoint)
+        result = make_sampler().run([1, 2, 3], seed=7, context=RunContext(trace=TraceWriter(f), resume=checkpoint))
     return result, path.read_text(), checkpoint
 
 
@@ -104,7 +109,7 @@ def test_a_run_interrupted_anywhere_resumes_to_the_same_chain(
         return rule.sampler(engine or reference_engine(model), cfg, presto, kernel_case.make(cfg))
 
     full_stream = io.StringIO()
-    full = make().run([1, 2, 3], seed=7, trace=TraceWriter(full_stream))
+    full = make().run([1, 2, 3], seed=7, context=RunContext(trace=TraceWriter(full_stream)))
     full_text = full_stream.getvalue()
     calls = full.metrics.model_calls + full.metrics.extend_calls
     rng = random.Random(f"{kernel_case}-{rule}")
@@ -116,7 +121,7 @@ def test_a_run_interrupted_anywhere_resumes_to_the_same_chain(
         else:
             stream, engine = io.StringIO(), DyingEngine(reference_engine(model), rng.randint(1, calls))
         with pytest.raises(Interrupted):
-            make(engine).run([1, 2, 3], seed=7, trace=TraceWriter(stream))
+            make(engine).run([1, 2, 3], seed=7, context=RunContext(trace=TraceWriter(stream)))
         result, text, checkpoint = resume_from(tmp_path, stream.getvalue(), make)
         stages_seen.add(checkpoint.stage if checkpoint is not None else "none")
         assert result.state == full.state, f"point {i}: the resumed chain ended elsewhere"
@@ -132,7 +137,7 @@ def test_a_finished_trace_resumes_to_its_result_without_calls(tmp_path, referenc
     full = (
         RULES["bfs"]
         .sampler(engine, cfg, presto, KERNELS[0].make(cfg))
-        .run([1, 2, 3], seed=7, trace=TraceWriter(stream))
+        .run([1, 2, 3], seed=7, context=RunContext(trace=TraceWriter(stream)))
     )
     counted = DyingEngine(engine, calls=-1)  # never dies; counts down once per call
     make = lambda: RULES["bfs"].sampler(counted, cfg, presto, KERNELS[0].make(cfg))  # noqa: E731
@@ -158,13 +163,13 @@ def test_unseeded_resume_follows_the_exact_law(tmp_path, reference_engine):
         dying = DyingEngine(engine, rng.randint(1, 6))  # 2 extensions + 4 transitions
         sampler = rule.sampler(dying, cfg, presto, kernel_case.make(cfg))
         try:
-            result = sampler.run(PROMPT, seed=1000 + i, trace=TraceWriter(stream))
+            result = sampler.run(PROMPT, seed=1000 + i, context=RunContext(trace=TraceWriter(stream)))
         except Interrupted:
             path.write_text(stream.getvalue())
             checkpoint = read_checkpoint(path)
             resumed_mid_stage += 0 < checkpoint.k < cfg.kernel.steps
             fresh = rule.sampler(engine, cfg, presto, kernel_case.make(cfg))
-            result = fresh.run(PROMPT, seed=1000 + i, resume=checkpoint)
+            result = fresh.run(PROMPT, seed=1000 + i, context=RunContext(resume=checkpoint))
         counts[result.state.tokens] += 1
     assert resumed_mid_stage > CHAINS // 5, f"only {resumed_mid_stage} chains were resumed in the middle of a stage"
     law = exact_law(kernel_case, cfg)
@@ -177,7 +182,7 @@ def test_traces_that_cannot_be_resumed_are_refused_naming_why(tmp_path, referenc
     engine = reference_engine(ReferenceLM(12, seed=3))
     stream = io.StringIO()
     sampler = RULES["step"].sampler(engine, cfg, presto, KERNELS[0].make(cfg))
-    sampler.run([1, 2, 3], seed=7, trace=TraceWriter(stream))
+    sampler.run([1, 2, 3], seed=7, context=RunContext(trace=TraceWriter(stream)))
     lines = stream.getvalue().splitlines(keepends=True)
     path = tmp_path / "t.jsonl"
     path.write_text("".join(lines[:3]) + "{not json\n" + "".join(lines[3:]))
@@ -197,9 +202,9 @@ def test_traces_that_cannot_be_resumed_are_refused_naming_why(tmp_path, referenc
     other_cfg, _ = RULES["step"].configs(4, alpha=2.0, max_new_tokens=16, block_size=8, steps=6)
     other = RULES["step"].sampler(engine, other_cfg, presto, KERNELS[0].make(other_cfg))
     with pytest.raises(ValueError, match=r"`alpha` \(trace 4.0, now 2.0\)"):
-        other.run([1, 2, 3], seed=7, resume=checkpoint)
+        other.run([1, 2, 3], seed=7, context=RunContext(resume=checkpoint))
     with pytest.raises(ValueError, match=r"`seed` \(trace 7, now 8\)"):
-        sampler.run([1, 2, 3], seed=8, resume=checkpoint)
+        sampler.run([1, 2, 3], seed=8, context=RunContext(resume=checkpoint))
     with pytest.raises(ValueError, match="`prompt`"):
-        sampler.run([1, 2, 4], seed=7, resume=checkpoint)
+        sampler.run([1, 2, 4], seed=7, context=RunContext(resume=checkpoint))
     check_same_run("x", {"a": 1, "prompt_len": 3}, {"a": 1, "prompt_len": 4})  # derived fields are not compared

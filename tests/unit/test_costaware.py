@@ -18,6 +18,7 @@ import presto_sgl.predictor
 from presto_sgl import ChainState, Sampler, TraceWriter, read_trace, sampling_configs
 from presto_sgl.config import PrestoConfig
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.execution.context import RunContext
 from presto_sgl.kernels import Proposal
 from presto_sgl.kernels.proposals import ProposalStore, StoredProposal
 from presto_sgl.planners import CostAware, RoundContext, RoundFeedback, StepPlanner, make_planner
@@ -345,7 +346,11 @@ def synthetic_rate(sampler, seeds: range) -> float:
     transitions, seconds = 0, 0.0
     for seed in seeds:
         buf = io.StringIO()
-        transitions += sampler.run([1, 2, 3], seed=seed, trace=TraceWriter(buf)).metrics.transitions
+        transitions += sampler.run(
+            [1, 2, 3],
+            seed=seed,
+            context=RunContext(trace=TraceWriter(buf)),
+        ).metrics.transitions
         calls = [r for r in read_trace(io.StringIO(buf.getvalue())) if r["type"] == "call" and r["kind"] == "mh"]
         seconds += sum(law_time([r["new_tokens"] for r in c["requests"]]) for c in calls)
     return transitions / seconds

@@ -315,9 +315,7 @@ def positional_capacity(cls: ast.ClassDef) -> tuple[int, list[str]] | None:
     if not dataclass_decorators:
         return None
     flags = {k.arg: k.value for d in dataclass_decorators if isinstance(d, ast.Call) for k in d.keywords}
-    if any(
-        isinstance(flags.get(k), ast.Constant) and flags[k].value is v for k, v in (("kw_only", True), ("init", False))
-    ):
+    if any(getattr(flags.get(k), "value", None) is v for k, v in (("kw_only", True), ("init", False))):
         return 0, []
     names = []
     for b in cls.body:

@@ -13,6 +13,7 @@ from presto_sgl import Method, SampleResult, make_method, metrics_from_trace, re
 from presto_sgl.chain.trace import RECORD_TYPES, TraceWriter
 from presto_sgl.cli.main import main
 from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
+from presto_sgl.execution.context import RunContext
 from presto_sgl.execution.resume import read_checkpoint, truncate
 
 PROMPT = [1, 2, 3]
@@ -41,7 +42,9 @@ def test_every_method_writes_a_trace_the_library_reads_back(tmp_path, name, extr
     assert isinstance(method, Method) and method.name == name and method.describe()["method"] == name
     path = tmp_path / "t.jsonl"
     with open(path, "w") as f:
-        result = method.run(PROMPT, seed=5, prompt_id="p", trace=TraceWriter(f), info={"engine": "reference"})
+        result = method.run(
+            PROMPT, seed=5, prompt_id="p", context=RunContext(trace=TraceWriter(f)), info={"engine": "reference"}
+        )
     assert isinstance(result, SampleResult) and result.state.length == SCHEDULE["max_new_tokens"]
 
     records = read_trace(path.read_text().splitlines(keepends=True))
@@ -57,7 +60,11 @@ def test_every_method_writes_a_trace_the_library_reads_back(tmp_path, name, extr
     truncate(path, checkpoint.offset)
     with open(path, "a") as f:
         again = make_method(engine(), options).run(
-            PROMPT, seed=5, prompt_id="p", trace=TraceWriter(f), resume=checkpoint, info={"engine": "reference"}
+            PROMPT,
+            seed=5,
+            prompt_id="p",
+            context=RunContext(trace=TraceWriter(f), resume=checkpoint),
+            info={"engine": "reference"},
         )
     assert again.state.tokens == result.state.tokens
     assert [r["type"] for r in read_trace(path.read_text().splitlines(keepends=True))][-1] == "summary"

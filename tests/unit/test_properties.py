@@ -20,6 +20,7 @@ from presto_sgl import ChainState, ConfigError, PowerConfig, PrestoConfig, Trace
 from presto_sgl.chain.trace import StateReplay, metrics_from_trace, read_trace
 from presto_sgl.cli.sample import _prompt_ids
 from presto_sgl.engines.reference import ReferenceEngine
+from presto_sgl.execution.context import RunContext
 from presto_sgl.execution.resume import EmptyTrace, read_checkpoint
 from presto_sgl.samplers import Sampler
 from radix.tree import RadixTree, TreeFullError
@@ -188,7 +189,11 @@ def _trace() -> str:
 
     cfg, presto = sampling_configs("bfs", budget=4, max_new_tokens=8, block_size=4, steps=4)
     stream = io.StringIO()
-    Sampler(ReferenceEngine(), cfg, presto).run([1, 2], seed=3, trace=TraceWriter(stream))
+    Sampler(ReferenceEngine(), cfg, presto).run(
+        [1, 2],
+        seed=3,
+        context=RunContext(trace=TraceWriter(stream)),
+    )
     return stream.getvalue()
 
 
@@ -314,7 +319,7 @@ def test_a_trace_grows_by_accepted_suffixes_not_by_T_per_round():
     cfg, presto = sampling_configs("sequential", max_new_tokens=64, block_size=32, steps=12)
     buf, seen = io.StringIO(), []
     Sampler(ReferenceEngine(), cfg, presto).run(
-        [1, 2], seed=3, trace=TraceWriter(buf), on_transition=lambda stage, k, s, tr: seen.append(s)
+        [1, 2], seed=3, context=RunContext(trace=TraceWriter(buf)), on_transition=lambda stage, k, s, tr: seen.append(s)
     )
     records = [r for r in read_trace(buf.getvalue().splitlines()) if r["type"] == "state"]
     replay = StateReplay((1, 2))
