@@ -75,7 +75,7 @@ class Method:
             max_new_tokens=args.T,
             block_size=getattr(args, "B", args.T),
             steps=args.K,
-            kernel=self.kernel,
+            method=self.kernel,
             **kernel,
         )
         return Sampler(engine, config, presto)

@@ -49,7 +49,7 @@ def runs(engine, prompts, label: str, budgets, kernels=tuple(KERNELS), **power) 
             prompts,
             label if kernel == "powermh" else f"{label}/{kernel}",
             budgets,
-            kernel=kernel,
+            method=kernel,
             **KERNELS[kernel],
             **power,
         )

@@ -91,7 +91,7 @@ def prompts_of(engine, n: int) -> list[list[int]]:
 def run_one(kind: str, url: str, prompts, mode: str, inflight: int, kernel: str = "powermh") -> dict:
     options, scheduling = MODES[mode]
     engine = engine_of(kind, url)
-    cfg, presto = sampling_configs(kernel=kernel, **options, **POWER)
+    cfg, presto = sampling_configs(method=kernel, **options, **POWER)
     sampler = Sampler(engine, cfg, presto)
     scheduler = Scheduler.for_method(sampler, **scheduling) if scheduling is not None else None
     latency: dict[int, float] = {}

@@ -41,7 +41,7 @@ def method_config(options: Mapping[str, Any]) -> MethodConfig:
     opts = dict(options)
     method = opts.pop("method", "powermh")
     if isinstance(method, str) and method in registry.KERNELS:
-        config, presto = sampling_configs(opts.pop("rule", "step"), kernel=method, **opts)
+        config, presto = sampling_configs(opts.pop("rule", "step"), method=method, **opts)
         return MethodConfig(method, config, presto)
     registry.spec_of(method)  # a ConfigError naming the method unless it is a baseline
     for name in ("rule", *PRESTO):

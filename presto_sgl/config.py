@@ -152,17 +152,17 @@ class KernelConfig(Validated):
     """The MH transition: the registered ``kernel`` with its own ``params`` (default: its
     defaults), run ``steps`` (K) times per stage, proposing from q_tau (``tau`` defaults to 1/alpha)."""
 
-    kernel: str = option("powermh", "the MH kernel", one_of(_kernels), choices=_kernels)
+    name: str = option("powermh", "the MH kernel", one_of(_kernels), choices=_kernels)
     steps: int = option(10, "MH transitions per stage, K", integer(0, "MH transitions per block"))
     tau: float | None = _tau()
     params: Any = None  # the kernel's parameters (its registry entry's dataclass); None: its defaults
 
     def _check(self) -> None:
-        object.__setattr__(self, "params", _own_params(self.kernel, registry.KERNELS[self.kernel].params, self.params))
+        object.__setattr__(self, "params", _own_params(self.name, registry.KERNELS[self.name].params, self.params))
 
     def describe(self) -> dict[str, object]:
         """The kernel (as ``method``), K, tau as given, and the kernel's own parameters."""
-        return {"method": self.kernel, "steps": self.steps, "tau": self.tau, **self.params.describe()}
+        return {"method": self.name, "steps": self.steps, "tau": self.tau, **self.params.describe()}
 
 
 def _own_params(method: str, kind: type, params: Any) -> Any:
@@ -354,7 +354,7 @@ class PrestoConfig(Validated):
 
 TARGET = tuple(p.name for p in params_of(Target))
 """Target's declared parameters."""
-KERNEL = tuple(p.name for p in params_of(KernelConfig) if p.name != "kernel")
+KERNEL = tuple(p.name for p in params_of(KernelConfig) if p.name != "name")
 """KernelConfig's declared parameters but the kernel's name (``method``); its own come from its registry entry."""
 SCHEDULE = (*TARGET, *KERNEL)
 PRESTO = tuple(f.name for f in fields(PrestoConfig))
@@ -374,7 +374,7 @@ def parameters() -> list[Param]:
     """Every declared parameter front ends expose, once each: ``method``, the target's, the
     kernel's shared ones (steps, tau), PrestoConfig's, then each registered kernel's and
     baseline's own."""
-    out = [METHOD, *params_of(Target), *(p for p in params_of(KernelConfig) if p.name != "kernel")]
+    out = [METHOD, *params_of(Target), *(p for p in params_of(KernelConfig) if p.name != "name")]
     out += params_of(PrestoConfig)
     specs: tuple[registry.KernelSpec | registry.BaselineSpec, ...] = (
         *registry.KERNELS.values(),
@@ -420,7 +420,7 @@ def _route(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], dic
 
 def _kernel_name(kernel: Any) -> str:
     if not isinstance(kernel, str) or kernel not in registry.KERNELS:
-        raise ConfigError("kernel", kernel, f"{{kernel}} (={kernel!r}) must be one of {list(registry.KERNELS)}")
+        raise ConfigError("method", kernel, f"{{method}} (={kernel!r}) must be one of {list(registry.KERNELS)}")
     return kernel
 
 
@@ -459,7 +459,7 @@ def sampling_configs(rule: str = "step", **options: Any) -> tuple[PowerConfig, P
     runs with either). An option that belongs to no one, or to another kernel, is a
     ConfigError naming it."""
     presto = PrestoConfig(rule=rule, **{k: options.pop(k) for k in PRESTO if k in options and k != "rule"})
-    return power_config(options.pop("kernel", "powermh"), options), presto
+    return power_config(options.pop("method", "powermh"), options), presto
 
 
 def with_options(
@@ -473,9 +473,9 @@ def with_options(
     if changes.get("rule", presto.rule) != presto.rule:
         changes.setdefault("keying", None)  # the new rule's keys
     new_presto = dataclasses.replace(presto, **changes)
-    kernel = _kernel_name(options.pop("kernel", config.kernel.kernel))
+    kernel = _kernel_name(options.pop("method", config.kernel.name))
     target, common, mine = _route(kernel, options)
     own = registry.KERNELS[kernel].params
-    params = dataclasses.replace(config.kernel.params, **mine) if kernel == config.kernel.kernel else own(**mine)
-    new_kernel = dataclasses.replace(config.kernel, kernel=kernel, params=params, **common)
+    params = dataclasses.replace(config.kernel.params, **mine) if kernel == config.kernel.name else own(**mine)
+    new_kernel = dataclasses.replace(config.kernel, name=kernel, params=params, **common)
     return PowerConfig(dataclasses.replace(config.target, **target), new_kernel), new_presto

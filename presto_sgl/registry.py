@@ -195,7 +195,7 @@ def spec_of(method: str) -> KernelSpec | BaselineSpec:
 def make_kernel(config: Any) -> Any:
     """The MH kernel of a PowerConfig's ``kernel`` (its name and ``params``), for its ``target``
     (an EOS-terminated one needs a kernel with an ``ends`` field)."""
-    name, target = config.kernel.kernel, config.target
+    name, target = config.kernel.name, config.target
     kernel = KERNELS[name].make(float(target.alpha), config.temperature, config.kernel.params)
     if not target.ends:
         return kernel

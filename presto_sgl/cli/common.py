@@ -16,7 +16,6 @@ class UsageError(Exception):
 
 
 FLAGS = {
-    "kernel": "--method",
     "online": "--online-predictor",
     "timeout_s": "--timeout",
     "restart_timeout_s": "--restart-timeout",

@@ -13,8 +13,7 @@ import sys
 from typing import Any
 
 from .. import catalog, registry
-from ..build import MethodConfig, make_method
-from ..build import method_config as _method_config
+from ..build import MethodConfig, make_method, method_config
 from ..config import parameters
 from ..engines.text import ModelFolder, TokenizerView
 from ..fields import Param, params_of
@@ -117,9 +116,9 @@ def model_name(engine: Any, args: argparse.Namespace) -> str:
     return str(path or (args.model or catalog.EmbeddedOptions.model if args.engine == "embedded" else args.engine))
 
 
-def method_config(args: argparse.Namespace) -> MethodConfig:
+def args_method(args: argparse.Namespace) -> MethodConfig:
     """The validated method of the flags (ConfigError naming the parameter); no engine is built."""
-    return _method_config(method_options(args))
+    return method_config(method_options(args))
 
 
 def build(args: argparse.Namespace) -> tuple[GuardedEngine, Method]:
@@ -127,7 +126,7 @@ def build(args: argparse.Namespace) -> tuple[GuardedEngine, Method]:
     progress line, and lets a pool cancel its chains) and the method the options name;
     ConfigError / TypeError / EngineError on bad input. The method's options are checked
     before the engine is built (a bad flag never waits on a server)."""
-    spec = method_config(args)
+    spec = args_method(args)
     engine = GuardedEngine(ENGINES[args.engine](args))
     return engine, make_method(engine, spec)
 

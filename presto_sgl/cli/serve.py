@@ -16,7 +16,7 @@ from ..build import ending_default
 from ..errors import EngineError
 from .common import PROG, UsageError, cli_message
 from .engines import ENGINES
-from .options import add_engine_options, add_method_options, add_scheduler_flag, method_config, model_name
+from .options import add_engine_options, add_method_options, add_scheduler_flag, args_method, model_name
 
 DEFAULT_PORT = 8300
 
@@ -104,7 +104,7 @@ def _service(args: argparse.Namespace):
     from ..serve.request import Defaults
     from ..serve.service import Service
 
-    spec = method_config(args)
+    spec = args_method(args)
     if not spec.is_kernel:
         raise ValueError(
             f"`--method` {spec.method!r} is a baseline; serve runs the MH kernels ({', '.join(registry.KERNELS)})"

@@ -13,8 +13,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from .. import registry
-from ..build import MethodConfig, constrained
-from ..build import method_config as _method_config
+from ..build import MethodConfig, constrained, method_config
 from ..chain.keys import SEED_MASK
 from ..config import PowerConfig, Target, alpha_of_temperature, capped, parameters
 from ..constraints import Constraint
@@ -153,7 +152,7 @@ def gen_spec(
     default_eos = default_eos and not _is_baseline(options)
     if default_eos:
         options["target"] = "eos"
-    method = method_config(options)
+    method = call_method(options)
     if constraint is not None:
         grammar.check(constraint)
         method = constrained(method, constraint)
@@ -316,7 +315,7 @@ def with_run_defaults(spec: GenSpec, defaults: Any) -> GenSpec:
     return dataclasses.replace(spec, **changes)
 
 
-def method_config(options: dict[str, Any]) -> MethodConfig:
+def call_method(options: dict[str, Any]) -> MethodConfig:
     """The validated method of ``power_gen``'s ``options`` (a ConfigError naming the argument)."""
     server_side = {"predictor", "online"} & set(options)
     if server_side:
@@ -329,4 +328,4 @@ def method_config(options: dict[str, Any]) -> MethodConfig:
         )
     if isinstance(options.get("try_temperatures"), list):
         options["try_temperatures"] = tuple(options["try_temperatures"])
-    return _method_config(options)
+    return method_config(options)

@@ -216,7 +216,7 @@ class Handlers:
         except ValueError:
             raise Failure(400, "the request body is not valid JSON") from None
 
-    async def start(self, request: Request, kind: str) -> ParsedJob:
+    async def start(self, request: Request, kind: str) -> AdmittedJob:
         """The request parsed, its prompts tokenized and its chains admitted to the pool (a
         Failure: 400 naming the field, 404 for another model, 429 at capacity)."""
         service = self.service
@@ -246,9 +246,9 @@ class Handlers:
                 code="server_busy",
                 headers={"Retry-After": "1"},
             )
-        return ParsedJob(job, ticket, seed, prompts, futures=futures)
+        return AdmittedJob(job, ticket, seed, prompts, futures=futures)
 
-    async def finish(self, request: Request, job: ParsedJob) -> dict[str, Any]:
+    async def finish(self, request: Request, job: AdmittedJob) -> dict[str, Any]:
         """The response body of a started job (raises Cancelled, an EngineError, or a bug)."""
         service = self.service
         futures = [asyncio.wrap_future(f) for f in job.futures]
@@ -260,7 +260,7 @@ class Handlers:
         config = {} if job.job.scoring else {**service.sampler(job.job).describe(), "rule": job.job.presto.rule}
         return response(job.job, service.text, service.model, job.seed, job.prompts, choices, config)
 
-    async def events(self, request: Request, job: ParsedJob) -> AsyncIterator[str]:
+    async def events(self, request: Request, job: AdmittedJob) -> AsyncIterator[str]:
         """A stream: an SSE comment now and every ``keepalive_s`` while the chains run (proxies
         keep the connection), then the answer's chunks, or an error event."""
         waiter = asyncio.ensure_future(self.finish(request, job))
@@ -356,7 +356,7 @@ class KeyGuard:
 
 
 @dataclass(frozen=True)
-class ParsedJob:
+class AdmittedJob:
     """A request admitted to the pool: its job, ticket, seed, prompt ids and chain futures."""
 
     job: ChainJob

@@ -62,7 +62,7 @@ def request_schema(service: Service, kind: str) -> dict[str, Any]:
     served = ServerFacts(service.defaults, service.model, service.engine.capabilities.vocab_size)
     properties = {f.name: f.document(served, kind) for f in request_fields(kind)}
     required = ["messages" if kind == "chat" else "prompt"]
-    return {"type": "object", "anyOf": _kernel_variants(properties, required, service.defaults.config.kernel.kernel)}
+    return {"type": "object", "anyOf": _kernel_variants(properties, required, service.defaults.config.kernel.name)}
 
 
 def _kernel_variants(properties: dict[str, Any], required: list[str], default: str) -> list[dict[str, Any]]:

@@ -137,10 +137,8 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
             "the log p0 of each answer token, or `echo: true` with `logprobs` to score a prompt",
         )
     length = "max_completion_tokens" if "max_completion_tokens" in given else "max_tokens"
-    names = {LENGTH: length, "kernel": "method", "method": "method"}
+    names = {LENGTH: length}
     overrides = {f.name: given[f.name] for f in power_fields() if f.name in given}
-    if "method" in given:
-        overrides["kernel"] = overrides.pop("method")
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     _temperature(given.get("temperature"), overrides, names)
     cap = whole(given[length]) if length in given else None

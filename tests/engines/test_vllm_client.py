@@ -316,7 +316,7 @@ def test_presto_equals_sequential_through_the_stand_in(stand_in, sampler, rule, 
     runs = {}
     for r in ("sequential", rule):
         cfg, presto = sampling_configs(
-            r, keying=keying, budget=5, alpha=4.0, max_new_tokens=8, block_size=4, steps=3, kernel=sampler
+            r, keying=keying, budget=5, alpha=4.0, max_new_tokens=8, block_size=4, steps=3, method=sampler
         )
         runs[r] = Sampler(eng, cfg, presto).run([1, 2, 3], seed=4)
     assert runs[rule].state == runs["sequential"].state

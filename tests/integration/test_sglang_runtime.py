@@ -125,7 +125,7 @@ class TestInProcessEngine:
         temps = (0.25, 0.5, 1.0)
         assert engine.capabilities.scores_at(temps)
         cfg, presto = sampling_configs(
-            "step", budget=3, alpha=4.0, max_new_tokens=8, block_size=8, steps=3, kernel=sampler
+            "step", budget=3, alpha=4.0, max_new_tokens=8, block_size=8, steps=3, method=sampler
         )
         st = Sampler(engine, cfg, presto).run(engine.chat_prompt("Name a prime number."), seed=1).state
         assert_scores_match(hf_model, st.prompt, st.tokens, st.logp)

@@ -89,7 +89,7 @@ def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
     results = {}
     for rule in ("sequential", "step"):
         cfg, presto = sampling_configs(
-            rule, budget=4, alpha=4.0, max_new_tokens=12, block_size=12, steps=4, kernel=sampler
+            rule, budget=4, alpha=4.0, max_new_tokens=12, block_size=12, steps=4, method=sampler
         )
         results[rule] = Sampler(eng, cfg, presto).run(prompt, seed=1)
     for r in results.values():

@@ -59,14 +59,14 @@ class KernelCase:
         return self.name
 
     def options(self, **power: object) -> dict[str, object]:
-        """Flat options for this kernel: ``power`` less other kernels' parameters, with ``kernel``."""
+        """Flat options for this kernel: ``power`` less other kernels' parameters, with ``method``."""
         other = {k for k, owner in registry.declared().items() if owner != self.name}
-        return {"kernel": self.name, **{k: v for k, v in power.items() if k not in other}}
+        return {"method": self.name, **{k: v for k, v in power.items() if k not in other}}
 
     def config(self, **power: object) -> PowerConfig:
         """The PowerConfig of this kernel with ``power`` (the schedule and, of kernels' parameters, its own)."""
         options = self.options(**power)
-        return power_config(str(options.pop("kernel")), options)
+        return power_config(str(options.pop("method")), options)
 
 
 def _flip_powermh_q_term(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -206,5 +206,5 @@ PRESTO_RULES = [r for r in RULES.values() if not r.sequential]
 
 
 def sequential_sampler(engine: Engine, config: PowerConfig, kernel: Kernel, keying: Keying) -> Sampler:
-    """Sequential PowerMH (one call per transition) with ``kernel`` and ``keying``."""
+    """Sequential PowerMH (one call per transition) with ``method`` and ``keying``."""
     return Sampler(engine, config, PrestoConfig("sequential", keying=keying), kernel=kernel)

@@ -27,7 +27,7 @@ from presto_sgl.kernels.multitry import MultiTryParams
 
 def test_flat_options_map_onto_the_target_the_kernel_and_the_run():
     config, presto = sampling_configs(
-        "bfs", alpha=2.0, max_new_tokens=24, block_size=8, target="eos", kernel="entropycut", beta=3.0, steps=4
+        "bfs", alpha=2.0, max_new_tokens=24, block_size=8, target="eos", method="entropycut", beta=3.0, steps=4
     )
     assert config == PowerConfig(
         Target(alpha=2.0, max_new_tokens=24, block_size=8, target="eos"),
@@ -52,7 +52,7 @@ def test_keying_is_the_rules_and_only_sequential_chooses():
 
 
 def test_an_override_is_a_typed_replace_and_a_new_rule_brings_its_keys():
-    config, presto = sampling_configs("sequential", keying="path", kernel="multitry", tries=3, steps=5)
+    config, presto = sampling_configs("sequential", keying="path", method="multitry", tries=3, steps=5)
     new_config, new_presto = with_options(config, presto, {"rule": "step", "alpha": 2.0, "tries": 2})
     assert new_presto == PrestoConfig("step") and new_presto.keying == "step"  # not the old path keys
     assert new_config.target == dataclasses.replace(config.target, alpha=2.0)
@@ -66,7 +66,7 @@ def test_an_override_is_a_typed_replace_and_a_new_rule_brings_its_keys():
 def test_each_object_describes_itself():
     """A run's description is its objects' own: the kernel as ``method``, the target, K, tau
     resolved, the kernel's parameters; the rule's fields, only those a sequential run uses."""
-    config, presto = sampling_configs("predictive", kernel="entropycut", beta=2.5, budget=7, max_new_tokens=32)
+    config, presto = sampling_configs("predictive", method="entropycut", beta=2.5, budget=7, max_new_tokens=32)
     assert config.describe() == {
         "method": "entropycut",
         "alpha": 4.0,
@@ -96,7 +96,7 @@ def test_each_object_checks_its_own_fields_and_kernel_params_their_kernel():
     assert Target(max_new_tokens=40, block_size=None).num_stages == 1  # one stage: the whole response
     with pytest.raises(ConfigError, match="`params` must be a MultiTryParams"):
         KernelConfig("multitry", params=EntropyCutParams())
-    with pytest.raises(ConfigError, match="`kernel`"):
+    with pytest.raises(ConfigError, match="`name`"):
         KernelConfig("nosuch")
     with pytest.raises(TypeError, match="a Target and a KernelConfig"):
         PowerConfig(KernelConfig(), Target())

@@ -102,7 +102,7 @@ class FixedOnly(UniformCut):
 def test_a_kernel_without_an_ending_form_is_refused_by_name():
     registry.register_kernel(registry.KernelSpec("fixedonly", PowerMHParams, lambda a, t, p: FixedOnly(a, t), "test"))
     try:
-        cfg, _ = sampling_configs("sequential", kernel="fixedonly", target="eos", max_new_tokens=8, block_size=4)
+        cfg, _ = sampling_configs("sequential", method="fixedonly", target="eos", max_new_tokens=8, block_size=4)
         with pytest.raises(ConfigError, match="no EOS-terminated form"):
             registry.make_kernel(cfg)
     finally:

@@ -117,7 +117,7 @@ def test_entropycut_beta_is_validated(beta):
     from presto_sgl.kernels import EntropyCutKernel
 
     with pytest.raises(ValueError, match="beta"):
-        sampling_configs(kernel="entropycut", beta=beta)[0]
+        sampling_configs(method="entropycut", beta=beta)[0]
     with pytest.raises(ValueError, match="beta"):
         EntropyCutKernel(4.0, 0.25, beta)
 

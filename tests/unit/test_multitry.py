@@ -23,7 +23,7 @@ pytestmark = pytest.mark.exactness  # pins an invariant the exactness proof rest
 @pytest.mark.parametrize("tries", [0, -1, 1.5, "4", True, None])
 def test_tries_is_validated(tries):
     with pytest.raises(ValueError, match="`tries`"):
-        sampling_configs(kernel="multitry", tries=tries)[0]
+        sampling_configs(method="multitry", tries=tries)[0]
     with pytest.raises(ValueError, match="`tries`"):
         MultiTryKernel(4.0, (0.5,), tries)
 
@@ -31,15 +31,15 @@ def test_tries_is_validated(tries):
 @pytest.mark.parametrize("temps", [(), [], (0.0,), (-0.5, 1.0), (math.inf,), (math.nan,), "0.5", (0.5, 0.5), (True,)])
 def test_temperature_set_is_validated(temps):
     with pytest.raises(ValueError, match="`try_temperatures`"):
-        sampling_configs(kernel="multitry", try_temperatures=temps)[0]
+        sampling_configs(method="multitry", try_temperatures=temps)[0]
     with pytest.raises(ValueError, match="`temperatures`"):
         MultiTryKernel(4.0, temps)
 
 
 def test_config_defaults_are_the_papers():
-    cfg = sampling_configs(kernel="multitry")[0]
+    cfg = sampling_configs(method="multitry")[0]
     assert (cfg.kernel.params.tries, cfg.kernel.params.try_temperatures) == (4, (0.25, 0.5, 1.0))
-    assert sampling_configs(kernel="multitry", try_temperatures=[1, 2])[0].kernel.params.try_temperatures == (1.0, 2.0)
+    assert sampling_configs(method="multitry", try_temperatures=[1, 2])[0].kernel.params.try_temperatures == (1.0, 2.0)
 
 
 def test_draws_are_keyed_candidates_then_references():
@@ -183,8 +183,8 @@ def test_engine_without_score_temperatures_fails_before_any_call():
         def generate(self, requests):
             raise AssertionError("no model call may happen")
 
-    cfg, presto = sampling_configs("step", kernel="multitry")
+    cfg, presto = sampling_configs("step", method="multitry")
     with pytest.raises(CapabilityError, match=r"temperatures \[0.25, 0.5, 1.0\]"):
         Sampler(NoScores(), cfg, presto)
-    fine = sampling_configs("step", kernel="multitry", try_temperatures=(0.25,))[0]
+    fine = sampling_configs("step", method="multitry", try_temperatures=(0.25,))[0]
     Sampler(NoScores(), fine, presto)  # a set the engine covers is accepted

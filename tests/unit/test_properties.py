@@ -35,7 +35,7 @@ FIELDS = (
     "steps",
     "tau",
     "keying",
-    "kernel",
+    "method",
     "beta",
     "tries",
     "try_temperatures",

@@ -19,7 +19,7 @@ from presto_sgl.config import parameters, sampling_configs
 from presto_sgl.fields import Validated, integer, option
 from presto_sgl.kernels.powermh import PowerMHKernel
 from presto_sgl.program.frontend import power_gen
-from presto_sgl.program.spec import method_config
+from presto_sgl.program.spec import call_method
 from presto_sgl.serve.fieldtable import fields
 from presto_sgl.serve.parse import parse
 from presto_sgl.serve.request import Defaults, ParamError
@@ -92,7 +92,7 @@ def test_a_registered_kernel_is_a_serve_field(toy):
     defaults = Defaults(*sampling_configs("step", max_new_tokens=16, block_size=16, steps=2))
     assert "toy_knob" in fields("completions") and "toy_knob" in fields("chat")
     job = parse({"prompt": [1, 2], "method": "toy", "toy_knob": 5}, "completions", defaults)
-    assert (job.config.kernel.kernel, job.config.kernel.params) == ("toy", ToyParams(5))
+    assert (job.config.kernel.name, job.config.kernel.params) == ("toy", ToyParams(5))
     with pytest.raises(ParamError) as err:
         parse({"prompt": [1, 2], "method": "toy", "toy_knob": 0}, "completions", defaults)
     assert err.value.param == "toy_knob" and "`toy_knob` (=0)" in str(err.value)
@@ -101,9 +101,9 @@ def test_a_registered_kernel_is_a_serve_field(toy):
 def test_a_registered_kernel_is_a_power_gen_argument(toy):
     params = inspect.signature(power_gen).parameters
     assert params["toy_knob"].default == 3 and params["method"].default == "powermh"
-    assert method_config({"method": "toy", "toy_knob": 4}).config.kernel.params == ToyParams(4)
+    assert call_method({"method": "toy", "toy_knob": 4}).config.kernel.params == ToyParams(4)
     with pytest.raises(ConfigError) as err:
-        method_config({"method": "toy", "toy_knob": True})
+        call_method({"method": "toy", "toy_knob": True})
     assert (err.value.param, err.value.value) == ("toy_knob", True)
 
 
@@ -111,8 +111,8 @@ def test_unregistered_the_kernel_is_gone_everywhere(toy):
     registry.unregister("toy")
     assert "toy_knob" not in {p.name for p in parameters()} and "toy_knob" not in fields("completions")
     assert "toy_knob" not in inspect.signature(power_gen).parameters
-    with pytest.raises(ConfigError, match="`kernel` \\(='toy'\\) must be one of"):
-        sampling_configs("step", kernel="toy")
+    with pytest.raises(ConfigError, match="`method` \\(='toy'\\) must be one of"):
+        sampling_configs("step", method="toy")
 
 
 def test_registering_refuses_taken_names_and_parameters(toy):

@@ -55,7 +55,7 @@ def test_request_fields_override_the_defaults():
         job.config.kernel.steps,
         job.config.target.alpha,
     ) == (48, 8, 2, 2.0)
-    assert job.presto.rule == "sequential" and job.config.kernel.kernel == "multitry"
+    assert job.presto.rule == "sequential" and job.config.kernel.name == "multitry"
     assert (
         job.config.kernel.params.try_temperatures == (0.5, 1.0) and job.stop == ("\n",) and job.n == 3 and job.seed == 1
     )
@@ -115,7 +115,7 @@ def test_logprobs_echo_and_stream_options():
 
 def test_the_method_field_names_the_kernel_and_its_0x_name_is_refused():
     job = parse({"prompt": [1], "method": "entropycut", "beta": 2.0}, "completions", DEFAULTS)
-    assert job.config.kernel.kernel == "entropycut" and job.config.kernel.params.beta == 2.0
+    assert job.config.kernel.name == "entropycut" and job.config.kernel.params.beta == 2.0
     with pytest.raises(ParamError) as err:
         parse({"prompt": [1], "sampler": "entropycut"}, "completions", DEFAULTS)
     assert err.value.param == "sampler" and "unrecognized request field `sampler`" in str(err.value)
