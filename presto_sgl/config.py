@@ -358,7 +358,6 @@ KERNEL = tuple(p.name for p in params_of(KernelConfig) if p.name != "name")
 """KernelConfig's declared parameters but the kernel's name (``method``); its own come from its registry entry."""
 SCHEDULE = (*TARGET, *KERNEL)
 PRESTO = tuple(f.name for f in fields(PrestoConfig))
-registry.RESERVED.update(SCHEDULE, PRESTO, ("kernel", "params"))
 
 METHOD = Param(
     "method",

@@ -28,11 +28,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from .engines.base import Engine
 from .errors import ConfigError
-from .fields import params_of
+from .fields import Validated, params_of
+from .kernels.base import Kernel
 from .kernels.entropycut import EntropyCutKernel, EntropyCutParams
 from .kernels.multitry import MultiTryKernel, MultiTryParams
 from .kernels.powermh import PowerMHKernel, PowerMHParams
+from .predictor.certainty import Predictor
 
 Keying = Literal["path", "step"]
 
@@ -40,8 +43,8 @@ Keying = Literal["path", "step"]
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
-    params: type  # a frozen Validated dataclass of the kernel's own parameters (fields by `option`)
-    make: Callable[[float, float, Any], Any]  # (alpha, tau, params) -> the Kernel
+    params: type[Validated]  # a frozen dataclass of the kernel's own parameters (fields by `option`)
+    make: Callable[[float, float, Any], Kernel]  # (alpha, tau, params) -> the kernel
     doc: str  # one line: the --method help
 
 
@@ -49,7 +52,7 @@ class KernelSpec:
 class RuleSpec:
     name: str
     keying: Keying | None  # the keys the rule couples with (None: either; docs/design.md §4)
-    planner: Callable[[Any], Any]  # the predictor (or None) -> the rule's Planner, with a fixed budget
+    planner: Callable[[Predictor | None], Any]  # -> the rule's Planner (planners sit above), with a fixed budget
     doc: str
     _: KW_ONLY
     predicts: bool = False  # the rule needs a predictor with a fixed budget too (a cost-aware budget always has one)
@@ -58,8 +61,8 @@ class RuleSpec:
 @dataclass(frozen=True)
 class BaselineSpec:
     name: str
-    params: type  # a frozen Validated dataclass of the baseline's own parameters
-    make: Callable[[Any, Any], Any]  # (engine, BaselineConfig) -> the Method
+    params: type[Validated]  # a frozen dataclass of the baseline's own parameters
+    make: Callable[[Engine, Any], Any]  # (engine, BaselineConfig) -> the Method (methods sit above)
     uses: tuple[str, ...]  # the Target fields it reads (alpha, max_new_tokens, ...); others are refused
     _: KW_ONLY
     doc: str
@@ -111,9 +114,16 @@ class Table(Mapping[str, S], Generic[S]):
 KERNELS: Table[KernelSpec] = Table()
 RULES: Table[RuleSpec] = Table()
 BASELINES: Table[BaselineSpec] = Table()
-RESERVED: set[str] = {"method", "seed", "prompt"}
-"""Parameter names no kernel or baseline may declare: the configs' own (added by
-:mod:`presto_sgl.config`) and the front ends'."""
+RESERVED = frozenset(
+    {
+        *("alpha", "max_new_tokens", "block_size", "target"),  # Target's
+        *("name", "params", "steps", "tau"),  # KernelConfig's
+        *("rule", "budget", "predictor", "online", "cost_aware", "keying"),  # PrestoConfig's
+        *("method", "kernel", "seed", "prompt"),  # the front ends'
+    }
+)
+"""Parameter names no kernel or baseline may declare: the configs' own and the front ends'
+(tests/unit/test_registry.py keeps the configs' in step with :mod:`presto_sgl.config`)."""
 
 
 def declared() -> dict[str, str]:
@@ -192,15 +202,14 @@ def spec_of(method: str) -> KernelSpec | BaselineSpec:
     return spec
 
 
-def make_kernel(config: Any) -> Any:
+def make_kernel(config: Any) -> Kernel:
     """The MH kernel of a PowerConfig's ``kernel`` (its name and ``params``), for its ``target``
     (an EOS-terminated one needs a kernel with an ``ends`` field)."""
     name, target = config.kernel.name, config.target
     kernel = KERNELS[name].make(float(target.alpha), config.temperature, config.kernel.params)
     if not target.ends:
         return kernel
-    names = {f.name for f in dataclasses.fields(kernel)} if dataclasses.is_dataclass(kernel) else set()
-    if "ends" not in names:
+    if not (dataclasses.is_dataclass(kernel) and "ends" in {f.name for f in dataclasses.fields(kernel)}):
         raise ConfigError(
             "target",
             target.target,

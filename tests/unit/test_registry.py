@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
 import json
@@ -15,7 +16,7 @@ import pytest
 from presto_sgl import ConfigError, registry
 from presto_sgl.chain.trace import read_trace
 from presto_sgl.cli.main import main
-from presto_sgl.config import parameters, sampling_configs
+from presto_sgl.config import KernelConfig, PrestoConfig, Target, parameters, sampling_configs
 from presto_sgl.fields import Validated, integer, option
 from presto_sgl.kernels.powermh import PowerMHKernel
 from presto_sgl.program.frontend import power_gen
@@ -128,6 +129,13 @@ def test_registering_refuses_taken_names_and_parameters(toy):
 
     with pytest.raises(ValueError, match=r"parameters \['alpha'\]"):
         registry.register_kernel(registry.KernelSpec("toy3", Clash, spec.make, "shadows alpha"))
+
+
+def test_the_reserved_names_are_the_configs_fields_and_the_front_ends():
+    """The registry lists the names no kernel or baseline may declare (no module adds to it at
+    import): every field of the configs, and the front ends' own."""
+    configs = {f.name for cls in (Target, KernelConfig, PrestoConfig) for f in dataclasses.fields(cls)} - {"constraint"}
+    assert configs | {"method", "kernel", "seed", "prompt"} == registry.RESERVED
 
 
 def test_config_errors_carry_the_parameter_and_render_per_front_end():
