@@ -51,6 +51,9 @@ class Baseline(MethodBase):
         resume: Checkpoint | None = None,
         on_transition: OnTransition | None = None,
     ) -> ChainState:
-        """The response state, its calls recorded in ``rec`` (and its own records in ``rec.trace``).
-        Resumed, a baseline draws again from the start (its calls are keyed: the same draws)."""
+        """Resumed, a baseline draws again from the start (its calls are keyed: the same draws)."""
+        return self.response(rec, prompt, seed, prompt_id)
+
+    def response(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
+        """The response state, its calls recorded in ``rec`` (and its own records in ``rec.trace``)."""
         raise NotImplementedError

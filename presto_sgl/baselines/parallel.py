@@ -16,8 +16,7 @@ from ..chain.keys import ChainKeys
 from ..chain.state import ChainState
 from ..config import BaselineConfig
 from ..engines.base import Completion, Engine, Request
-from ..execution.executor import OnTransition, Recorder
-from ..execution.resume import Checkpoint
+from ..execution.executor import Recorder
 from ..methods import extend
 from .base import Baseline
 
@@ -25,16 +24,7 @@ from .base import Baseline
 class LowTemperature(Baseline):
     name = "lowtemp"
 
-    def draw(
-        self,
-        rec: Recorder,
-        prompt: tuple[int, ...],
-        *,
-        seed: int,
-        prompt_id: int | str,
-        resume: Checkpoint | None = None,
-        on_transition: OnTransition | None = None,
-    ) -> ChainState:
+    def response(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
         req = Request(prompt, self.max_new_tokens, self.temperature, ChainKeys(seed, prompt_id).extension_seed(1))
         (comp,) = extend(rec, 1, 0, [req])
         return _state(prompt, comp)
@@ -56,16 +46,7 @@ class BestOfN(Baseline):
         end = next((i + 1 for i, t in enumerate(comp.tokens) if t in self.stop_token_ids), len(comp.tokens))
         return sum(values[:end])
 
-    def draw(
-        self,
-        rec: Recorder,
-        prompt: tuple[int, ...],
-        *,
-        seed: int,
-        prompt_id: int | str,
-        resume: Checkpoint | None = None,
-        on_transition: OnTransition | None = None,
-    ) -> ChainState:
+    def response(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
         keys = ChainKeys(seed, prompt_id)
         n = self.params.best_of
         reqs = [

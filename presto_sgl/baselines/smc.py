@@ -23,8 +23,7 @@ from ..chain.keys import ChainKeys
 from ..chain.state import ChainState
 from ..config import BaselineConfig
 from ..engines.base import Engine, Request
-from ..execution.executor import OnTransition, Recorder
-from ..execution.resume import Checkpoint
+from ..execution.executor import Recorder
 from ..methods import extend
 from .base import Baseline
 from .params import ramp_tokens
@@ -78,16 +77,7 @@ class PowerSMC(Baseline):
     def exponent(self, t: int) -> float:
         return self.alpha if self.ramp_tokens == 0 else 1 + (self.alpha - 1) * min(1.0, t / self.ramp_tokens)
 
-    def draw(
-        self,
-        rec: Recorder,
-        prompt: tuple[int, ...],
-        *,
-        seed: int,
-        prompt_id: int | str,
-        resume: Checkpoint | None = None,
-        on_transition: OnTransition | None = None,
-    ) -> ChainState:
+    def response(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
         keys = ChainKeys(seed, prompt_id)
         P, B = self.particles, self.block_size
         states = [ChainState(prompt)] * P

@@ -80,18 +80,7 @@ def cross_validate(
         model = fit_logistic(x[train], y[train], features, C=C)
         probs[test] = model.proba_many(x[test])
         prior[test] = _prior(y[train])
-    acc, loss = _scores(probs, y)
-    prior_acc, prior_loss = _scores(prior, y)
-    return Evaluation(
-        len(y),
-        len(set(groups)),
-        folds,
-        tuple(np.bincount(y, minlength=3).tolist()),
-        accuracy=acc,
-        log_loss=loss,
-        prior_accuracy=prior_acc,
-        prior_log_loss=prior_loss,
-    )
+    return _evaluation(probs, prior, y, groups=len(set(groups)), folds=folds)
 
 
 def evaluate(predictor: Predictor, observations: Sequence[Observation]) -> Evaluation:
@@ -100,14 +89,19 @@ def evaluate(predictor: Predictor, observations: Sequence[Observation]) -> Evalu
         raise ValueError("no decisions to score: pass traces that contain 'node' records")
     y = np.array([o.label for o in observations], dtype=int)
     probs = np.array([predictor.proba(o.cut_fraction) for o in observations], dtype=float)
-    acc, loss = _scores(probs, y)
-    prior_acc, prior_loss = _scores(np.tile(_prior(y), (len(y), 1)), y)
-    groups = len({o.group for o in observations})
+    prior = np.tile(_prior(y), (len(y), 1))
+    return _evaluation(probs, prior, y, groups=len({o.group for o in observations}), folds=0)
+
+
+def _evaluation(probs: np.ndarray, prior: np.ndarray, y: np.ndarray, *, groups: int, folds: int) -> Evaluation:
+    """The scores of ``probs`` and of ``prior`` (per decision) on the classes ``y``."""
+    (acc, loss), (prior_acc, prior_loss) = _scores(probs, y), _scores(prior, y)
+    counts = tuple(np.bincount(y, minlength=3).tolist())
     return Evaluation(
         len(y),
         groups,
-        0,
-        tuple(np.bincount(y, minlength=3).tolist()),
+        folds,
+        counts,
         accuracy=acc,
         log_loss=loss,
         prior_accuracy=prior_acc,

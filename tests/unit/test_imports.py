@@ -129,6 +129,13 @@ def test_every_module_imports(name):
     importlib.import_module(name)
 
 
+def fresh(code: str) -> str:
+    """The stdout of ``code`` run in a fresh interpreter (which must succeed)."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 UNITS = sorted(
     {".".join(m.split(".")[:2]) for m in module_files() if m.startswith("presto_sgl.")} - {"presto_sgl.__main__"}
 )
@@ -138,10 +145,8 @@ UNITS = sorted(
 def test_each_unit_imports_first_and_then_sees_every_builtin(unit):
     """Imported first in a fresh interpreter, each unit loads (no import-order cycle), and the
     registry's tables then hold every built-in: the rules and baselines load on first read."""
-    code = f"import {unit}; from presto_sgl import registry; print(list(registry.RULES), registry.methods())"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    rules, methods = done.stdout.strip().split("] (")
+    out = fresh(f"import {unit}; from presto_sgl import registry; print(list(registry.RULES), registry.methods())")
+    rules, methods = out.strip().split("] (")
     assert rules == "['sequential', 'bfs', 'predictive', 'step'"
     assert methods == "'powermh', 'entropycut', 'multitry', 'lowtemp', 'bestofn', 'powersmc')"
 
@@ -155,8 +160,7 @@ def test_optional_heavy_dependencies_are_imported_lazily():
         "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sglang', 'sklearn', 'vllm'}); "
         "assert not loaded, f'imported at import time: {loaded}'"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    fresh(code)
 
 
 PLUGIN_MODULES = 8
@@ -172,9 +176,7 @@ def test_a_server_plugin_loads_only_what_it_uses(plugin):
         f"import sys, {plugin}; "
         "print(sorted(m for m in sys.modules if m == 'presto_sgl' or m.startswith('presto_sgl.')))"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    loaded = ast.literal_eval(done.stdout.strip())
+    loaded = ast.literal_eval(fresh(code).strip())
     assert plugin in loaded and "presto_sgl.wire" in loaded
     assert len(loaded) <= PLUGIN_MODULES, f"importing {plugin} loads {len(loaded)} presto_sgl modules: {loaded}"
 
@@ -188,9 +190,7 @@ def test_the_package_root_is_lazy_and_complete():
         "names = {n: getattr(presto_sgl, n) for n in presto_sgl.__all__}; "
         "print(before, len(names), presto_sgl.Sampler.__module__)"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["['presto_sgl',", "'presto_sgl.version']", "39", "presto_sgl.samplers"]
+    assert fresh(code).split() == ["['presto_sgl',", "'presto_sgl.version']", "39", "presto_sgl.samplers"]
     import presto_sgl
 
     with pytest.raises(AttributeError, match="no attribute 'PowerMH'"):
