@@ -1,7 +1,7 @@
 """presto-sgl: exact, fast power sampling (PowerMH with PreSTO prefetching) for LLMs.
 
 Layers, lowest first (docs/design.md §9; `lint-imports` holds every import to them): errors and
-the wire format; constraints and fields; ``chain`` (the chain's state, keys, metrics, trace);
+the wire format; fields, then constraints; ``chain`` (the chain's state, keys, metrics, trace);
 ``kernels`` (the MH kernels and their proposals), ``predictor``, ``hub``; ``engines`` (the
 token-level seam); ``registry``, ``config``; ``planners`` (which requests a round sends);
 ``execution`` (the walker: which path MH takes, the executor of a stage's rounds, resume,

@@ -352,6 +352,10 @@ class PrestoConfig(Validated):
         return {"rule": self.rule, "keying": self.keying} if self.sequential else super().describe()
 
 
+SERVER_SIDE = frozenset({"predictor", "online"})
+"""PrestoConfig's fields that only the process running the chains sets (its predictor file, its
+learner): ``serve``'s flags and the library's, never a request or a ``power_gen`` call."""
+
 TARGET = tuple(p.name for p in params_of(Target))
 """Target's declared parameters."""
 KERNEL = tuple(p.name for p in params_of(KernelConfig) if p.name != "name")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .fields import integer
 
 REGEX_INT = r"[-+]?[0-9]+[ \n]*"
 REGEX_FLOAT = r"[-+]?[0-9]*\.?[0-9]+[ \n]*"
@@ -63,10 +64,7 @@ class Constraint:
                 raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty string")
         if self.json_schema is not None:
             object.__setattr__(self, "json_schema", schema_text(self.json_schema))
-        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or self.min_tokens < 0:
-            raise ConfigError(
-                "min_tokens", self.min_tokens, f"{{min_tokens}} (={self.min_tokens!r}) must be an integer >= 0"
-            )
+        integer(0, "answer tokens before it may end")("min_tokens", self.min_tokens)
 
     @classmethod
     def of(

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..chain.trace import node_record, read_trace
 from ..errors import ConfigError
+from ..fields import integer
 from .certainty import EPS, Observation, Predictor, certainty_class
 from .fitting import fit_logistic
 from .model import DEFAULT_FEATURES
@@ -23,8 +24,7 @@ def group_folds(groups: Sequence[str], folds: int) -> list[tuple[np.ndarray, np.
     from sklearn.model_selection import GroupKFold
 
     n_groups = len(set(groups))
-    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
-        raise ConfigError("folds", folds, f"{{folds}} (={folds!r}) must be an integer >= 2, e.g. 5")
+    integer(2, "cross-validation folds", example=5)("folds", folds)
     if n_groups < folds:
         raise ConfigError(
             "folds",

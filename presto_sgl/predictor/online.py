@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..fields import integer
 from .certainty import Observation, Predictor
 from .model import DEFAULT_FEATURES, LogisticPredictor, design
 
@@ -97,12 +98,8 @@ class OnlinePredictor:
                 prior_weight,
                 f"{{prior_weight}} (={prior_weight!r}) must be a number > 0 (decisions the base counts as), e.g. 40",
             )
-        if isinstance(min_examples, bool) or not isinstance(min_examples, int) or min_examples < 1:
-            raise ConfigError(
-                "min_examples", min_examples, f"{{min_examples}} (={min_examples!r}) must be an integer >= 1, e.g. 10"
-            )
-        if isinstance(grid, bool) or not isinstance(grid, int) or grid < 2:
-            raise ConfigError("grid", grid, f"{{grid}} (={grid!r}) must be an integer >= 2, e.g. 20")
+        integer(1, "decisions before the first refit", example=10)("min_examples", min_examples)
+        integer(2, "points of the cut-fraction grid", example=20)("grid", grid)
         self.base = base
         features = base.features if isinstance(base, LogisticPredictor) else DEFAULT_FEATURES
         self.min_examples = min_examples

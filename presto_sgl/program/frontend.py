@@ -57,7 +57,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import parameters
+from ..config import SERVER_SIDE, parameters
 from . import interpreter
 from .execution import run_expression
 from .spec import ChoiceSpec, GenSpec, spec_of
@@ -96,11 +96,7 @@ class PowerGen:
             inspect.Parameter("chain_id", kw, default=None, annotation=int | None),
             inspect.Parameter("engine", kw, default=None),
         ]
-        opts = [
-            inspect.Parameter(p.name, kw, default=p.default)
-            for p in parameters()
-            if p.name not in ("predictor", "online")
-        ]
+        opts = [inspect.Parameter(p.name, kw, default=p.default) for p in parameters() if p.name not in SERVER_SIDE]
         return inspect.Signature([*head, *opts])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

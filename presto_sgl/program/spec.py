@@ -15,10 +15,11 @@ from typing import Any
 from .. import registry
 from ..build import MethodConfig, constrained, method_config
 from ..chain.keys import SEED_MASK
-from ..config import PowerConfig, Target, alpha_of_temperature, capped, parameters
+from ..config import SERVER_SIDE, PowerConfig, Target, alpha_of_temperature, capped, parameters
 from ..constraints import Constraint
 from ..engines import grammar
 from ..errors import ConfigError
+from ..fields import integer
 
 REFUSED = {  # sgl.gen's arguments that a power-sampling chain cannot honour: why, and what to do instead
     "n": "fork the state: s.fork(n)",
@@ -182,8 +183,7 @@ def gen_spec(
 
 
 def _check_cap(max_tokens: Any) -> None:
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ConfigError("max_tokens", max_tokens, f"{{max_tokens}} (={max_tokens!r}) must be an integer >= 1")
+    integer(1, "the answer's cap in tokens")("max_tokens", max_tokens)
 
 
 def _stops(stop: Any) -> tuple[str, ...]:
@@ -317,7 +317,7 @@ def with_run_defaults(spec: GenSpec, defaults: Any) -> GenSpec:
 
 def call_method(options: dict[str, Any]) -> MethodConfig:
     """The validated method of ``power_gen``'s ``options`` (a ConfigError naming the argument)."""
-    server_side = {"predictor", "online"} & set(options)
+    server_side = SERVER_SIDE & set(options)
     if server_side:
         name = sorted(server_side)[0]
         raise ConfigError(

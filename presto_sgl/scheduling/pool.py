@@ -24,8 +24,8 @@ from typing import Any
 
 from ..engines.base import Completion, Engine, EngineCapabilities, Request
 from ..engines.text import TextView
-from ..errors import ConfigError
 from ..execution.context import RunContext
+from ..fields import integer
 from .scheduler import Scheduler
 
 
@@ -104,9 +104,8 @@ class ChainPool:
     check and the count of ``submit``'s ``guard`` (the scheduler calls the backend itself)."""
 
     def __init__(self, concurrency: int, queue_size: int, scheduler: Scheduler | None = None) -> None:
-        for name, value, low in (("concurrency", concurrency, 1), ("queue_size", queue_size, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be an integer >= {low}")
+        integer(1, "chains at once")("concurrency", concurrency)
+        integer(0, "chains waiting")("queue_size", queue_size)
         self.concurrency = concurrency
         self.queue_size = queue_size
         self.stats = PoolStats()

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..engines.base import Completion, Engine, Request
 from ..errors import ConfigError, EngineError
 from ..execution.offers import Lane, Offer, Served
+from ..fields import integer
 from ..planners.timemodel import EXPLORE, CallTimeModel
 
 if TYPE_CHECKING:
@@ -163,14 +164,7 @@ class Scheduler:
     ) -> None:
         if dispatch not in (*DISPATCH, "auto"):
             raise ConfigError("dispatch", dispatch, f"{{dispatch}} (={dispatch!r}) must be one of {DISPATCH} or 'auto'")
-        if share_from is not None and (
-            isinstance(share_from, bool) or not isinstance(share_from, int) or share_from < 1
-        ):
-            raise ConfigError(
-                "share_from",
-                share_from,
-                f"{{share_from}} (={share_from!r}) must be an integer >= 1 (chains in flight) or None (never)",
-            )
+        integer(1, "chains in flight", optional="never")("share_from", share_from)
         self.share_from = share_from
         self.dispatch = dispatch_for(engine) if dispatch == "auto" else dispatch
         self.load = LoadModel()

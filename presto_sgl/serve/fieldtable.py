@@ -21,9 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import registry
-from ..config import PRESTO, parameters
+from ..config import PRESTO, SERVER_SIDE, parameters
 from ..fields import TEMPERATURE_RANGE, Param, params_of
-from .request import BOTH, LENGTH, MAX_LOGPROBS, ROLES, SERVER_SIDE, Defaults, Field, Schema, ServerFacts
+from .request import BOTH, LENGTH, MAX_LOGPROBS, ROLES, Defaults, Field, Schema, ServerFacts
 from .schema import NULL, integer
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import PowerConfig, PrestoConfig
 from ..errors import ConfigError
+from ..fields import integer
 from .schema import describe, jsonable, nullable, valid
 
 BOTH = ("completions", "chat")
@@ -22,8 +23,6 @@ MAX_LOGPROBS = 20
 """Most top alternatives per position (``logprobs`` / ``top_logprobs``), as vLLM's default."""
 ROLES = ("system", "developer", "user", "assistant")
 """The chat roles a request's ``messages`` may hold."""
-SERVER_SIDE = frozenset({"predictor", "online"})
-"""Library parameters only the server's flags set (its files, its learners)."""
 
 
 class ParamError(ValueError):
@@ -46,10 +45,7 @@ class Defaults:
     def __post_init__(self) -> None:
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ConfigError("seed", self.seed, f"{{seed}} (={self.seed!r}) must be an integer or None")
-        if isinstance(self.max_n, bool) or not isinstance(self.max_n, int) or self.max_n < 1:
-            raise ConfigError(
-                "max_n", self.max_n, f"{{max_n}} (={self.max_n!r}) must be an integer >= 1 (chains per request)"
-            )
+        integer(1, "chains per request")("max_n", self.max_n)
 
 
 @dataclass(frozen=True)
