@@ -26,11 +26,20 @@ from typing import TYPE_CHECKING, Any
 from .version import __version__
 
 _WHERE = {
-    ".build": ("make_method", "method_config"),
+    ".build": ("make_method",),
     ".chain.metrics": ("PromptMetrics",),
     ".chain.state": ("ChainState",),
     ".chain.trace": ("TraceWriter", "metrics_from_trace", "read_trace"),
-    ".config": ("BaselineConfig", "KernelConfig", "PowerConfig", "PrestoConfig", "Target", "sampling_configs"),
+    ".config": (
+        "BaselineConfig",
+        "KernelConfig",
+        "MethodConfig",
+        "PowerConfig",
+        "PrestoConfig",
+        "Target",
+        "method_config",
+        "sampling_configs",
+    ),
     ".engines.base": ("Completion", "Engine", "EngineCapabilities", "Request"),
     ".errors": ("BackendUnavailable", "CapabilityError", "ConfigError", "EngineError"),
     ".kernels": (
@@ -72,6 +81,7 @@ __all__ = [
     "KernelConfig",
     "KernelSpec",
     "Method",
+    "MethodConfig",
     "MultiTryKernel",
     "PowerConfig",
     "PowerMHKernel",
@@ -114,11 +124,20 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .build import make_method, method_config
+    from .build import make_method
     from .chain.metrics import PromptMetrics
     from .chain.state import ChainState
     from .chain.trace import TraceWriter, metrics_from_trace, read_trace
-    from .config import BaselineConfig, KernelConfig, PowerConfig, PrestoConfig, Target, sampling_configs
+    from .config import (
+        BaselineConfig,
+        KernelConfig,
+        MethodConfig,
+        PowerConfig,
+        PrestoConfig,
+        Target,
+        method_config,
+        sampling_configs,
+    )
     from .engines.base import Completion, Engine, EngineCapabilities, Request
     from .errors import BackendUnavailable, CapabilityError, ConfigError, EngineError
     from .kernels import EntropyCutKernel, Kernel, MultiTryKernel, PowerMHKernel, accepts, log_acceptance, mh_step

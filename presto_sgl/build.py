@@ -1,58 +1,22 @@
-"""Flat options -> a method: what the front ends (CLI, ``serve``, ``power_gen``) build runs from.
-
-Flat options are one mapping of the registry's parameters (:func:`presto_sgl.config.parameters`):
-``method`` (a kernel or a baseline; default ``powermh``), ``rule``, the schedule, PrestoConfig's
-and the method's own. :func:`method_config` validates them without touching an engine;
-:func:`make_method` builds the method on one.
+"""A validated method (:class:`~presto_sgl.config.MethodConfig`, from the front end's fields by
+:func:`~presto_sgl.config.method_config`) on an engine: :func:`make_method`; and the run-level
+adjustments of its target the front ends share (:func:`ending_default`, :func:`constrained`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from . import registry
-from .config import PRESTO, BaselineConfig, PowerConfig, PrestoConfig, baseline_config, sampling_configs
+from .config import MethodConfig, PowerConfig, method_config
 from .constraints import Constraint
 from .engines.base import Engine
 from .errors import ConfigError
 from .methods import Method
 from .registry import make_kernel
 from .samplers import Sampler
-
-
-@dataclass(frozen=True)
-class MethodConfig:
-    """A validated method: its name and, for an MH kernel, its PowerConfig and PrestoConfig,
-    for a baseline its BaselineConfig (``presto`` None)."""
-
-    method: str
-    config: PowerConfig | BaselineConfig
-    presto: PrestoConfig | None = None
-
-    @property
-    def is_kernel(self) -> bool:
-        return self.presto is not None
-
-
-def method_config(options: Mapping[str, Any]) -> MethodConfig:
-    """The validated method of flat ``options``; a ConfigError names the first bad one."""
-    opts = dict(options)
-    method = opts.pop("method", "powermh")
-    if isinstance(method, str) and method in registry.KERNELS:
-        config, presto = sampling_configs(opts.pop("rule", "step"), method=method, **opts)
-        return MethodConfig(method, config, presto)
-    registry.spec_of(method)  # a ConfigError naming the method unless it is a baseline
-    for name in ("rule", *PRESTO):
-        if name in opts and name != "keying":  # a schedule field before PrestoConfig had it: ignored, as it was
-            raise ConfigError(
-                name,
-                opts[name],
-                f"{{{name}}} applies to the MH kernels {list(registry.KERNELS)}, not "
-                f"to the baseline {method!r}; drop it",
-            )
-    return MethodConfig(method, baseline_config(method, opts))
 
 
 def ending_default(config: PowerConfig, engine: Engine) -> PowerConfig:

@@ -5,10 +5,13 @@
 * :class:`PowerConfig`: a chain, the two of them;
 * :class:`PrestoConfig`: how the transitions run (rule, budget, cost policy; the keys derived
   from the rule), which never changes the chain (paper Prop. 1);
-* :class:`BaselineConfig`: a baseline's own (its target, tau, its parameters).
+* :class:`BaselineConfig`: a baseline's own (its target, tau, its parameters);
+* :class:`MethodConfig`: a validated method, a kernel's two configs and rule or a baseline's.
 
-The front ends' flat options (:func:`parameters`, :func:`sampling_configs`) map onto them once;
-an override is a typed replace (:func:`with_options`).
+A front end's input (CLI flags, a request's fields, ``power_gen``'s arguments) names declared
+parameters (:func:`parameters`); :func:`method_config` builds the objects from it once, each
+field applied to the object whose declaration owns it, as a typed replace of a base's objects
+(a server's defaults) or of the defaults. Each object describes itself (``describe()``).
 
 Every field is declared with :func:`~presto_sgl.fields.option` (its default, help and
 check); a bad value is a :class:`~presto_sgl.errors.ConfigError` naming the parameter, its
@@ -388,58 +391,93 @@ def parameters() -> list[Param]:
     return out
 
 
-def _route(method: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(the target's fields, the kernel's shared fields or a baseline's tau, the method's own
-    fields) of flat ``options`` for ``method``; PrestoConfig's are left out, and so are the
-    schedule fields a baseline does not use (one set of options runs every method). An option
-    nobody declares, or one of another method, is a ConfigError naming it."""
+@dataclass(frozen=True)
+class MethodConfig:
+    """A validated method: its name and, for an MH kernel, its PowerConfig and PrestoConfig,
+    for a baseline its BaselineConfig (``presto`` None)."""
+
+    method: str
+    config: PowerConfig | BaselineConfig
+    presto: PrestoConfig | None = None
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.presto is not None
+
+
+CONFIGS = ("Target", "KernelConfig", "PrestoConfig")
+"""The classes whose declared fields every kernel shares (a declaration's ``owner``)."""
+
+
+def method_config(fields: Mapping[str, Any], base: MethodConfig | None = None) -> MethodConfig:
+    """The method a front end's ``fields`` ask for, each object built once: ``fields`` are
+    declared parameters by name (``method``, ``rule``, the target's, the kernel's, PrestoConfig's
+    and the method's own), each applied to the object whose declaration owns it, as a typed
+    replace of ``base``'s objects (a server's defaults) or of the defaults. A new kernel starts
+    from its own default parameters, a new rule from its own keys (unless ``keying`` is given).
+    A field nobody declares, or one of another method, is a ConfigError naming it; a baseline
+    leaves out the schedule fields it does not use (one set of fields runs every method) and
+    refuses a rule's."""
+    method = fields.get("method", base.method if base is not None else METHOD.default)
     spec = registry.spec_of(method)
-    own = {p.name for p in params_of(spec.params)}
-    baseline = isinstance(spec, registry.BaselineSpec)
-    shared = ("tau",) if baseline else KERNEL
-    uses = spec.uses if isinstance(spec, registry.BaselineSpec) else TARGET
-    belongs = registry.declared()
-    target, common, mine = {}, {}, {}
-    for name, value in options.items():
-        if name in own:
-            mine[name] = value
-        elif name in uses:
-            target[name] = value
-        elif name in shared:
-            common[name] = value
-        elif name in belongs:
-            raise ConfigError(
-                name,
-                value,
-                f"{{{name}}} is a parameter of {belongs[name]}, not of {method!r}; drop it "
-                f"or use {{method={belongs[name]}}}",
-            )
-        elif name not in SCHEDULE and name not in PRESTO and name != "method":
+    own = _by_owner(method, spec.params.__name__, fields)
+    if isinstance(spec, registry.BaselineSpec):
+        return _baseline(method, spec, own)
+    mine = own.get(spec.params.__name__, {})
+    if base is None or not isinstance(base.config, PowerConfig) or base.presto is None:
+        target = Target(**own["Target"])
+        kernel = KernelConfig(method, **own["KernelConfig"], params=spec.params(**mine))
+        return MethodConfig(method, PowerConfig(target, kernel), PrestoConfig(**own["PrestoConfig"]))
+    was = base.config.kernel
+    params = dataclasses.replace(was.params, **mine) if method == was.name else spec.params(**mine)
+    kernel = dataclasses.replace(was, name=method, params=params, **own["KernelConfig"])
+    presto = own["PrestoConfig"]
+    if presto.get("rule", base.presto.rule) != base.presto.rule:
+        presto.setdefault("keying", None)  # the new rule's keys
+    config = PowerConfig(dataclasses.replace(base.config.target, **own["Target"]), kernel)
+    return MethodConfig(method, config, dataclasses.replace(base.presto, **presto))
+
+
+def _by_owner(method: str, mine: str, fields: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``fields`` grouped by the class that declares each (:data:`CONFIGS` and ``mine``, the
+    method's own parameters' class), or a ConfigError naming a field no one or another method declares."""
+    owners = {p.name: p.owner for p in parameters()}
+    out: dict[str, dict[str, Any]] = {owner: {} for owner in (*CONFIGS, mine)}
+    for name, value in fields.items():
+        owner = owners.get(name)
+        if name == METHOD.name:
+            continue
+        if owner is None:
             raise ConfigError(
                 name, value, f"unknown parameter {{{name}}}; the parameters are {[p.name for p in parameters()]}"
             )
-    return target, common, mine
+        if owner not in out:
+            other = registry.declared()[name]
+            raise ConfigError(
+                name,
+                value,
+                f"{{{name}}} is a parameter of {other}, not of {method!r}; drop it or use {{method={other}}}",
+            )
+        out[owner][name] = value
+    return out
 
 
-def _kernel_name(kernel: Any) -> str:
-    if not isinstance(kernel, str) or kernel not in registry.KERNELS:
-        raise ConfigError("method", kernel, f"{{method}} (={kernel!r}) must be one of {list(registry.KERNELS)}")
-    return kernel
-
-
-def power_config(kernel: str, options: Mapping[str, Any]) -> PowerConfig:
-    """The PowerConfig of flat ``options`` (the target's, steps, tau and the kernel's own) for ``kernel``."""
-    target, common, mine = _route(_kernel_name(kernel), options)
-    return PowerConfig(Target(**target), KernelConfig(kernel, **common, params=registry.KERNELS[kernel].params(**mine)))
-
-
-def baseline_config(baseline: str, options: Mapping[str, Any]) -> BaselineConfig:
-    """The BaselineConfig of flat ``options`` for ``baseline``: the target fields it uses
-    (the rest at their defaults; one stage unless it uses ``block_size``), tau and its own."""
-    target, common, mine = _route(baseline, options)
-    spec = registry.BASELINES[baseline]
+def _baseline(method: str, spec: registry.BaselineSpec, own: dict[str, dict[str, Any]]) -> MethodConfig:
+    """A baseline's config from its fields by owner: the target fields it ``uses`` (one stage
+    unless it uses ``block_size``), tau and its own; a rule's fields refused (``keying`` ignored)."""
+    rule = {k: v for k, v in own["PrestoConfig"].items() if k != "keying"}
+    if rule:
+        name = next(iter(rule))
+        raise ConfigError(
+            name,
+            rule[name],
+            f"{{{name}}} applies to the MH kernels {list(registry.KERNELS)}, not to the baseline {method!r}; drop it",
+        )
+    target = {k: v for k, v in own["Target"].items() if k in spec.uses}
     target.setdefault("block_size", Target.block_size if "block_size" in spec.uses else None)
-    return BaselineConfig(baseline, Target(**target), **common, params=spec.params(**mine))
+    tau = {k: v for k, v in own["KernelConfig"].items() if k == "tau"}
+    params = spec.params(**own.get(spec.params.__name__, {}))
+    return MethodConfig(method, BaselineConfig(method, Target(**target), **tau, params=params))
 
 
 def check_keying(need: Keying | None, keying: str | None, subject: str) -> None:
@@ -454,31 +492,13 @@ def check_keying(need: Keying | None, keying: str | None, subject: str) -> None:
         )
 
 
-def sampling_configs(rule: str = "step", **options: Any) -> tuple[PowerConfig, PrestoConfig]:
-    """The validated (PowerConfig, PrestoConfig) of flat ``options``: the target's fields
-    (alpha, max_new_tokens, block_size, target), the kernel's (kernel, steps, tau and its own,
-    e.g. ``beta`` for entropycut) and PrestoConfig's (keying, budget, predictor, online,
-    cost_aware). ``keying`` defaults to the rule's own (``step`` for ``sequential``, which
-    runs with either). An option that belongs to no one, or to another kernel, is a
-    ConfigError naming it."""
-    presto = PrestoConfig(rule=rule, **{k: options.pop(k) for k in PRESTO if k in options and k != "rule"})
-    return power_config(options.pop("method", "powermh"), options), presto
-
-
-def with_options(
-    config: PowerConfig, presto: PrestoConfig, overrides: Mapping[str, Any]
-) -> tuple[PowerConfig, PrestoConfig]:
-    """``config`` / ``presto`` with ``overrides`` (flat options) applied as typed replaces, each
-    object checked again as it is built: a kernel change starts from the new kernel's default
-    parameters, a rule change from the new rule's keys (unless ``keying`` is given)."""
-    options = dict(overrides)
-    changes = {k: options.pop(k) for k in PRESTO if k in options}
-    if changes.get("rule", presto.rule) != presto.rule:
-        changes.setdefault("keying", None)  # the new rule's keys
-    new_presto = dataclasses.replace(presto, **changes)
-    kernel = _kernel_name(options.pop("method", config.kernel.name))
-    target, common, mine = _route(kernel, options)
-    own = registry.KERNELS[kernel].params
-    params = dataclasses.replace(config.kernel.params, **mine) if kernel == config.kernel.name else own(**mine)
-    new_kernel = dataclasses.replace(config.kernel, name=kernel, params=params, **common)
-    return PowerConfig(dataclasses.replace(config.target, **target), new_kernel), new_presto
+def sampling_configs(rule: str = "step", **fields: Any) -> tuple[PowerConfig, PrestoConfig]:
+    """The (PowerConfig, PrestoConfig) of an MH kernel (``method``, default powermh) run by
+    ``rule`` with ``fields`` (:func:`method_config`'s): the library's shorthand for a sampler,
+    ``Sampler(engine, *sampling_configs(rule, **fields))``."""
+    m = method_config({"rule": rule, **fields})
+    if not isinstance(m.config, PowerConfig) or m.presto is None:
+        raise ConfigError(
+            "method", m.method, f"{{method}} (={m.method!r}) is a baseline; sampling_configs makes an MH chain"
+        )
+    return m.config, m.presto

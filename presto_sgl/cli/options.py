@@ -13,8 +13,8 @@ import sys
 from typing import Any
 
 from .. import catalog, registry
-from ..build import MethodConfig, make_method, method_config
-from ..config import parameters
+from ..build import make_method
+from ..config import MethodConfig, method_config, parameters
 from ..engines.text import ModelFolder, TokenizerView
 from ..fields import Param, params_of
 from ..methods import Method

@@ -13,9 +13,9 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ..build import MethodConfig, ending_default, make_method
+from ..build import ending_default, make_method
 from ..chain.keys import SEED_MASK, hash64
-from ..config import PowerConfig
+from ..config import MethodConfig, PowerConfig
 from ..engines.scoring import scorer
 from ..engines.sglang.http import SGLangEngine
 from ..execution.choices import draw_choice

@@ -13,9 +13,18 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from .. import registry
-from ..build import MethodConfig, constrained, method_config
+from ..build import constrained
 from ..chain.keys import SEED_MASK
-from ..config import SERVER_SIDE, PowerConfig, Target, alpha_of_temperature, capped, parameters
+from ..config import (
+    SERVER_SIDE,
+    MethodConfig,
+    PowerConfig,
+    Target,
+    alpha_of_temperature,
+    capped,
+    method_config,
+    parameters,
+)
 from ..constraints import Constraint
 from ..engines import grammar
 from ..errors import ConfigError

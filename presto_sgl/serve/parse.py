@@ -3,7 +3,8 @@ request's grammar in its target's constraint), or a
 :class:`~.request.ParamError` naming the field (HTTP 400): each field checked by its
 declaration in the field table (:mod:`.fieldtable`), then what the server checks across
 fields, and the power-sampling fields applied to the server's configs as a typed replace
-(:func:`presto_sgl.config.with_options`), whose ConfigError is told in the request's names.
+(:func:`presto_sgl.config.method_config` on the server's), whose ConfigError is told in the
+request's names.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
-from ..config import PowerConfig, PrestoConfig, alpha_of_temperature, capped, with_options
+from .. import registry
+from ..config import MethodConfig, PowerConfig, PrestoConfig, alpha_of_temperature, capped, method_config
 from ..constraints import GRAMMARS, Constraint
 from ..engines.grammar import check as check_grammar
 from ..errors import ConfigError
@@ -152,7 +154,12 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
         config, presto = defaults.config, defaults.presto
     else:
         try:
-            config, presto = with_options(defaults.config, defaults.presto, overrides)
+            base = MethodConfig(defaults.config.kernel.name, defaults.config, defaults.presto)
+            m = method_config(overrides, base)
+            if not isinstance(m.config, PowerConfig) or m.presto is None:
+                kernels = list(registry.KERNELS)
+                raise ConfigError("method", m.method, f"{{method}} (={m.method!r}) must be one of {kernels}")
+            config, presto = m.config, m.presto
             if constraint is not None:
                 config = replace(config, target=replace(config.target, constraint=constraint))
         except ConfigError as exc:

@@ -21,6 +21,7 @@ sequential chain's states under the constraint.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from dataclasses import replace
@@ -195,7 +196,7 @@ class UnmaskedLogQ:
             for t in c.tokens:
                 lq.append(float(self.engine.lm.distribution(ctx, r.temperature)[1][t]))
                 ctx.append(t)
-            out.append(type(c)(c.tokens, tuple(lq), c.logp, c.entropy, c.cached_tokens, c.logq_at))
+            out.append(dataclasses.replace(c, logq=tuple(lq)))
         return out
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from presto_sgl import PowerConfig, PrestoConfig, Sampler, registry, sampling_configs
-from presto_sgl.config import Keying, power_config
+from presto_sgl.config import Keying, method_config
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.kernels import (
@@ -66,7 +66,9 @@ class KernelCase:
     def config(self, **power: object) -> PowerConfig:
         """The PowerConfig of this kernel with ``power`` (the schedule and, of kernels' parameters, its own)."""
         options = self.options(**power)
-        return power_config(str(options.pop("method")), options)
+        config = method_config(options).config
+        assert isinstance(config, PowerConfig)
+        return config
 
 
 def _flip_powermh_q_term(monkeypatch: pytest.MonkeyPatch) -> None:

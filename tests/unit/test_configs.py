@@ -11,6 +11,7 @@ from presto_sgl import (
     BaselineConfig,
     ConfigError,
     KernelConfig,
+    MethodConfig,
     PowerConfig,
     PrestoConfig,
     Target,
@@ -19,7 +20,6 @@ from presto_sgl import (
     sampling_configs,
 )
 from presto_sgl.baselines import PowerSMCParams
-from presto_sgl.config import with_options
 from presto_sgl.engines.reference import ReferenceEngine
 from presto_sgl.kernels.entropycut import EntropyCutParams
 from presto_sgl.kernels.multitry import MultiTryParams
@@ -51,16 +51,21 @@ def test_keying_is_the_rules_and_only_sequential_chooses():
         assert err.value.param == "keying"
 
 
-def test_an_override_is_a_typed_replace_and_a_new_rule_brings_its_keys():
+def test_fields_on_a_base_are_typed_replaces_and_a_new_rule_brings_its_keys():
     config, presto = sampling_configs("sequential", keying="path", method="multitry", tries=3, steps=5)
-    new_config, new_presto = with_options(config, presto, {"rule": "step", "alpha": 2.0, "tries": 2})
-    assert new_presto == PrestoConfig("step") and new_presto.keying == "step"  # not the old path keys
-    assert new_config.target == dataclasses.replace(config.target, alpha=2.0)
-    assert new_config.kernel == KernelConfig("multitry", steps=5, params=MultiTryParams(tries=2))
-    same, kept = with_options(config, presto, {"budget": 4})
-    assert same == config and kept.keying == "path" and kept.budget == 4
+    base = MethodConfig("multitry", config, presto)
+    new = method_config({"rule": "step", "alpha": 2.0, "tries": 2}, base)
+    assert new.presto == PrestoConfig("step") and new.presto.keying == "step"  # not the old path keys
+    assert isinstance(new.config, PowerConfig) and new.config.target == dataclasses.replace(config.target, alpha=2.0)
+    assert new.config.kernel == KernelConfig("multitry", steps=5, params=MultiTryParams(tries=2))
+    kept = method_config({"budget": 4}, base)
+    assert kept.config == config and kept.presto is not None and (kept.presto.keying, kept.presto.budget) == ("path", 4)
+    other = method_config({"method": "entropycut"}, base).config
+    assert isinstance(other, PowerConfig) and other.kernel == KernelConfig("entropycut", steps=5)  # its own defaults
     with pytest.raises(ConfigError, match="`block_size`"):
-        with_options(config, presto, {"block_size": 0})
+        method_config({"block_size": 0}, base)
+    with pytest.raises(ConfigError, match=r"`tries` is a parameter of multitry, not of 'entropycut'"):
+        method_config({"method": "entropycut", "tries": 2}, base)
 
 
 def test_each_object_describes_itself():
