@@ -219,25 +219,6 @@ def make_kernel(config: Any) -> Kernel:
     return dataclasses.replace(kernel, ends=True)
 
 
-def current_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A run record or manifest config in today's words. Before the registry, ``sampler`` was
-    "sequential" or "presto" beside ``kernel`` (an MH run) or a baseline's name, and best-of-N's
-    ``best_of`` was ``n``; a record written since is returned as it is."""
-    out = dict(record)
-    if "sampler" not in out or "method" in out:
-        return out
-    sampler = out.pop("sampler")
-    if sampler in ("sequential", "presto"):
-        out["method"] = out.pop("kernel", "powermh")
-        if sampler == "sequential":
-            out["rule"] = "sequential"
-    else:
-        out["method"] = sampler
-        if sampler == "bestofn" and "n" in out:
-            out["best_of"] = out.pop("n")
-    return out
-
-
 builtin(KernelSpec("powermh", PowerMHParams, lambda alpha, tau, p: PowerMHKernel(alpha, tau), "uniform cuts"))
 builtin(
     KernelSpec(

@@ -65,7 +65,7 @@ trap cleanup EXIT
 unset PYTHONPATH
 
 # ---- 1. build -------------------------------------------------------------------------------
-VERSION=$(.venv/bin/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+VERSION=$(.venv/bin/python -c 'import runpy; print(runpy.run_path("presto_sgl/version.py")["__version__"])')
 if ! .venv/bin/python -c 'import build' 2>/dev/null; then
   say "installing build into .venv (scripts/constraints.txt)"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/constraints.txt build setuptools

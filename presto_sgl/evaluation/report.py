@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..registry import current_record
+from ..execution.resume import current_record
 from .equivalence import load_records
 from .results import aggregate, write_results
 

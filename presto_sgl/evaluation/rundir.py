@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..registry import current_record
+from ..execution.resume import current_record
 
 MANIFEST, RECORDS = "manifest.json", "records.jsonl"
 

@@ -110,9 +110,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 def check_same_run(name: str, recorded: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     """ValueError naming every field where this run's record differs from the trace's (a trace
-    written before the registry is read in today's words: :func:`presto_sgl.registry.current_record`)."""
-    from ..registry import current_record
-
+    written before the registry is read in today's words: :func:`current_record`)."""
     recorded, current = current_record(recorded), current_record(current)
     keys = sorted((set(recorded) | set(current)) - set(IDENTITY_FREE))
     differ = [k for k in keys if recorded.get(k) != current.get(k)]
@@ -132,3 +130,22 @@ def truncate(path: str | Path, offset: int) -> None:
     """Cut the trace at ``path`` to its first ``offset`` bytes (what resume keeps)."""
     with open(path, "r+b") as f:
         f.truncate(offset)
+
+
+def current_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A run record or manifest config in today's words. Before the registry, ``sampler`` was
+    "sequential" or "presto" beside ``kernel`` (an MH run) or a baseline's name, and best-of-N's
+    ``best_of`` was ``n``; a record written since is returned as it is."""
+    out = dict(record)
+    if "sampler" not in out or "method" in out:
+        return out
+    sampler = out.pop("sampler")
+    if sampler in ("sequential", "presto"):
+        out["method"] = out.pop("kernel", "powermh")
+        if sampler == "sequential":
+            out["rule"] = "sequential"
+    else:
+        out["method"] = sampler
+        if sampler == "bestofn" and "n" in out:
+            out["best_of"] = out.pop("n")
+    return out
