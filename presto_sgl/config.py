@@ -359,11 +359,6 @@ SERVER_SIDE = frozenset({"predictor", "online"})
 """PrestoConfig's fields that only the process running the chains sets (its predictor file, its
 learner): ``serve``'s flags and the library's, never a request or a ``power_gen`` call."""
 
-TARGET = tuple(p.name for p in params_of(Target))
-"""Target's declared parameters."""
-KERNEL = tuple(p.name for p in params_of(KernelConfig) if p.name != "name")
-"""KernelConfig's declared parameters but the kernel's name (``method``); its own come from its registry entry."""
-SCHEDULE = (*TARGET, *KERNEL)
 PRESTO = tuple(f.name for f in fields(PrestoConfig))
 
 METHOD = Param(
