@@ -168,7 +168,13 @@ class MethodBase:
         on_transition: OnTransition | None,
     ) -> ChainState:
         """The method's own part of :meth:`run`: the response state, its calls recorded in ``rec``
-        (and its own records in ``rec.trace``), going on from ``resume`` where it can."""
+        (and its own records in ``rec.trace``). By default a :meth:`response` drawn from the start,
+        resumed or not (its calls are keyed: the same draws); a method that goes on from
+        ``resume`` or reports transitions (the MH sampler) overrides this."""
+        return self.response(rec, prompt, seed, prompt_id)
+
+    def response(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
+        """The response state of a method drawn from the start (the baselines')."""
         raise NotImplementedError
 
     def run_record(

@@ -13,11 +13,8 @@ on a seeded engine, the very same response).
 
 from __future__ import annotations
 
-from ..chain.state import ChainState
 from ..config import BaselineConfig
 from ..engines.base import Engine
-from ..execution.executor import OnTransition, Recorder
-from ..execution.resume import Checkpoint
 from ..methods import MethodBase
 
 
@@ -40,20 +37,3 @@ class Baseline(MethodBase):
 
     def describe(self) -> dict[str, object]:
         return self.config.describe()
-
-    def draw(
-        self,
-        rec: Recorder,
-        prompt: tuple[int, ...],
-        *,
-        seed: int,
-        prompt_id: int | str,
-        resume: Checkpoint | None = None,
-        on_transition: OnTransition | None = None,
-    ) -> ChainState:
-        """Resumed, a baseline draws again from the start (its calls are keyed: the same draws)."""
-        return self.response(rec, prompt, seed, prompt_id)
-
-    def response(self, rec: Recorder, prompt: tuple[int, ...], seed: int, prompt_id: int | str) -> ChainState:
-        """The response state, its calls recorded in ``rec`` (and its own records in ``rec.trace``)."""
-        raise NotImplementedError
