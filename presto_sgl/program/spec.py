@@ -335,6 +335,4 @@ def call_method(options: dict[str, Any]) -> MethodConfig:
             f"{{{name}}} is not a power_gen argument (the predictor is the "
             "package's default); use the library's Sampler for it",
         )
-    if isinstance(options.get("try_temperatures"), list):
-        options["try_temperatures"] = tuple(options["try_temperatures"])
     return method_config(options)

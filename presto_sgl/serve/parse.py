@@ -141,7 +141,6 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
     length = "max_completion_tokens" if "max_completion_tokens" in given else "max_tokens"
     names = {LENGTH: length}
     overrides = {f.name: given[f.name] for f in power_fields() if f.name in given}
-    overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     _temperature(given.get("temperature"), overrides, names)
     cap = whole(given[length]) if length in given else None
     max_tokens = _length(cap, length, defaults, overrides, scoring)
