@@ -1,7 +1,7 @@
 """The EOS-terminated target against the fixed-length one (issue 29): tokens, time, PreSTO's gain.
 
 Runs ``presto-sgl run`` on one task once per (target, rule): the fixed-length target
-(``--target fixed``, the paper's) and the EOS-terminated one (``--target eos``), each with
+(``--ending fixed``, the paper's) and the EOS-terminated one (``--ending eos``), each with
 sequential PowerMH and with PreSTO (the cost-aware step rule), same K, T, blocks, seed and
 prompts, one chain at a time. Reports per run: tokens the engine decoded per prompt, wall
 time per prompt, transitions per MH call, accuracy; then, paired by prompt, fixed over eos
@@ -64,7 +64,7 @@ def run(target: str, rule: str, ns: argparse.Namespace) -> Path:
         "--workers",
         "1",
         "--no-progress",
-        "--target",
+        "--ending",
         target,
         *RULES[rule],
         "--out",

@@ -146,7 +146,7 @@ SUITES = {
         name: Suite(
             dataset,
             (
-                *("--engine", "embedded", "--model", "gemma3", "--target", "fixed"),
+                *("--engine", "embedded", "--model", "gemma3", "--ending", "fixed"),
                 *("--max-new-tokens", "8", "--block-size", "4", "--steps", "4"),
             ),
             (

@@ -102,7 +102,7 @@ def target_runs(engines: list[str], target: str) -> dict[str, list]:
             max_new_tokens=32,
             block_size=16,
             steps=30,
-            target=target,
+            ending=target,
         )
     if "tiny" in engines:
         from presto_sgl.models import embedded_engine
@@ -111,7 +111,7 @@ def target_runs(engines: list[str], target: str) -> dict[str, list]:
         engine = embedded_engine("tiny-adder", device="cpu")
         prompts = [engine.encode(p.prompt) for p in make_problems(4, seed=3)]
         result |= runs(
-            engine, prompts, f"tiny{tag}", (4, 10), alpha=4.0, max_new_tokens=16, block_size=8, steps=6, target=target
+            engine, prompts, f"tiny{tag}", (4, 10), alpha=4.0, max_new_tokens=16, block_size=8, steps=6, ending=target
         )
     if "smollm2" in engines:
         from presto_sgl.models import embedded_engine
@@ -129,7 +129,7 @@ def target_runs(engines: list[str], target: str) -> dict[str, list]:
             max_new_tokens=16,
             block_size=16,
             steps=8,
-            target=target,
+            ending=target,
         )
     return result
 

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from presto_sgl import ChainState, make_kernel, sampling_configs
-from presto_sgl.chain.keys import ChainKeys, DecisionDraws, DecisionId
-from presto_sgl.config import Keying
+from presto_sgl.chain.keys import ChainKeys, DecisionDraws, DecisionId, Keying
 from presto_sgl.kernels.proposals import ProposalStore
 from presto_sgl.planners import BFSPlanner, Planner, RoundContext, StepPlanner
 from presto_sgl.planners.predictive import CandidateNode, PredictivePlanner, allocate, candidate_tree

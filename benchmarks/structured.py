@@ -65,7 +65,7 @@ def configs(rule: str, constrained: bool, ns: argparse.Namespace):
         max_new_tokens=ns.max_new_tokens,
         block_size=ns.block_size,
         steps=ns.steps,
-        target="eos",
+        ending="eos",
         **extra,
     )
     if constrained:

@@ -20,11 +20,11 @@ from .samplers import Sampler
 
 
 def ending_default(config: PowerConfig, engine: Engine) -> PowerConfig:
-    """``config`` with the responses that end at the model's stop token (``target="eos"``): the
-    default where ``max_tokens`` caps an answer (``serve`` without ``--target``, ``power_gen``),
+    """``config`` with the responses that end at the model's stop token (``ending="eos"``): the
+    default where ``max_tokens`` caps an answer (``serve`` without ``--ending``, ``power_gen``),
     so a short answer stops paying for the cap on every MH step. ``config`` unchanged where the
     engine cannot end there (its model has no stop token) or the kernel has no EOS-terminated form."""
-    ending = replace(config, target=replace(config.target, target="eos"))
+    ending = replace(config, target=replace(config.target, ending="eos"))
     if not (engine.capabilities.stops and engine.text.stop_ids):
         return config
     try:

@@ -26,6 +26,7 @@ from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import Any
 
 from . import registry
+from .chain.keys import Keying
 from .constraints import Constraint
 from .errors import ConfigError
 from .fields import (
@@ -43,10 +44,7 @@ from .fields import (
     params_of,
 )
 
-Keying = registry.Keying
-
-
-TARGETS = ("fixed", "eos")
+ENDINGS = ("fixed", "eos")
 
 
 def _kernels() -> tuple[str, ...]:
@@ -74,7 +72,7 @@ class Target(Validated):
     """What a chain samples: pi_alpha(x) ∝ p0(x)^alpha, approached in stages of ``block_size``
     tokens (stage l targets the first l*B; None: one stage, the whole response).
 
-    ``target``: "fixed" samples responses of exactly ``max_new_tokens`` tokens (the paper's);
+    ``ending``: "fixed" samples responses of exactly ``max_new_tokens`` tokens (the paper's);
     "eos" responses that end at the model's first stop token or at T (docs/design.md §2.1).
     ``max_new_tokens`` is a positive multiple of ``block_size``. ``constraint``: pi_alpha
     restricted to the responses a :class:`~presto_sgl.constraints.Constraint` allows
@@ -94,13 +92,13 @@ class Target(Validated):
     )
     max_new_tokens: int = option(64, "response length, a multiple of --block-size")  # checked in _check
     block_size: int | None = option(16, "tokens per stage", integer(1, example=16, optional="one stage"))
-    target: str = option(
+    ending: str = option(
         "fixed",
         "the response space: fixed = exactly --max-new-tokens tokens (the paper's); eos = "
         "responses that end at the model's first stop token (or at --max-new-tokens), so short "
         "answers stop paying for T tokens",
-        one_of(TARGETS),
-        choices=TARGETS,
+        one_of(ENDINGS),
+        choices=ENDINGS,
     )
     _: KW_ONLY
     constraint: Constraint | None = None
@@ -111,11 +109,11 @@ class Target(Validated):
             raise ConfigError(
                 "constraint", c, f"{{constraint}} must be a presto_sgl.Constraint, got {type(c).__name__}"
             )
-        if c is not None and self.target != "eos":
+        if c is not None and self.ending != "eos":
             raise ConfigError(
-                "target",
-                self.target,
-                f"a constraint ({c.describe()}) needs {{target='eos'}}: a fixed-target response has exactly "
+                "ending",
+                self.ending,
+                f"a constraint ({c.describe()}) needs {{ending='eos'}}: a fixed-target response has exactly "
                 "max_new_tokens tokens and never ends, so it cannot end where the constraint allows",
             )
         n, b = self.max_new_tokens, self.block_size
@@ -147,7 +145,7 @@ class Target(Validated):
     @property
     def ends(self) -> bool:
         """The EOS-terminated target: responses end at their first stop token."""
-        return self.target == "eos"
+        return self.ending == "eos"
 
 
 @dataclass(frozen=True)

@@ -146,21 +146,29 @@ def is_finite_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def integer(low: int, what: str = "", example: int | None = None, optional: str = "") -> Check:
-    """An integer >= ``low`` (``what`` says what it counts; ``example`` a good value); None
-    allowed when ``optional`` says what None means."""
+def integer(
+    low: int | None, what: str = "", example: int | None = None, optional: str = "", *, high: int | None = None
+) -> Check:
+    """An integer >= ``low`` (None: any), and <= ``high`` when given (``what`` says what it counts;
+    ``example`` a good value); None allowed when ``optional`` says what None means."""
 
     def check(name: str, value: Any) -> int | None:
         if value is None and optional:
             return None
-        if not is_int(value) or value < low:
+        if not is_int(value) or (low is not None and value < low) or (high is not None and value > high):
             hint = (f" ({what})" if what else "") + (f", e.g. {{{name}={example}}}" if example is not None else "")
             hint += f", or None for {optional}" if optional else ""
-            kind = "a positive integer" if low == 1 and not what else f"an integer >= {low}"
+            if high is not None:
+                kind = f"an integer in [{low}, {high}]"
+            elif low is None:
+                kind = "an integer"
+            else:
+                kind = "a positive integer" if low == 1 and not what else f"an integer >= {low}"
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be {kind}{hint}")
         return int(value)
 
-    return Rule(check, {"minimum": low})
+    bounds = {"minimum": low, "maximum": high}
+    return Rule(check, {k: v for k, v in bounds.items() if v is not None})
 
 
 def number(

@@ -23,6 +23,7 @@ from .errors import ConfigError
 from .execution.context import ALONE, RunContext
 from .execution.executor import OnTransition, Recorder
 from .execution.resume import Checkpoint, check_same_run
+from .fields import integer
 
 if TYPE_CHECKING:
     from .planners.base import Planner
@@ -115,12 +116,6 @@ def check_prompt(engine: Engine, prompt: Sequence[int], max_new_tokens: int) -> 
     return tuple(int(t) for t in prompt)
 
 
-def check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError("seed", seed, f"{{seed}} (={seed!r}) must be an integer")
-    return seed
-
-
 class MethodBase:
     """What methods share: the prompt check, the run record, the trace's opening and closing."""
 
@@ -150,7 +145,7 @@ class MethodBase:
         on_transition: OnTransition | None = None,
         info: Mapping[str, object] | None = None,
     ) -> SampleResult:
-        check_seed(seed)
+        integer(None, "the chain's keys")("seed", seed)
         ids = self.check_prompt(prompt)
         rec = Recorder(self.engine, context)
         self.open_trace(rec, ids, seed, prompt_id, info, context.resume)

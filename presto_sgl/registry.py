@@ -1,17 +1,17 @@
 """The registry: every MH kernel, rule and baseline by name.
 
-* a **kernel** (:class:`KernelSpec`) is an MH transition: its name, the dataclass of its
-  own parameters, and how to make it from (alpha, tau, params);
-* a **rule** (:class:`RuleSpec`) is how the K transitions of a stage run: its planner
-  factory and the keys it couples with (``sequential`` is PowerMH, one call each);
+* a **kernel** (:class:`~presto_sgl.kernels.base.KernelSpec`) is an MH transition: its name,
+  the dataclass of its own parameters, and how to make it from (alpha, tau, params);
+* a **rule** (:class:`~presto_sgl.planners.base.RuleSpec`) is how the K transitions of a stage
+  run: its planner factory and the keys it couples with (``sequential`` is PowerMH, one call each);
 * a **baseline** (:class:`BaselineSpec`) is a test-time method that is not MH;
 * a **method** is what a run uses: a kernel (run by a rule) or a baseline.
 
-The registry sits low in the package: it knows kernels (it registers the built-in ones),
-while the planners and the baselines, above it, register themselves when their packages load;
-the tables load those packages by name on their first read (as they would a plugin), so any
-front end sees every built-in whatever it imported first. The front ends' flat options are generated from the
-declared fields of the configs and of every registered kernel and baseline
+Each built-in package declares its entries as ``SPECS``: the kernels and the rules sit below
+the registry, which registers theirs when it loads; the baselines sit above it (they need the
+configs), and the tables load them by name on their first read (as they would a plugin), so
+any front end sees every built-in whatever it imported first. The front ends' flat options are
+generated from the declared fields of the configs and of every registered kernel and baseline
 (:func:`presto_sgl.config.parameters`), so a new kernel is one :func:`register_kernel`
 call, and it appears as a ``--method`` choice with its flags, as ``serve`` request fields
 and as ``power_gen`` keyword arguments::
@@ -26,51 +26,48 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
+from . import kernels, planners
+from .chain.keys import Keying
 from .engines.base import Engine
 from .errors import ConfigError
 from .fields import Validated, params_of
-from .kernels.base import Kernel
-from .kernels.entropycut import EntropyCutKernel, EntropyCutParams
-from .kernels.multitry import MultiTryKernel, MultiTryParams
-from .kernels.powermh import PowerMHKernel, PowerMHParams
-from .predictor.certainty import Predictor
+from .kernels.base import Kernel, KernelSpec
+from .methods import Method
+from .planners.base import RuleSpec
 
-Keying = Literal["path", "step"]
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    name: str
-    params: type[Validated]  # a frozen dataclass of the kernel's own parameters (fields by `option`)
-    make: Callable[[float, float, Any], Kernel]  # (alpha, tau, params) -> the kernel
-    doc: str  # one line: the --method help
-
-
-@dataclass(frozen=True)
-class RuleSpec:
-    name: str
-    keying: Keying | None  # the keys the rule couples with (None: either; docs/design.md §4)
-    planner: Callable[[Predictor | None], Any]  # -> the rule's Planner (planners sit above), with a fixed budget
-    doc: str
-    _: KW_ONLY
-    predicts: bool = False  # the rule needs a predictor with a fixed budget too (a cost-aware budget always has one)
+__all__ = [
+    "BASELINES",
+    "KERNELS",
+    "RULES",
+    "BaselineSpec",
+    "KernelSpec",
+    "Keying",
+    "RuleSpec",
+    "make_kernel",
+    "methods",
+    "register_baseline",
+    "register_kernel",
+    "register_rule",
+    "spec_of",
+    "unregister",
+]
 
 
 @dataclass(frozen=True)
 class BaselineSpec:
     name: str
     params: type[Validated]  # a frozen dataclass of the baseline's own parameters
-    make: Callable[[Engine, Any], Any]  # (engine, BaselineConfig) -> the Method (methods sit above)
+    make: Callable[[Engine, Any], Method]  # (engine, its BaselineConfig: the configs sit above) -> the method
     uses: tuple[str, ...]  # the Target fields it reads (alpha, max_new_tokens, ...); others are refused
     _: KW_ONLY
     doc: str
     check: Callable[[Any], None] | None = None  # (BaselineConfig): checks across its fields
 
 
-BUILTINS = ("presto_sgl.planners", "presto_sgl.baselines")
-"""The packages above the registry that register built-ins: the rules and the baselines."""
+ABOVE = ("presto_sgl.baselines",)
+"""The built-in packages above the registry, whose ``SPECS`` load on a table's first read."""
 
 _loaded = False
 
@@ -81,12 +78,13 @@ def _load_builtins() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        for module in BUILTINS:
-            importlib.import_module(module)
+        for module in ABOVE:
+            for spec in importlib.import_module(module).SPECS:
+                _add(spec)
 
 
 class Table(Mapping[str, S], Generic[S]):
-    """Registered specs by name. Reading it first loads :data:`BUILTINS` (once per process)."""
+    """Registered specs by name. Reading it first loads the built-ins of :data:`ABOVE`."""
 
     def __init__(self) -> None:
         self._specs: dict[str, S] = {}
@@ -116,7 +114,7 @@ RULES: Table[RuleSpec] = Table()
 BASELINES: Table[BaselineSpec] = Table()
 RESERVED = frozenset(
     {
-        *("alpha", "max_new_tokens", "block_size", "target"),  # Target's
+        *("alpha", "max_new_tokens", "block_size", "ending"),  # Target's
         *("name", "params", "steps", "tau"),  # KernelConfig's
         *("rule", "budget", "predictor", "online", "cost_aware", "keying"),  # PrestoConfig's
         *("method", "kernel", "seed", "prompt"),  # the front ends'
@@ -152,25 +150,24 @@ def register_kernel(spec: KernelSpec) -> KernelSpec:
     """Add an MH kernel: it becomes a ``--method`` choice, its parameters CLI flags, ``serve``
     request fields and ``power_gen`` keyword arguments."""
     _load_builtins()
-    return builtin(spec)
+    return _add(spec)
 
 
 def register_rule(spec: RuleSpec) -> RuleSpec:
     _load_builtins()
-    return builtin(spec)
+    return _add(spec)
 
 
 def register_baseline(spec: BaselineSpec) -> BaselineSpec:
     _load_builtins()
-    return builtin(spec)
+    return _add(spec)
 
 
 Spec = TypeVar("Spec", KernelSpec, RuleSpec, BaselineSpec)
 
 
-def builtin(spec: Spec) -> Spec:
-    """Register ``spec`` without loading the built-ins first: how the built-in packages
-    (:data:`BUILTINS`, and the kernels below) register their own, while they load."""
+def _add(spec: Spec) -> Spec:
+    """Register ``spec`` (the built-ins' own, while they load, and a user's after them)."""
     if isinstance(spec, KernelSpec):
         _check_new("kernel", spec.name, spec.params)
         KERNELS.add(spec.name, spec)
@@ -211,28 +208,15 @@ def make_kernel(config: Any) -> Kernel:
         return kernel
     if not (dataclasses.is_dataclass(kernel) and "ends" in {f.name for f in dataclasses.fields(kernel)}):
         raise ConfigError(
-            "target",
-            target.target,
+            "ending",
+            target.ending,
             f"kernel {name!r} has no EOS-terminated form (no `ends` "
-            "field); use {target='fixed'} or a kernel that has one (powermh, entropycut, multitry)",
+            "field); use {ending='fixed'} or a kernel that has one (powermh, entropycut, multitry)",
         )
     return dataclasses.replace(kernel, ends=True)
 
 
-builtin(KernelSpec("powermh", PowerMHParams, lambda alpha, tau, p: PowerMHKernel(alpha, tau), "uniform cuts"))
-builtin(
-    KernelSpec(
-        "entropycut",
-        EntropyCutParams,
-        lambda alpha, tau, p: EntropyCutKernel(alpha, tau, p.beta),
-        "cuts where the p0 entropy rises; needs an engine with entropy",
-    )
-)
-builtin(
-    KernelSpec(
-        "multitry",
-        MultiTryParams,
-        lambda alpha, tau, p: MultiTryKernel(alpha, p.try_temperatures, p.tries),
-        "multiple-try Metropolis: --tries candidates per transition at temperatures drawn from --try-temperatures",
-    )
-)
+for _kernel in kernels.SPECS:
+    _add(_kernel)
+for _rule in planners.SPECS:
+    _add(_rule)

@@ -1,7 +1,7 @@
 """The sampler: the block schedule around one executor that runs any MH kernel.
 
 Stage l extends the state by B tokens from q_tau (no EOS stop), then runs K MH
-transitions targeting p0(x_{1:lB})^alpha. Under the EOS-terminated target (``target="eos"``)
+transitions targeting p0(x_{1:lB})^alpha. Under the EOS-terminated target (``ending="eos"``)
 the extension and every proposal end at the model's first stop token, a state that has
 ended is not extended, and stage l targets p0(x)^alpha over responses that end by lB
 (docs/design.md §2.1). The transitions run in rounds: the planner
@@ -22,10 +22,33 @@ from .execution.executor import OnTransition, Recorder, StageExecutor
 from .execution.resume import Checkpoint
 from .kernels.base import Kernel
 from .methods import MethodBase, SampleResult, extend
-from .planners import Planner, make_planner
-from .registry import make_kernel
+from .planners import BudgetPolicy, CallTimeModel, CostAware, Planner, RatePolicy, RolloutPolicy
+from .predictor.certainty import Predictor
+from .registry import RULES, make_kernel
 
-__all__ = ["SampleResult", "Sampler"]
+__all__ = ["SampleResult", "Sampler", "make_planner"]
+
+
+def make_planner(
+    presto: PrestoConfig, *, predictor: Predictor | None = None, time_model: CallTimeModel | None = None
+) -> Planner:
+    """The planner of ``presto``: its rule (:mod:`presto_sgl.registry`) with a fixed budget, or
+    with ``cost_aware`` a :class:`~presto_sgl.planners.CostAware` one: a rollout where the rule's
+    proposals carry over, else the best rate. ``predictor`` (default: the config's, loaded) is
+    shared by the rule and the policy (a rule that needs none with a fixed budget gets none);
+    ``time_model`` (default: a fresh one) is the policy's."""
+    from .predictor import load_predictor
+
+    spec = RULES[presto.rule]
+    if not (presto.cost_aware or spec.predicts):
+        return spec.planner(None)
+    if predictor is None:
+        predictor = load_predictor(presto.predictor, online=presto.online)
+    rule = spec.planner(predictor)
+    if not presto.cost_aware:
+        return rule
+    policy: BudgetPolicy = RolloutPolicy(predictor, time_model) if rule.carries_over else RatePolicy(time_model)
+    return CostAware(rule, policy, predictor)
 
 
 class Sampler(MethodBase):
@@ -65,21 +88,21 @@ class Sampler(MethodBase):
         if target.ends:
             if not self.kernel.ends:
                 raise ConfigError(
-                    "target",
-                    target.target,
+                    "ending",
+                    target.ending,
                     f"the injected {self.kernel.name} kernel samples fixed-length "
-                    "responses; build it with ends=True for {target='eos'}",
+                    "responses; build it with ends=True for {ending='eos'}",
                 )
             if not engine.capabilities.stops:
                 raise CapabilityError(
-                    "target='eos' needs an engine that ends requests at stop tokens; this one cannot "
-                    "(use the embedded, reference, SGLang or vLLM engine, or target='fixed')"
+                    "ending='eos' needs an engine that ends requests at stop tokens; this one cannot "
+                    "(use the embedded, reference, SGLang or vLLM engine, or ending='fixed')"
                 )
             self.stop = tuple(sorted(set(engine.text.stop_ids)))
             if not self.stop:
                 raise CapabilityError(
-                    "target='eos' needs the model's stop tokens, and this engine's model has none "
-                    "(no EOS id in its tokenizer or generation config); use target='fixed'"
+                    "ending='eos' needs the model's stop tokens, and this engine's model has none "
+                    "(no EOS id in its tokenizer or generation config); use ending='fixed'"
                 )
             if target.constraint is not None and not engine.capabilities.constraints:
                 raise CapabilityError(
@@ -89,7 +112,7 @@ class Sampler(MethodBase):
                 )
         elif self.kernel.ends:
             raise ConfigError(
-                "target", target.target, f"the injected {self.kernel.name} kernel has ends=True; use {{target='eos'}}"
+                "ending", target.ending, f"the injected {self.kernel.name} kernel has ends=True; use {{ending='eos'}}"
             )
         if planner is not None:  # the rule's keys were checked by PrestoConfig; an injected planner's here
             check_keying(planner.keying, presto.keying, type(planner).__name__)
@@ -167,7 +190,8 @@ class Sampler(MethodBase):
                 self.kernel,
                 stage * target.block,
                 steps,
-                self.presto,
+                budget=self.presto.budget,
+                keying=self.presto.keying,
                 planner=planner,
                 stage=stage,
                 keys=keys,

@@ -5,7 +5,7 @@
 #   (a) coupling: sequential PowerMH and every PreSTO rule, with the same keys, visit the same
 #       states (tokens and accept/reject decisions identical, transition by transition), as
 #       tests/exactness/test_coupling.py checks on the CPU, for the fixed-length target and
-#       the EOS-terminated one (target='eos': rows of a call end at different positions);
+#       the EOS-terminated one (ending='eos': rows of a call end at different positions);
 #   (b) fork batching: one call of N = 1, 4, 10, 20 forks of a state at keyed uniform cuts vs
 #       its longest request alone (benchmarks/engines.py's part F);
 # and print the machine (nvidia-smi -L, torch.version.cuda, CPU) with the results.
@@ -171,7 +171,7 @@ rules = [("bfs", "path", False), ("predictive", "path", False), ("step", "step",
 
 def run(rule, keying, budget, cost_aware, kernel, params, seed):
     cfg, presto = sampling_configs(rule, keying=keying, budget=budget, cost_aware=cost_aware,
-                                   kernel=kernel, target=target, **params, **schedule)
+                                   kernel=kernel, ending=target, **params, **schedule)
     seen = []
     result = Sampler(engine, cfg, presto).run(
         prompt, seed=seed, on_transition=lambda stage, k, st, tr: seen.append((stage, k, st, tr.accepted)))

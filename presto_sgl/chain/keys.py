@@ -16,9 +16,13 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 DecisionId = int | str
 """A decision's identity within a stage: a path string (path keys) or a step index (step keys)."""
+
+Keying = Literal["path", "step"]
+"""The keys a rule couples with: by path in the outcome tree, or by step index (docs/design.md §4)."""
 
 SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
 """Engine seeds are 63-bit non-negative integers."""

@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="test the statistics of the answers (the tokens up to and including the first stop token: "
         "answer_log_likelihood, answer_confidence) instead of the whole responses; compares a "
-        "--target eos run with a --target fixed one",
+        "--ending eos run with a --ending fixed one",
     )
     p.add_argument("--plot", metavar="PNG", help="also draw the forest plot to this file")
     p.add_argument(

@@ -116,7 +116,7 @@ def _service(args: argparse.Namespace):
     if not args.shutdown_grace >= 0:
         raise ValueError(f"`--shutdown-grace` (={args.shutdown_grace!r}) must be >= 0 (0: cancel at once)")
     engine = ENGINES[args.engine](args)
-    config = spec.config if args.target is not None else ending_default(spec.config, engine)
+    config = spec.config if args.ending is not None else ending_default(spec.config, engine)
     defaults = Defaults(config, spec.presto, seed=args.seed, max_n=args.max_n)
     concurrency = args.concurrency
     if concurrency is None:

@@ -23,6 +23,7 @@ from radix import RadixTree
 
 from ..chain.keys import hash64, uniform01
 from ..errors import ConfigError
+from ..fields import integer
 from .base import Completion, EngineCapabilities, Request
 from .grammar import Grammars
 from .scoring import Scored, from_logp_rows
@@ -36,8 +37,7 @@ class ReferenceLM:
     """Second-order Markov LM over ``vocab_size`` tokens with position-dependent logits."""
 
     def __init__(self, vocab_size: int = 32, *, sharpness: float = 2.0, period: int = 7, seed: int = 0) -> None:
-        if not isinstance(vocab_size, int) or vocab_size < 2:
-            raise ConfigError("vocab_size", vocab_size, f"{{vocab_size}} (={vocab_size!r}) must be an integer >= 2")
+        integer(2, "tokens")("vocab_size", vocab_size)
         if not (sharpness > 0 and math.isfinite(sharpness)):
             raise ConfigError("sharpness", sharpness, f"{{sharpness}} (={sharpness!r}) must be a finite number > 0")
         if not isinstance(period, int) or period < 1:

@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-from ..errors import BackendUnavailable, ConfigError, EngineError
+from ..errors import BackendUnavailable, EngineError
+from ..fields import integer, number
 from .base import Completion, Request, validate_completion
 
 
@@ -128,16 +129,9 @@ class ServerEngine:
     START_HINT = "start it or pass the right --url"
 
     def __init__(self, url: str, timeout_s: float, max_retries: int, restart_timeout_s: float) -> None:
-        if not timeout_s > 0:
-            raise ConfigError("timeout_s", timeout_s, f"{{timeout_s}} (={timeout_s!r}) must be > 0")
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigError("max_retries", max_retries, f"{{max_retries}} (={max_retries!r}) must be an integer >= 0")
-        if not restart_timeout_s >= 0:
-            raise ConfigError(
-                "restart_timeout_s",
-                restart_timeout_s,
-                f"{{restart_timeout_s}} (={restart_timeout_s!r}) must be >= 0 (0: fail at once)",
-            )
+        number(0, strict=True, what="seconds")("timeout_s", timeout_s)
+        integer(0, "retries of a failed call")("max_retries", max_retries)
+        number(0, strict=False, what="seconds; 0: fail at once")("restart_timeout_s", restart_timeout_s)
         self.url = url.rstrip("/")
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries

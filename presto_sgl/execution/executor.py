@@ -12,10 +12,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, replace
 
-from ..chain.keys import ChainKeys, DecisionDraws, DecisionId
+from ..chain.keys import ChainKeys, DecisionDraws, DecisionId, Keying
 from ..chain.metrics import CallRecord, NodeRecord, RequestRecord
 from ..chain.state import ChainState
-from ..config import PrestoConfig
 from ..constraints import Constraint
 from ..engines.base import Completion, Engine, Request, check_lengths, check_values, validate_completion
 from ..errors import EngineError
@@ -110,8 +109,9 @@ class StageExecutor:
         kernel: Kernel,
         horizon: int,
         steps: int,
-        presto: PrestoConfig,
         *,
+        budget: int,
+        keying: Keying,
         planner: Planner,
         stage: int,
         keys: ChainKeys,
@@ -120,7 +120,8 @@ class StageExecutor:
         stop: tuple[int, ...] = (),
         constraint: Constraint | None = None,
     ) -> None:
-        self.kernel, self.steps, self.presto, self.planner = kernel, steps, presto, planner
+        self.kernel, self.steps, self.planner = kernel, steps, planner
+        self.budget, self.keying = budget, keying  # PrestoConfig's: requests per call, the keys
         self.stage, self.keys, self.rec, self.on_transition = stage, keys, rec, on_transition
         self.stop = stop  # the EOS-terminated target's stop tokens: every draw ends at the first
         self.constraint = constraint  # every draw from q_tau masked by C, resumed after its kept prefix
@@ -150,11 +151,11 @@ class StageExecutor:
             root_path=path,
             k0=k,
             remaining=remaining,
-            budget=self.presto.budget,
+            budget=self.budget,
             draws=self.draws,
             store=self.store,
             kernel=self.kernel,
-            keying=self.presto.keying,
+            keying=self.keying,
             horizon=self.horizon,
         )
         batch = self.plan(ctx)
@@ -269,7 +270,7 @@ class StageExecutor:
                 index, self.stage, "mh", k, requests=tuple(records), time_s=elapsed, plan_s=plan_s, walk_s=walk_s
             )
         )
-        length = T  # the length of the state each decision was taken at (it varies under target="eos")
+        length = T  # the length of the state each decision was taken at (it varies under ending="eos")
         for i, step in enumerate(steps):
             tr = step.transition
             rec.record_node(

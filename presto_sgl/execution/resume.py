@@ -133,10 +133,13 @@ def truncate(path: str | Path, offset: int) -> None:
 
 
 def current_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A run record or manifest config in today's words. Before the registry, ``sampler`` was
-    "sequential" or "presto" beside ``kernel`` (an MH run) or a baseline's name, and best-of-N's
-    ``best_of`` was ``n``; a record written since is returned as it is."""
+    """A run record or manifest config in today's words. Earlier versions called the ending
+    (fixed | eos) ``target``; before the registry, ``sampler`` was "sequential" or "presto" beside ``kernel``
+    (an MH run) or a baseline's name, and best-of-N's ``best_of`` was ``n``; a record written
+    since is returned as it is."""
     out = dict(record)
+    if "target" in out and "ending" not in out:
+        out["ending"] = out.pop("target")
     if "sampler" not in out or "method" in out:
         return out
     sampler = out.pop("sampler")

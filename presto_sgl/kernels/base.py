@@ -20,12 +20,13 @@ these three methods and nothing else (docs/design.md §3).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..chain.keys import DecisionDraws
 from ..chain.state import ChainState
+from ..fields import Validated
 
 
 @dataclass(frozen=True)
@@ -106,3 +107,15 @@ class Kernel(Protocol):
     ) -> tuple[ChainState, Transition]:
         """The MH transition of ``state`` given the scored draws at the decision's cut."""
         ...
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A kernel's registry entry (:mod:`presto_sgl.registry`): its name, the frozen dataclass of
+    its own parameters (fields by :func:`~presto_sgl.fields.option`), how to make it from
+    (alpha, tau, params), and one line for ``--method``'s help."""
+
+    name: str
+    params: type[Validated]
+    make: Callable[[float, float, Any], Kernel]
+    doc: str

@@ -17,12 +17,11 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import Protocol, Self
 
-from ..chain.keys import DecisionDraws, DecisionId
+from ..chain.keys import DecisionDraws, DecisionId, Keying
 from ..chain.state import ChainState
-from ..config import Keying
 from ..kernels.base import Kernel
 from ..kernels.proposals import ProposalStore
-from ..predictor.certainty import Observation, certainty_class
+from ..predictor.certainty import Observation, Predictor, certainty_class
 from .timemodel import CallTimeModel
 
 
@@ -81,7 +80,7 @@ class RoundContext:
 
     @property
     def ends(self) -> bool:
-        """target="eos": a draw runs to its own stop token (at most ``horizon`` - cut tokens)."""
+        """ending="eos": a draw runs to its own stop token (at most ``horizon`` - cut tokens)."""
         return self.kernel.ends
 
     def decision(self, path: str, k: int) -> DecisionId:
@@ -134,6 +133,20 @@ class Planner(Protocol):
         ...
 
     def observe(self, feedback: RoundFeedback) -> None: ...
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A rule's registry entry (:mod:`presto_sgl.registry`): its name, the keys it couples with
+    (None: either; docs/design.md §4), its planner with a fixed budget made from a predictor
+    (None unless the rule ``predicts`` or the budget is cost-aware), and one line of help."""
+
+    name: str
+    keying: Keying | None
+    planner: Callable[[Predictor | None], Planner]
+    doc: str
+    _: KW_ONLY
+    predicts: bool = False  # the rule needs a predictor with a fixed budget too (a cost-aware budget always has one)
 
 
 class Stateless:

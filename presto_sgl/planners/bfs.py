@@ -18,8 +18,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 
-from ..chain.keys import DecisionId
-from ..config import Keying
+from ..chain.keys import DecisionId, Keying
 from ..predictor.certainty import Predictor, h_plus
 from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback, Stateless
 

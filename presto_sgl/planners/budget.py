@@ -17,7 +17,7 @@ budget policy picks the prefix n, and a planner is a rule x a policy:
   - :class:`~.costaware.RolloutPolicy` where proposals carry over (step keys): n* by a
     rollout of the rest of the stage.
 
-:func:`~presto_sgl.planners.make_planner` composes them from a PrestoConfig (``cost_aware``), so a new
+:func:`~presto_sgl.samplers.make_planner` composes them from a PrestoConfig (``cost_aware``), so a new
 rule that ranks its batch gets both budgets with no new class. The first calls of a
 cost-aware policy explore fixed fractions of N (:data:`EXPLORE`) so that the time model sees
 different row counts. A policy reads only cuts, the predictor and call times, never a

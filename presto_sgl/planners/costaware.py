@@ -27,7 +27,7 @@ bits (:class:`MatchRate`, shared by the runs). The expectation is a Monte-Carlo 
 over ``samples`` futures (common to every n and b, seeded by the round); with exact
 enumeration it equals a store-level simulation of the real step rule (tests).
 
-Under target="eos" a proposal ends at its own stop token, not at the root's length L: a
+Under ending="eos" a proposal ends at its own stop token, not at the root's length L: a
 request at cut c decodes n = min(H, max(c + 1, r L)) - c tokens with r = (c + n) / L drawn
 from the ratios realized by earlier requests of every run (:class:`EndLengths`; H the stage
 horizon), sampled with each future, so the rollout prices E[longest row of a call], not the
@@ -85,7 +85,7 @@ class MatchRate:
 
 
 class EndLengths:
-    """Where proposals end under target="eos", relative to the root: r = (c + n) / L(root) of
+    """Where proposals end under ending="eos", relative to the root: r = (c + n) / L(root) of
     the last ``keep`` requests of every run (thread-safe). Lengths are known for every
     request sent (like the call-time model's counts), and they only shape the batch size."""
 
@@ -275,7 +275,7 @@ class RolloutPolicy:
         return tuple(itertools.accumulate(self.use_probabilities(ctx, ranked.batch)))
 
     def observe(self, feedback: RoundFeedback) -> None:
-        """Refit the time model on the call; under target="eos" add where its requests ended;
+        """Refit the time model on the call; under ending="eos" add where its requests ended;
         pass the realized decisions to the predictor."""
         if feedback.requests and feedback.timed:
             self.time_model.observe([new for _, new in feedback.requests], feedback.time_s)

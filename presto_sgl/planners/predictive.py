@@ -34,7 +34,7 @@ import heapq
 import itertools
 from dataclasses import KW_ONLY, dataclass, field
 
-from ..config import Keying
+from ..chain.keys import Keying
 from ..predictor.certainty import Predictor, h_plus
 from .base import PlannedRequest, PlanOffer, RoundContext, RoundFeedback, Stateless
 

@@ -159,7 +159,7 @@ class RoundModel:
     ) -> list[Outcome]:
         """``samples`` independent draws of (accept bits, match gaps[, new tokens]), weight
         1/samples each. A gap is geometric: P(gap >= g) = match^g. ``lengths(rng, cut)``
-        draws a depth's new tokens (target="eos": proposals end at their own length);
+        draws a depth's new tokens (ending="eos": proposals end at their own length);
         without it every depth has ``length - cut``."""
         out = []
         for _ in range(samples):

@@ -8,7 +8,7 @@ of regenerated.
 
 from __future__ import annotations
 
-from ..config import Keying
+from ..chain.keys import Keying
 from .base import PlannedRequest, RoundContext, Stateless
 
 

@@ -88,7 +88,7 @@ def on_engine(spec: GenSpec, eng: Any) -> MethodConfig:
     if not spec.default_eos or (isinstance(m.config, PowerConfig) and m.config.target.constraint is not None):
         return m
     assert isinstance(m.config, PowerConfig)  # a kernel's: default_eos is never set for a baseline
-    fixed = dataclasses.replace(m.config, target=dataclasses.replace(m.config.target, target="fixed"))
+    fixed = dataclasses.replace(m.config, target=dataclasses.replace(m.config.target, ending="fixed"))
     config = ending_default(fixed, eng)
     return m if config == m.config else dataclasses.replace(m, config=config)
 

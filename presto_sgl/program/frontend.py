@@ -18,7 +18,7 @@ chains of one engine that run at once (forks, run_batch's threads) share its sch
 ``max_tokens`` rounded up to a multiple of ``min(block_size, max_tokens)`` (``block_size``
 default 16) and its response is cut back to ``max_tokens``; under such a cap the default target
 is ``"eos"`` (the responses that end at the model's stop token: a short answer stops paying for
-the cap on every MH step; ``target="fixed"`` gives the paper's fixed length, and an engine
+the cap on every MH step; ``ending="fixed"`` gives the paper's fixed length, and an engine
 whose model has no stop token falls back to it). ``max_new_tokens`` instead sets T exactly
 (the fixed target unless ``target`` says otherwise).
 The answer ends at the model's first stop token (an EOS id of the tokenizer or of the
@@ -32,7 +32,7 @@ appended to the text). ``temperature`` t > 0 sets alpha = 1/t, as ``serve`` read
 keeps alpha). ``choices=[...]`` (or :func:`power_select`, ``sgl.select``'s drop-in) draws one
 choice c from p0(c | x)^alpha exactly, from one scoring pass. ``regex``, ``json_schema``,
 ``dtype`` and ``min_tokens`` (``min_new_tokens``) restrict the chain's target to the answers
-they allow, sampled exactly (structured power sampling, docs/design.md §2.2; the target is then
+they allow, sampled exactly (structured power sampling, docs/design.md §2.2; ``ending`` is then
 eos); ``stop_regex`` ends the answer before its first match, as ``stop`` strings do. Arguments
 ``sgl.gen`` has and power_gen cannot honour exactly (``n``, ``top_p``, penalties, ...:
 :data:`REFUSED`) are refused by name with the reason; so is ``steps=0``.

@@ -64,7 +64,7 @@ class GenSpec:
     engine: Any
     default_eos: bool = False  # the target is eos because max_tokens capped the answer and none was given
     stop_regex: tuple[str, ...] = ()  # the answer ends before the first match of any of these
-    given: frozenset[str] = frozenset()  # what the call set of RUN_DEFAULTS' arguments, max_new_tokens and target
+    given: frozenset[str] = frozenset()  # what the call set of RUN_DEFAULTS' arguments, max_new_tokens and ending
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,9 @@ def _check_name(name: Any) -> None:
 
 
 def _check_keys(seed: Any, chain_id: Any) -> None:
-    for arg, value in (("seed", seed), ("chain_id", chain_id)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MASK):
-            raise ConfigError(arg, value, f"{{{arg}}} (={value!r}) must be an integer in [0, 2**63) or None")
+    key = integer(0, optional="fresh randomness, recorded in the meta info", high=SEED_MASK)
+    key("seed", seed)
+    key("chain_id", chain_id)
 
 
 def _with_temperature(temperature: Any, options: dict[str, Any]) -> None:
@@ -157,11 +157,11 @@ def gen_spec(
         staged = not _is_baseline(options) or "block_size" in registry.BASELINES[options["method"]].uses
         options |= capped(max_tokens, options.get("block_size", Target.block_size) if staged else None)
     # a cap on an answer that ends at EOS: the responses that end (a short answer stops paying for
-    # the cap on every MH step); target="fixed" gives the paper's, max_new_tokens an exact length
-    default_eos = (max_tokens is not None or constraint is not None) and "target" not in options
+    # the cap on every MH step); ending="fixed" gives the paper's, max_new_tokens an exact length
+    default_eos = (max_tokens is not None or constraint is not None) and "ending" not in options
     default_eos = default_eos and not _is_baseline(options)
     if default_eos:
-        options["target"] = "eos"
+        options["ending"] = "eos"
     method = call_method(options)
     if constraint is not None:
         grammar.check(constraint)
@@ -174,7 +174,7 @@ def gen_spec(
             "sampling; use steps >= 1 (default 10), or method='lowtemp' for that draw",
         )
     call = {"max_tokens": max_tokens, "stop": stop, "stop_token_ids": stop_token_ids, "return_logprob": return_logprob}
-    given = {arg for arg, value in call.items() if value is not None} | ({"max_new_tokens", "target"} & set(options))
+    given = {arg for arg, value in call.items() if value is not None} | ({"max_new_tokens", "ending"} & set(options))
     return GenSpec(
         name=name,
         method=method,
@@ -294,8 +294,8 @@ call leaves them unset (run's ``max_new_tokens`` is sgl.gen's ``max_tokens``). R
 def with_run_defaults(spec: GenSpec, defaults: Any) -> GenSpec:
     """``spec`` completed by the program's ``default_sampling_para`` (``program.run(max_new_tokens=...,
     stop=...)``) where its call left them unset, as typed replaces: each run-level value is checked
-    once, and a cap sets the target's length (and the responses that end, unless the call named a
-    target) as ``max_tokens`` in the call would have."""
+    once, and a cap sets the target's length (and the responses that end, unless the call named an
+    ending) as ``max_tokens`` in the call would have."""
     unset = {
         arg: value
         for field, arg in RUN_DEFAULTS.items()
@@ -316,8 +316,8 @@ def with_run_defaults(spec: GenSpec, defaults: Any) -> GenSpec:
         cap = unset["max_tokens"]
         _check_cap(cap)
         m = spec.method
-        eos = "target" not in spec.given and m.is_kernel
-        fields: dict[str, Any] = capped(cap, m.config.target.block_size) | ({"target": "eos"} if eos else {})
+        eos = "ending" not in spec.given and m.is_kernel
+        fields: dict[str, Any] = capped(cap, m.config.target.block_size) | ({"ending": "eos"} if eos else {})
         target = dataclasses.replace(m.config.target, **fields)
         method = dataclasses.replace(m, config=dataclasses.replace(m.config, target=target))
         changes |= {"max_tokens": cap, "method": method, "default_eos": spec.default_eos or eos}

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..chain.trace import TraceWriter
-from ..errors import ConfigError
 from ..execution.context import RunContext
+from ..fields import integer
 from ..methods import SampleResult
 from .pool import ChainPool, Ticket
 from .scheduler import Scheduler
@@ -44,8 +44,7 @@ def run_prompts(
     ``scheduler`` (:meth:`Scheduler.for_method`) each chain's context has its ``lane`` and
     their model calls are merged, one engine call per round (:mod:`presto_sgl.scheduling.scheduler`).
     """
-    if not isinstance(workers, int) or workers < 1:
-        raise ConfigError("workers", workers, f"{{workers}} (={workers!r}) must be an integer >= 1")
+    integer(1, "chains at a time")("workers", workers)
     folder = Path(trace_dir) if trace_dir is not None else None
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -295,7 +295,7 @@ OPENAI: tuple[Field, ...] = (
         "**structured power sampling**: `json_object` (a JSON object) or `json_schema` (its `schema`) "
         "restricts the target to the responses that are complete JSON of the schema ending at EOS (or "
         "valid prefixes cut at `max_tokens`): pi(x) ∝ p0(x)^alpha over them, sampled exactly (proposals "
-        "from q masked by the grammar and resumed at each kept prefix; docs/design.md §2.2). The target "
+        "from q masked by the grammar and resumed at each kept prefix; docs/design.md §2.2). `ending` "
         "is then `eos`. `text`: no constraint",
     ),
     Field(

@@ -148,7 +148,7 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
     if constraint is not None:
         if scoring:
             raise ParamError(constraint_field, f"`{constraint_field}` does not apply to a scored prompt (`echo`)")
-        overrides.setdefault("target", "eos")  # the constrained space is the responses that end
+        overrides.setdefault("ending", "eos")  # the constrained space is the responses that end
     if scoring:
         config, presto = defaults.config, defaults.presto
     else:

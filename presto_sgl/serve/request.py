@@ -12,7 +12,6 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..config import PowerConfig, PrestoConfig
-from ..errors import ConfigError
 from ..fields import integer
 from .schema import describe, jsonable, nullable, valid
 
@@ -43,8 +42,7 @@ class Defaults:
     max_n: int = 16
 
     def __post_init__(self) -> None:
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ConfigError("seed", self.seed, f"{{seed}} (={self.seed!r}) must be an integer or None")
+        integer(None, optional="a fresh seed per request")("seed", self.seed)
         integer(1, "chains per request")("max_n", self.max_n)
 
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..fields import integer, number
 
 _PRELUDE = """\
 import builtins as _b, os as _o, shutil as _sh, socket as _s, subprocess as _sp
@@ -79,12 +79,8 @@ def network_isolated() -> bool:
 
 def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024) -> Outcome:
     """Run ``program`` under the limits above; wall-clock ``timeout_s``, address space ``memory_mb``."""
-    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
-        raise ConfigError(
-            "timeout_s", timeout_s, f"{{timeout_s}} (={timeout_s!r}) must be a positive number of seconds"
-        )
-    if not (isinstance(memory_mb, int) and memory_mb >= 64):
-        raise ConfigError("memory_mb", memory_mb, f"{{memory_mb}} (={memory_mb!r}) must be an integer >= 64")
+    number(0, strict=True, what="seconds")("timeout_s", timeout_s)
+    integer(64, "MiB of address space")("memory_mb", memory_mb)
 
     def limits() -> None:  # in the child, before exec
         import resource

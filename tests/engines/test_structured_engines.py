@@ -22,10 +22,10 @@ ODD = r"([0-9]\+[0-9]\+[0-9]=[0-9][0-9];)+A:[0-9]*[13579]"
 
 
 def constrained(rule: str, constraint: Constraint, **options) -> tuple[PowerConfig, object]:
-    cfg, presto = sampling_configs(rule, target="eos", **options)
+    cfg, presto = sampling_configs(rule, ending="eos", **options)
     target = cfg.target
     return PowerConfig(
-        Target(target.alpha, target.max_new_tokens, target.block_size, target.target, constraint=constraint), cfg.kernel
+        Target(target.alpha, target.max_new_tokens, target.block_size, target.ending, constraint=constraint), cfg.kernel
     ), presto
 
 
@@ -81,5 +81,5 @@ def test_min_tokens_holds_the_stop_token_back(tiny_engine):
 
 
 def test_a_constraint_needs_the_eos_target():
-    with pytest.raises(ConfigError, match="target='eos'"):
+    with pytest.raises(ConfigError, match="ending='eos'"):
         Target(4.0, 32, 16, "fixed", constraint=Constraint(regex="[0-9]+"))

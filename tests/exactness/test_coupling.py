@@ -55,7 +55,7 @@ FACTORS: dict[str, list[Any]] = {
     "kernel": KERNELS,
     "rule": PRESTO_RULES,
     "engine": ["reference", "tiny-adder"],
-    "target": ["fixed", "eos"],
+    "ending": ["fixed", "eos"],
     "scheduler": ["off", "merged", "concurrent"],
     "budget": BUDGETS,
     "schedule": SCHEDULES,
@@ -70,13 +70,13 @@ def valid(case: Case) -> bool:
         return True
     return (
         not case["kernel"].state_cut
-        and (case["target"], case["scheduler"], case["schedule"], case["setting"]) == ("fixed", "off", (16, 8, 6), 0)
+        and (case["ending"], case["scheduler"], case["schedule"], case["setting"]) == ("fixed", "off", (16, 8, 6), 0)
         and case["budget"] in (2, 20)
     )
 
 
 def case_of(kernel: KernelCase, rule: RuleCase, **factors: Any) -> Case:
-    defaults = {"engine": "reference", "target": "fixed", "scheduler": "off", "setting": 0}
+    defaults = {"engine": "reference", "ending": "fixed", "scheduler": "off", "setting": 0}
     return {"kernel": kernel, "rule": rule, **defaults, **factors}
 
 
@@ -85,7 +85,7 @@ def required() -> Iterator[Case]:
     for kernel in KERNELS:
         for rule in PRESTO_RULES:
             for target in ("fixed", "eos"):
-                yield case_of(kernel, rule, target=target, budget=20, schedule=SCHEDULES[-1])
+                yield case_of(kernel, rule, ending=target, budget=20, schedule=SCHEDULES[-1])
 
 
 def full_products() -> Iterator[Case]:
@@ -102,7 +102,7 @@ def full_products() -> Iterator[Case]:
                 if valid(tiny):
                     yield tiny
             for budget, schedule in COUPLING_SCHEDULES.items():
-                yield case_of(kernel, rule, target="eos", budget=budget, schedule=schedule)
+                yield case_of(kernel, rule, ending="eos", budget=budget, schedule=schedule)
 
 
 def case_id(case: Case) -> str:
@@ -110,7 +110,7 @@ def case_id(case: Case) -> str:
     n, B, K = case["schedule"]
     sched = "" if case["scheduler"] == "off" else f"-sched-{case['scheduler']}"
     return (
-        f"{case['kernel']}-{case['rule']}-N{case['budget']}-{case['engine']}-{case['target']}{sched}"
+        f"{case['kernel']}-{case['rule']}-N{case['budget']}-{case['engine']}-{case['ending']}{sched}"
         f"-n{n}-B{B}-K{K}-a{alpha}-{knob}"
     )
 
@@ -137,8 +137,8 @@ def setup(request: pytest.FixtureRequest, case: Case) -> Setup:
     if case["engine"] == "reference":
         alpha, sharpness = SETTINGS[case["setting"]]
         lm = ReferenceLM(12, sharpness=sharpness, seed=3)
-        stops = (COUPLING_STOP,) if case["target"] == "eos" else ()
-        return Setup(ReferenceEngine(lm, stop_ids=stops), [1, 2, 3], {"alpha": alpha, "target": case["target"]}, 0.0)
+        stops = (COUPLING_STOP,) if case["ending"] == "eos" else ()
+        return Setup(ReferenceEngine(lm, stop_ids=stops), [1, 2, 3], {"alpha": alpha, "ending": case["ending"]}, 0.0)
     # the tiny model is nearly deterministic: at tau = 1/alpha almost every proposal would be
     # accepted (MultiTryMH's tries too, at its default temperatures)
     alpha, tau = TINY_SETTING
@@ -193,7 +193,7 @@ def test_presto_visits_the_sequential_states(request, case: Case):
         m = pre_result.metrics
         assert m.transitions == K * (n // B)
         assert m.model_calls <= seq_result.metrics.model_calls
-        if case["target"] == "fixed":
+        if case["ending"] == "fixed":
             assert m.transitions == seq_result.metrics.model_calls
             if budget == 1:
                 assert m.model_calls == seq_result.metrics.model_calls

@@ -1,4 +1,4 @@
-"""The EOS-terminated target (``target="eos"``; docs/design.md §2.1) is exact for every
+"""The EOS-terminated target (``ending="eos"``; docs/design.md §2.1) is exact for every
 kernel and rule.
 
 States end at their first stop token or at the stage horizon, so they have different
@@ -12,7 +12,7 @@ law ends before the horizon). Checked here:
   in the first block is not extended) follow the exact law by a chi-square at 0.001, every
   kernel x rule on an unseeded engine and every kernel sequentially on a seeded one, and a
   kernel without the length term is rejected by the same test;
-* the coupling chains (test_coupling.py runs them under ``target="eos"``) end early and at the
+* the coupling chains (test_coupling.py runs them under ``ending="eos"``) end early and at the
   horizon, move between lengths and defer race cuts; an interrupted chain resumes exactly.
 """
 
@@ -58,7 +58,7 @@ def engine(model: ReferenceLM, seeded: bool = True) -> ReferenceEngine:
 
 def config(kernel_case: KernelCase, sampler_name: str):
     rule, budget = SAMPLERS[sampler_name]
-    return rule.configs(budget, **kernel_case.options(alpha=ALPHA, target="eos", **SCHEDULE))
+    return rule.configs(budget, **kernel_case.options(alpha=ALPHA, ending="eos", **SCHEDULE))
 
 
 @functools.cache
@@ -154,7 +154,7 @@ def test_ending_coupling_runs_exercise_variable_lengths(kernel_case):
     n, B, K = COUPLING_SCHEDULES[20]
     eng = coupling_engine()
     cfg, presto = RULES["bfs"].configs(
-        20, **kernel_case.options(alpha=4.0, max_new_tokens=n, block_size=B, steps=K, target="eos")
+        20, **kernel_case.options(alpha=4.0, max_new_tokens=n, block_size=B, steps=K, ending="eos")
     )
     sampler = RULES["bfs"].sampler(eng, cfg, presto, kernel_case.make(cfg))
     lengths, finals, outcomes, deferred, calls, transitions = set(), set(), set(), False, 0, 0
@@ -191,7 +191,7 @@ def test_ending_run_interrupted_anywhere_resumes_to_the_same_chain(tmp_path, ker
 
     rc = RULES[rule]
     n, B, K = COUPLING_SCHEDULES[2]
-    cfg, presto = rc.configs(4, **kernel_case.options(alpha=4.0, max_new_tokens=n, block_size=B, steps=K, target="eos"))
+    cfg, presto = rc.configs(4, **kernel_case.options(alpha=4.0, max_new_tokens=n, block_size=B, steps=K, ending="eos"))
 
     def make(eng=None):
         return rc.sampler(eng or coupling_engine(), cfg, presto, kernel_case.make(cfg))

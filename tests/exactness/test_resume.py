@@ -208,3 +208,19 @@ def test_traces_that_cannot_be_resumed_are_refused_naming_why(tmp_path, referenc
     with pytest.raises(ValueError, match="`prompt`"):
         sampler.run([1, 2, 4], seed=7, context=RunContext(resume=checkpoint))
     check_same_run("x", {"a": 1, "prompt_len": 3}, {"a": 1, "prompt_len": 4})  # derived fields are not compared
+
+
+def test_a_trace_of_an_earlier_version_resumes_to_the_same_chain(tmp_path, reference_engine):
+    """Earlier versions named the ending (fixed | eos) ``target`` in the run record; resume reads
+    such a trace in today's words (:func:`~presto_sgl.execution.resume.current_record`)."""
+    cfg, presto = RULES["step"].configs(4, alpha=4.0, max_new_tokens=16, block_size=8, steps=6)
+    engine = reference_engine(ReferenceLM(12, seed=3))
+    make = lambda: RULES["step"].sampler(engine, cfg, presto, KERNELS[0].make(cfg))  # noqa: E731
+    stream = io.StringIO()
+    whole = make().run([1, 2, 3], seed=7, context=RunContext(trace=TraceWriter(stream)))
+    lines = stream.getvalue().splitlines(keepends=True)
+    run = json.loads(lines[0])
+    run["target"] = run.pop("ending")
+    result, _, checkpoint = resume_from(tmp_path, json.dumps(run) + "\n" + "".join(lines[1:6]), make)
+    assert checkpoint is not None and checkpoint.stage >= 1 and "ending" not in checkpoint.run
+    assert result.state.tokens == whole.state.tokens

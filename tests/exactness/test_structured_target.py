@@ -70,7 +70,7 @@ def config(
     constraint = constraint or given
     rule, budget = SAMPLERS[sampler_name]
     cfg, presto = rule.configs(
-        budget, **kernel_case.options(alpha=ALPHA, target="eos", max_new_tokens=n, block_size=b, steps=k, tries=3)
+        budget, **kernel_case.options(alpha=ALPHA, ending="eos", max_new_tokens=n, block_size=b, steps=k, tries=3)
     )
     return replace(cfg, target=replace(cfg.target, constraint=constraint)), presto
 
@@ -227,7 +227,7 @@ def test_presto_visits_the_sequential_states_under_a_constraint(kernel_case, rul
     runs = []
     for r in (seq_rule, rule):
         cfg, presto = r.configs(
-            4, **kernel_case.options(alpha=4.0, target="eos", max_new_tokens=16, block_size=8, steps=6, tries=3)
+            4, **kernel_case.options(alpha=4.0, ending="eos", max_new_tokens=16, block_size=8, steps=6, tries=3)
         )
         cfg = replace(cfg, target=replace(cfg.target, constraint=constraint))
         runs.append(run_states(r.sampler(engine, cfg, presto, kernel_case.make(cfg)), PROMPT, 5))

@@ -252,7 +252,7 @@ def test_server_presto_under_a_regex_against_sequential(served):
     prompt = tuple(served.text.encode("I bought", special=True))
     calls = {}
     for rule in ("sequential", "step"):
-        cfg, presto = sampling_configs(rule, target="eos", alpha=4.0, max_new_tokens=16, block_size=8, steps=4)
+        cfg, presto = sampling_configs(rule, ending="eos", alpha=4.0, max_new_tokens=16, block_size=8, steps=4)
         cfg = PowerConfig(Target(cfg.target.alpha, 16, 8, "eos", constraint=Constraint(regex=REGEX)), cfg.kernel)
         res = Sampler(served, cfg, presto).run(prompt, seed=4)
         assert res.metrics.transitions == 8
@@ -274,7 +274,7 @@ def test_serve_on_the_gemma3_server(served):
 
     from tests.support.serving import client, make_service, serving
 
-    with serving(make_service(served, "gemma-3-270m", target="eos")) as url:
+    with serving(make_service(served, "gemma-3-270m", ending="eos")) as url:
         api = client(url)
         r = api.completions.create(
             model="gemma-3-270m",

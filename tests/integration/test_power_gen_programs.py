@@ -178,7 +178,7 @@ def test_run_batch_draws_fresh_chains_and_one_replays_by_its_seed(backend, tiny)
 
 def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
     """max_tokens (T rounded up to whole blocks, the answer cut back; by default the responses
-    that end at EOS, target="fixed" the paper's fixed length), stop strings (the answer ends
+    that end at EOS, ending="fixed" the paper's fixed length), stop strings (the answer ends
     before the first; the exact ids kept are the longest prefix inside it), stop_token_ids and
     return_logprob in SGLang's [logprob, id, None] shape."""
     import sglang as sgl
@@ -191,10 +191,10 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
         s += power_gen("a", seed=4, chain_id=0, steps=2, engine=tiny, **kw)
 
     def run(**kw):
-        return add.run(kw={"max_tokens": 10, "block_size": 8, "target": "fixed", **kw}, backend=backend)
+        return add.run(kw={"max_tokens": 10, "block_size": 8, "ending": "fixed", **kw}, backend=backend)
 
     ending = add.run(kw={"max_tokens": 10, "block_size": 8}, backend=backend).get_meta_info("a")
-    assert ending["config"]["target"] == "eos" and ending["config"]["max_new_tokens"] == 16
+    assert ending["config"]["ending"] == "eos" and ending["config"]["max_new_tokens"] == 16
     ended = ending["eos_index"] is not None
     assert len(ending["output_ids"]) == (ending["eos_index"] + 1 if ended else 16)  # the response stops at EOS
 
@@ -221,7 +221,7 @@ def test_sgl_gen_vocabulary_shapes_the_answer(backend, tiny):
     @sgl.function
     def bare(s, kw=None):  # what the call leaves unset comes from run(...), as for sgl.gen
         s += "Q:47+385="
-        s += power_gen("a", seed=4, chain_id=0, steps=2, block_size=8, target="fixed", engine=tiny, **(kw or {}))
+        s += power_gen("a", seed=4, chain_id=0, steps=2, block_size=8, ending="fixed", engine=tiny, **(kw or {}))
 
     by_run = bare.run(max_new_tokens=10, stop=[stop, "never"], return_logprob=True, backend=backend)
     assert by_run["a"] == cut["a"] and by_run.get_meta_info("a")["config"]["max_new_tokens"] == 16
@@ -328,7 +328,7 @@ def test_structured_calls_sample_in_the_language(backend, tiny):
     assert state["yes"] in ("Yes", "No")
     meta = state.get_meta_info("person")
     assert meta["config"]["constraint"] == {"json_schema": json.dumps(PERSON, separators=(",", ":"))}
-    assert meta["config"]["target"] == "eos" and meta["transitions"] == 2 * (40 // 8)
+    assert meta["config"]["ending"] == "eos" and meta["transitions"] == 2 * (40 // 8)
 
     @sgl.function
     def add(s):
@@ -375,7 +375,7 @@ def test_errors_name_the_argument(backend):
         ({"temperature": -0.7}, r"`temperature` \(=-0.7\) must be 0 or in"),
         ({"min_tokens": -1}, r"`min_tokens` \(=-1\) must be an integer >= 0"),
         ({"dtype": complex}, "`dtype`.*must be int, float, str or bool"),
-        ({"regex": "[0-9]+", "target": "fixed"}, "needs target='eos'"),
+        ({"regex": "[0-9]+", "ending": "fixed"}, "needs ending='eos'"),
         ({"steps": 0}, r"`steps` \(=0\) runs no MH transition"),
         ({"max_tokens": 4}, "`max_tokens`.*`max_new_tokens`.*not both"),
     ):

@@ -400,7 +400,7 @@ def test_structured_requests_sample_in_the_language():
             assert r.model_extra["presto"]["config"]["constraint"] == {
                 "json_schema": json.dumps(SCHEMA, separators=(",", ":"))
             }
-        cfg, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=4, target="eos")
+        cfg, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=4, ending="eos")
         cfg = PowerConfig(Target(cfg.target.alpha, 16, 8, "eos", constraint=Constraint(json_schema=SCHEMA)), cfg.kernel)
         want = Sampler(engine, cfg, presto).run((1, 2), seed=3, prompt_id=2).state.tokens
         assert r.choices[2].model_extra["presto"]["response_ids"] == list(want)
@@ -430,7 +430,7 @@ def test_structured_requests_sample_in_the_language():
             ({"ebnf": "root ::= ("}, "ebnf"),
             ({"ebnf": 'root ::= "1"', "regex": "1"}, "regex"),
             ({"min_tokens": -1}, "min_tokens"),
-            ({"regex": "1+", "target": "fixed"}, "target"),
+            ({"regex": "1+", "ending": "fixed"}, "ending"),
         ):
             with pytest.raises(openai.BadRequestError) as err:
                 c.completions.create(model="reference", prompt=[1, 2], max_tokens=16, extra_body=power | extra)

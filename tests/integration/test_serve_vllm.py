@@ -37,8 +37,8 @@ def test_served_chains_are_the_librarys_chains_on_the_same_server(server_url, en
                 model=c.models.list().data[0].id, messages=MESSAGES, extra_body={"regex": "[0-9]+"}
             )
         assert err.value.body["param"] == "regex" and "cannot mask its draws" in err.value.body["message"]
-    assert r.model_extra["presto"]["config"]["target"] == "eos"  # serve's default: the responses that end
-    config, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=3, budget=6, target="eos")
+    assert r.model_extra["presto"]["config"]["ending"] == "eos"  # serve's default: the responses that end
+    config, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=3, budget=6, ending="eos")
     sampler = Sampler(engine, config, presto)
     prompt = engine.chat_prompt(MESSAGES[0]["content"])
     for ch in r.choices:

@@ -103,7 +103,7 @@ def test_paper_samplers_on_the_server(server_url, hf_model, sampler):
 
 
 def test_eos_target_on_the_server(server_url, hf_model):
-    """target='eos' on a real SGLang server (:func:`tests.support.eos.check_eos_target`)."""
+    """ending='eos' on a real SGLang server (:func:`tests.support.eos.check_eos_target`)."""
     from presto_sgl.engines.sglang.http import SGLangEngine
     from tests.support.eos import check_eos_target
 

@@ -30,7 +30,7 @@ QUESTION = "Give a JSON object with a person's name and age."
 
 def constrained(rule: str, kernel: str = "powermh"):
     cfg, presto = sampling_configs(
-        rule, method=kernel, target="eos", alpha=4.0, max_new_tokens=48, block_size=16, steps=4
+        rule, method=kernel, ending="eos", alpha=4.0, max_new_tokens=48, block_size=16, steps=4
     )
     t = cfg.target
     return PowerConfig(Target(t.alpha, 48, 16, "eos", constraint=Constraint(json_schema=PERSON)), cfg.kernel), presto

@@ -87,7 +87,7 @@ def test_presto_visits_the_sequential_states_on_the_server(engine, kernel_case, 
 
 
 def test_eos_target_on_the_server(engine, hf_model):
-    """target='eos' on a real vLLM server (:func:`tests.support.eos.check_eos_target`)."""
+    """ending='eos' on a real vLLM server (:func:`tests.support.eos.check_eos_target`)."""
     from tests.support.eos import check_eos_target
 
     check_eos_target(engine, hf_model, entropy=True)

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from presto_sgl import PowerConfig, PrestoConfig, Sampler, registry, sampling_configs
-from presto_sgl.config import Keying, method_config
+from presto_sgl.chain.keys import Keying
+from presto_sgl.config import method_config
 from presto_sgl.engines.base import Engine
 from presto_sgl.engines.reference import ReferenceLM
 from presto_sgl.kernels import (

@@ -29,7 +29,7 @@ def check_eos_target(engine, hf_model, entropy: bool) -> None:
     results = {}
     for rule in ("sequential", "step"):
         cfg, presto = sampling_configs(
-            rule, budget=4, alpha=4.0, max_new_tokens=48, block_size=24, steps=4, target="eos"
+            rule, budget=4, alpha=4.0, max_new_tokens=48, block_size=24, steps=4, ending="eos"
         )
         results[rule] = Sampler(engine, cfg, presto).run(prompt, seed=1)
     for r in results.values():

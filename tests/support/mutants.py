@@ -125,7 +125,7 @@ def _multitry_weight() -> None:
 
 @mutant(
     "eos-no-length-term",
-    "target=eos: the uniform cut's law read as constant (PowerMH loses L(x)/L(y), MultiTryMH its lambda = 1/L)",
+    "ending=eos: the uniform cut's law read as constant (PowerMH loses L(x)/L(y), MultiTryMH its lambda = 1/L)",
 )
 def _eos_no_length_term() -> None:
     from presto_sgl.kernels import multitry, powermh
@@ -136,7 +136,7 @@ def _eos_no_length_term() -> None:
 
 @mutant(
     "eos-entropycut-same-length",
-    "target=eos: EntropyCut's reverse cut law over the current state's positions, as if the proposal had its length",
+    "ending=eos: EntropyCut's reverse cut law over the current state's positions, as if the proposal had its length",
 )
 def _eos_entropycut_same_length() -> None:
     from presto_sgl.kernels import entropycut

@@ -10,9 +10,10 @@ from typing import Any
 from presto_sgl import PowerConfig, PrestoConfig, Sampler
 from presto_sgl.engines.base import Engine
 from presto_sgl.kernels import Kernel
-from presto_sgl.planners import CostAware, Planner, RolloutPolicy, StepPlanner, make_planner
+from presto_sgl.planners import CostAware, Planner, RolloutPolicy, StepPlanner
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor.certainty import Predictor
+from presto_sgl.samplers import make_planner
 from tests.support.predictors import CutPredictor, predictive_planner
 
 CPU_LAW = (0.02, 0.005, 0.06, 0.006, 0.03)

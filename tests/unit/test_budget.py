@@ -20,14 +20,13 @@ from presto_sgl.planners import (
     RatePolicy,
     RolloutPolicy,
     StepPlanner,
-    make_planner,
 )
 from presto_sgl.planners.base import Stateless
 from presto_sgl.planners.predictive import allocate, candidate_tree
 from presto_sgl.planners.timemodel import CallTimeModel
 from presto_sgl.predictor.certainty import ConstantPredictor, h_plus
 from presto_sgl.registry import RuleSpec, register_rule, unregister
-from presto_sgl.samplers import Sampler
+from presto_sgl.samplers import Sampler, make_planner
 from tests.support.planning import CUTS, ctx
 
 PRED = ConstantPredictor(0.2, 0.3, 0.5)  # h+ = 0.65 everywhere

@@ -27,10 +27,10 @@ from presto_sgl.kernels.multitry import MultiTryParams
 
 def test_flat_options_map_onto_the_target_the_kernel_and_the_run():
     config, presto = sampling_configs(
-        "bfs", alpha=2.0, max_new_tokens=24, block_size=8, target="eos", method="entropycut", beta=3.0, steps=4
+        "bfs", alpha=2.0, max_new_tokens=24, block_size=8, ending="eos", method="entropycut", beta=3.0, steps=4
     )
     assert config == PowerConfig(
-        Target(alpha=2.0, max_new_tokens=24, block_size=8, target="eos"),
+        Target(alpha=2.0, max_new_tokens=24, block_size=8, ending="eos"),
         KernelConfig("entropycut", steps=4, params=EntropyCutParams(beta=3.0)),
     )
     assert presto == PrestoConfig("bfs") and presto.keying == "path"
@@ -77,7 +77,7 @@ def test_each_object_describes_itself():
         "alpha": 4.0,
         "max_new_tokens": 32,
         "block_size": 16,
-        "target": "fixed",
+        "ending": "fixed",
         "steps": 10,
         "tau": 0.25,
         "beta": 2.5,

@@ -21,10 +21,11 @@ from presto_sgl.engines.reference import ReferenceEngine, ReferenceLM
 from presto_sgl.execution.context import RunContext
 from presto_sgl.kernels import Proposal
 from presto_sgl.kernels.proposals import ProposalStore, StoredProposal
-from presto_sgl.planners import CostAware, RoundContext, RoundFeedback, StepPlanner, make_planner
+from presto_sgl.planners import CostAware, RoundContext, RoundFeedback, StepPlanner
 from presto_sgl.planners.costaware import BASES, EndLengths, MatchRate
 from presto_sgl.planners.timemodel import EXPLORE, MIN_TIME_S, CallTimeModel
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation, h_plus
+from presto_sgl.samplers import make_planner
 from tests.support.planning import KERNEL, Forced, random_context, random_theta
 from tests.support.predictors import CutPredictor
 from tests.support.timing import CPU_LAW, SyntheticClock, law_time, presto_sampler, rollout_planner
@@ -131,7 +132,7 @@ def test_rollout_values_match_brute_force(seed):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_rollout_values_price_sampled_lengths(seed):
-    """Futures that carry each depth's new tokens (target="eos"): Q(n) = t(n) + J_b(after)
+    """Futures that carry each depth's new tokens (ending="eos"): Q(n) = t(n) + J_b(after)
     of one future equals the store-level simulation with calls priced at those lengths."""
     rng = random.Random(seed)
     ctx = random_context(rng)

@@ -69,7 +69,7 @@ def test_embedded_engine_stops_rows_alone(tiny_engine, tiny_adder):
 
 
 def test_a_target_the_engine_or_model_cannot_serve_is_refused():
-    cfg, presto = sampling_configs("step", target="eos", max_new_tokens=8, block_size=4)
+    cfg, presto = sampling_configs("step", ending="eos", max_new_tokens=8, block_size=4)
     with pytest.raises(CapabilityError, match="stop tokens"):
         Sampler(ReferenceEngine(ReferenceLM(6)), cfg, presto)  # the model has none
 
@@ -84,10 +84,10 @@ def test_a_target_the_engine_or_model_cannot_serve_is_refused():
     with pytest.raises(ConfigError, match="ends=True"):
         Sampler(eng, cfg, presto, kernel=PowerMHKernel(4.0, 0.25))
     fixed, _ = sampling_configs("step", max_new_tokens=8, block_size=4)
-    with pytest.raises(ConfigError, match="target='eos'"):
+    with pytest.raises(ConfigError, match="ending='eos'"):
         Sampler(eng, fixed, presto, kernel=PowerMHKernel(4.0, 0.25, ends=True))
-    with pytest.raises(ConfigError, match="target"):
-        sampling_configs("step", target="short")
+    with pytest.raises(ConfigError, match="ending"):
+        sampling_configs("step", ending="short")
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class FixedOnly(UniformCut):
 def test_a_kernel_without_an_ending_form_is_refused_by_name():
     registry.register_kernel(registry.KernelSpec("fixedonly", PowerMHParams, lambda a, t, p: FixedOnly(a, t), "test"))
     try:
-        cfg, _ = sampling_configs("sequential", method="fixedonly", target="eos", max_new_tokens=8, block_size=4)
+        cfg, _ = sampling_configs("sequential", method="fixedonly", ending="eos", max_new_tokens=8, block_size=4)
         with pytest.raises(ConfigError, match="no EOS-terminated form"):
             registry.make_kernel(cfg)
     finally:
@@ -127,28 +127,28 @@ def test_cli_and_serve_take_the_target(capsys):
         "3",
         "--json",
     ]
-    assert main([*args, "--target", "eos"]) == 0
+    assert main([*args, "--ending", "eos"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["config"]["target"] == "eos" and out["response_ids"][-1] == 19 and len(out["response_ids"]) < 36
-    assert main([*args, "--target", "fixed"]) == 0
+    assert out["config"]["ending"] == "eos" and out["response_ids"][-1] == 19 and len(out["response_ids"]) < 36
+    assert main([*args, "--ending", "fixed"]) == 0
     assert len(json.loads(capsys.readouterr().out)["response_ids"]) == 36
-    assert main([*args, "--engine", "reference", "--target", "eos"]) != 0
+    assert main([*args, "--engine", "reference", "--ending", "eos"]) != 0
     assert "stop tokens" in capsys.readouterr().err
     defaults = Defaults(*sampling_configs("step", max_new_tokens=16, block_size=16, steps=2))
-    assert parse({"prompt": [1, 2], "target": "eos"}, "completions", defaults).config.target.target == "eos"
+    assert parse({"prompt": [1, 2], "ending": "eos"}, "completions", defaults).config.target.ending == "eos"
 
 
 def test_serve_defaults_to_the_responses_that_end_where_the_model_can_end_them():
-    """``presto-sgl serve`` without ``--target``: every request caps its answer, so the default is
+    """``presto-sgl serve`` without ``--ending``: every request caps its answer, so the default is
     eos where the engine's model has a stop token, fixed where it has none."""
     config, _ = sampling_configs("step", max_new_tokens=16, block_size=8, steps=2)
-    assert ending_default(config, ReferenceEngine(stop_ids=(0,))).target.target == "eos"
+    assert ending_default(config, ReferenceEngine(stop_ids=(0,))).target.ending == "eos"
     assert ending_default(config, ReferenceEngine()) == config  # no stop token: the fixed target
 
 
 def test_compare_answer_tests_the_answer_statistics(tmp_path, capsys):
     """`compare --answer` runs the TOST on answer_log_likelihood and answer_confidence (the
-    statistics a --target eos run and a --target fixed one share), not on the whole responses'."""
+    statistics a --ending eos run and a --ending fixed one share), not on the whole responses'."""
     runs = []
     for name, shift in (("fixed", 0.0), ("eos", 0.001)):
         d = tmp_path / name

@@ -65,7 +65,7 @@ RUN = RunDefaults(max_new_tokens=20, stop=["\n"], stop_token_ids=[5], return_log
     "call, defaults",
     [
         ({"name": "a"}, RUN),
-        ({"name": "a", "block_size": 8, "target": "fixed"}, RUN),
+        ({"name": "a", "block_size": 8, "ending": "fixed"}, RUN),
         ({"name": "a", "block_size": None}, RUN),
         ({"name": "a", "max_new_tokens": 32, "block_size": 8}, RUN),
         ({"name": "a", "max_tokens": 10, "stop": "Q:", "return_logprob": False}, RUN),
@@ -136,14 +136,14 @@ def test_a_capped_answer_targets_the_responses_that_end():
     paying for the cap); an exact max_new_tokens, an explicit target and the baselines keep theirs;
     an engine whose model has no stop token falls back to fixed."""
     capped = gen_spec("x", **CHAIN)
-    assert capped.default_eos and capped.method.config.target.target == "eos"
+    assert capped.default_eos and capped.method.config.target.ending == "eos"
     exact = gen_spec("x", max_new_tokens=8, block_size=4, steps=2)
-    assert not exact.default_eos and exact.method.config.target.target == "fixed"
-    chosen = gen_spec("x", target="fixed", **CHAIN)
-    assert not chosen.default_eos and chosen.method.config.target.target == "fixed"
+    assert not exact.default_eos and exact.method.config.target.ending == "fixed"
+    chosen = gen_spec("x", ending="fixed", **CHAIN)
+    assert not chosen.default_eos and chosen.method.config.target.ending == "fixed"
     assert not gen_spec("x", method="bestofn", max_tokens=8).default_eos
     no_stop = on_engine(capped, ReferenceEngine(_lm()))
-    assert isinstance(no_stop.config, PowerConfig) and no_stop.config.target.target == "fixed"
+    assert isinstance(no_stop.config, PowerConfig) and no_stop.config.target.ending == "fixed"
     stops = on_engine(capped, ReferenceEngine(_lm(), stop_ids=(0,)))
     assert stops is capped.method
 
@@ -203,11 +203,11 @@ def test_structured_arguments_constrain_the_chains_target():
     ):
         for cap in ({"max_tokens": 16}, {"max_new_tokens": 16}):  # a constraint defaults to eos either way
             target = gen_spec("x", **kwargs, **cap, block_size=4, steps=2).method.config.target
-            assert target.constraint == want and target.target == "eos"
+            assert target.constraint == want and target.ending == "eos"
     assert gen_spec("x", min_tokens=0, **CHAIN).method.config.target.constraint is None
     assert gen_spec("x", stop_regex=r"\d", **CHAIN).stop_regex == (r"\d",)
     for bad, match in (
-        ({"regex": "a+", "target": "fixed"}, "needs target='eos'"),
+        ({"regex": "a+", "ending": "fixed"}, "needs ending='eos'"),
         ({"regex": "a+", "dtype": int}, "`regex` or `dtype`"),
         ({"regex": "a+", "json_schema": schema}, "`regex` or `json_schema`"),
         ({"dtype": list}, "`dtype`"),

@@ -15,9 +15,10 @@ import presto_sgl.predictor
 from presto_sgl.config import PrestoConfig
 from presto_sgl.execution.walker import walk
 from presto_sgl.kernels.proposals import ProposalStore
-from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, RoundFeedback, make_planner
+from presto_sgl.planners import BFSPlanner, PlannedRequest, RoundContext, RoundFeedback
 from presto_sgl.planners.predictive import PredictivePlanner, allocate, candidate_tree
 from presto_sgl.predictor.certainty import ACCEPT, REJECT, UNCERTAIN, ConstantPredictor, Observation
+from presto_sgl.samplers import make_planner
 from tests.support.planning import CUTS, KERNEL, Forced, _prop, ctx, root_state, stored
 from tests.support.predictors import CutPredictor
 

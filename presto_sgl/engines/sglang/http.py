@@ -188,7 +188,7 @@ class SGLangEngine(ServerClient, ModelFolder):
         items = []
         for r in requests:
             p = {**NEUTRAL, "temperature": r.temperature, "max_new_tokens": r.max_new_tokens}
-            if r.stop:  # target="eos": end at the first stop token, returned with its values
+            if r.stop:  # ending="eos": end at the first stop token, returned with its values
                 p |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop)}
             if self._seeded and r.seed is not None:
                 p["sampling_seed"] = int(r.seed % (1 << 31))
@@ -353,7 +353,7 @@ class SGLangEngine(ServerClient, ModelFolder):
             return kind
         raise EngineError(
             f"SGLang server {self.url} finished a request with finish_reason={reason!r}; presto-sgl asks "
-            "for max_new_tokens tokens (ignore_eos) or, under target='eos', up to the first stop token, so "
+            "for max_new_tokens tokens (ignore_eos) or, under ending='eos', up to the first stop token, so "
             "only 'length' and 'stop' (kept) and 'abort' (redrawn) are expected"
         )
 

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError, EngineError
+from ...fields import integer
 from ...wire import width
 from ..base import Completion, EngineCapabilities, Request
 from ..scoring import Scored, check_top
@@ -82,12 +83,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
     ) -> None:
         if mode not in MODES:
             raise ConfigError("mode", mode, f"{{mode}} (={mode!r}) must be one of {MODES}")
-        if not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ConfigError(
-                "max_concurrency",
-                max_concurrency,
-                f"{{max_concurrency}} (={max_concurrency!r}) must be an integer >= 1",
-            )
+        integer(1, "requests in flight")("max_concurrency", max_concurrency)
         super().__init__(url, timeout_s, max_retries, restart_timeout_s)
         self._seeded = seeded
         self.max_concurrency = max_concurrency
@@ -176,7 +172,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
         if reason != "length" and not (stops and reason == "stop"):
             raise EngineError(
                 f"{self.KIND} {self.url} finished a request with finish_reason={reason!r}; presto-sgl asks for "
-                "max_tokens tokens (ignore_eos) or, under target='eos', up to the first stop token, so only 'length' "
+                "max_tokens tokens (ignore_eos) or, under ending='eos', up to the first stop token, so only 'length' "
                 "and 'stop' (kept) and 'abort' (redrawn) are expected"
             )
         usage = res.get("usage") or {}
@@ -196,7 +192,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
         }
         if self._seeded and r.seed is not None:
             body["seed"] = int(r.seed % (1 << 63))
-        if r.stop:  # target="eos": end at the first stop token, returned with its values
+        if r.stop:  # ending="eos": end at the first stop token, returned with its values
             body |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop), "skip_special_tokens": False}
         answer = self._completion(body, stops=bool(r.stop))
         if answer is None:
