@@ -16,11 +16,11 @@ chains of one engine that run at once (forks, run_batch's threads) share its sch
 
 ``sgl.gen``'s vocabulary: ``max_tokens`` caps the answer. The chain's response length T is
 ``max_tokens`` rounded up to a multiple of ``min(block_size, max_tokens)`` (``block_size``
-default 16) and its response is cut back to ``max_tokens``; under such a cap the default target
+default 16) and its response is cut back to ``max_tokens``; under such a cap the default ending
 is ``"eos"`` (the responses that end at the model's stop token: a short answer stops paying for
 the cap on every MH step; ``ending="fixed"`` gives the paper's fixed length, and an engine
 whose model has no stop token falls back to it). ``max_new_tokens`` instead sets T exactly
-(the fixed target unless ``target`` says otherwise).
+(the fixed target unless ``ending`` says otherwise).
 The answer ends at the model's first stop token (an EOS id of the tokenizer or of the
 generation config), at any of ``stop_token_ids``, and before the first of the ``stop``
 strings, whichever comes first (``finish_reason`` in the meta info says which).
@@ -70,7 +70,7 @@ class PowerGen:
     (``s += ...``).
 
     ``options`` are the registry's parameters (``method``, ``rule``, ``max_new_tokens``,
-    ``block_size``, ``steps``, ``alpha``, ``tau``, ``target`` ("eos": the chain's responses end at
+    ``block_size``, ``steps``, ``alpha``, ``tau``, ``ending`` ("eos": the chain's responses end at
     the model's stop token), ``budget``, the kernels' own such as ``beta``,
     ``tries`` and ``try_temperatures``; see ``inspect.signature(power_gen)``).
     """
