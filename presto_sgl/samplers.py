@@ -84,50 +84,60 @@ class Sampler(MethodBase):
         target = config.target
         self.max_new_tokens = target.max_new_tokens
         self.transitions_per_run = config.kernel.steps * target.num_stages
-        self.stop: tuple[int, ...] = ()  # the EOS-terminated target's stop tokens
-        if target.ends:
-            if not self.kernel.ends:
-                raise ConfigError(
-                    "ending",
-                    target.ending,
-                    f"the injected {self.kernel.name} kernel samples fixed-length "
-                    "responses; build it with ends=True for {ending='eos'}",
-                )
-            if not engine.capabilities.stops:
-                raise CapabilityError(
-                    "ending='eos' needs an engine that ends requests at stop tokens; this one cannot "
-                    "(use the embedded, reference, SGLang or vLLM engine, or ending='fixed')"
-                )
-            self.stop = tuple(sorted(set(engine.text.stop_ids)))
-            if not self.stop:
-                raise CapabilityError(
-                    "ending='eos' needs the model's stop tokens, and this engine's model has none "
-                    "(no EOS id in its tokenizer or generation config); use ending='fixed'"
-                )
-            if target.constraint is not None and not engine.capabilities.constraints:
-                raise CapabilityError(
-                    f"the constraint {target.constraint.describe()} needs an engine that masks its draws by a grammar "
-                    "resumed at the kept prefix; this one cannot (use the embedded or reference engine, or an SGLang "
-                    "server with presto-sgl's plugin)"
-                )
-        elif self.kernel.ends:
+        self.stop: tuple[int, ...] = self._stop_ids() if target.ends else ()  # the EOS-terminated target's
+        if not target.ends and self.kernel.ends:
             raise ConfigError(
                 "ending", target.ending, f"the injected {self.kernel.name} kernel has ends=True; use {{ending='eos'}}"
             )
         if planner is not None:  # the rule's keys were checked by PrestoConfig; an injected planner's here
             check_keying(planner.keying, presto.keying, type(planner).__name__)
-        if self.kernel.needs_entropy and not engine.capabilities.entropy:
+        self._check_scores()
+
+    def _stop_ids(self) -> tuple[int, ...]:
+        """The EOS-terminated target's stop tokens (the model's), or why this kernel and engine
+        cannot sample it (or its constraint)."""
+        target, engine = self.config.target, self.engine
+        if not self.kernel.ends:
+            raise ConfigError(
+                "ending",
+                target.ending,
+                f"the injected {self.kernel.name} kernel samples fixed-length "
+                "responses; build it with ends=True for {ending='eos'}",
+            )
+        if not engine.capabilities.stops:
+            raise CapabilityError(
+                "ending='eos' needs an engine that ends requests at stop tokens; this one cannot "
+                "(use the embedded, reference, SGLang or vLLM engine, or ending='fixed')"
+            )
+        stop = tuple(sorted(set(engine.text.stop_ids)))
+        if not stop:
+            raise CapabilityError(
+                "ending='eos' needs the model's stop tokens, and this engine's model has none "
+                "(no EOS id in its tokenizer or generation config); use ending='fixed'"
+            )
+        if target.constraint is not None and not engine.capabilities.constraints:
+            raise CapabilityError(
+                f"the constraint {target.constraint.describe()} needs an engine that masks its draws by a grammar "
+                "resumed at the kept prefix; this one cannot (use the embedded or reference engine, or an SGLang "
+                "server with presto-sgl's plugin)"
+            )
+        return stop
+
+    def _check_scores(self) -> None:
+        """The engine returns what the kernel reads beside log q and log p0 (entropy, log q at
+        other temperatures), or a CapabilityError naming it."""
+        caps = self.engine.capabilities
+        if self.kernel.needs_entropy and not caps.entropy:
             raise CapabilityError(
                 f"the {self.kernel.name} kernel needs per-token entropy, which this engine cannot return; "
                 "use an engine with entropy (embedded, reference, SGLang one-pass)"
             )
         temps = self.kernel.score_temperatures
-        if temps and not engine.capabilities.scores_at(temps):
-            have = engine.capabilities.score_temperatures
+        if temps and not caps.scores_at(temps):
             raise CapabilityError(
                 f"the {self.kernel.name} kernel needs log q at temperatures {list(temps)}, which this engine cannot "
-                f"return (it scores at {list(have or [])}); use the embedded or reference engine, or an SGLang "
-                "one-pass server started with PRESTO_SGL_SCORE_TEMPERATURES covering them"
+                f"return (it scores at {list(caps.score_temperatures or [])}); use the embedded or reference engine, "
+                "or an SGLang one-pass server started with PRESTO_SGL_SCORE_TEMPERATURES covering them"
             )
 
     def ended(self, state: ChainState) -> bool:
@@ -168,22 +178,7 @@ class Sampler(MethodBase):
             state = resume.state if resume.state is not None else state
         for stage in range(max(start, 1), target.num_stages + 1):
             if stage > start:
-                L = state.length
-                if not self.ended(state):
-                    req = Request(
-                        state.context(L),
-                        target.block,
-                        self.config.temperature,
-                        keys.extension_seed(stage),
-                        return_entropy=entropy,
-                        score_temperatures=temps,
-                        route=keys.route,
-                        stop=self.stop,
-                        constraint=target.constraint,
-                        resume=L,
-                    )
-                    (comp,) = extend(rec, stage, L, [req])
-                    state = state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)
+                state = self.extension(rec, keys, stage, state)
                 path, k = "", 0
                 rec.record_state(stage, k, path, state)
             state = StageExecutor(
@@ -201,3 +196,23 @@ class Sampler(MethodBase):
                 constraint=target.constraint,
             ).run(state, path, k)
         return state
+
+    def extension(self, rec: Recorder, keys: ChainKeys, stage: int, state: ChainState) -> ChainState:
+        """Stage ``stage``'s block extension: B more tokens from q_tau (none once the response ended)."""
+        L, target = state.length, self.config.target
+        if self.ended(state):
+            return state
+        req = Request(
+            state.context(L),
+            target.block,
+            self.config.temperature,
+            keys.extension_seed(stage),
+            return_entropy=self.kernel.needs_entropy,
+            score_temperatures=self.kernel.score_temperatures,
+            route=keys.route,
+            stop=self.stop,
+            constraint=target.constraint,
+            resume=L,
+        )
+        (comp,) = extend(rec, stage, L, [req])
+        return state.replace_suffix(L, comp.tokens, comp.logq, comp.logp, comp.entropy, comp.logq_at)

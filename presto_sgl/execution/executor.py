@@ -270,10 +270,23 @@ class StageExecutor:
                 index, self.stage, "mh", k, requests=tuple(records), time_s=elapsed, plan_s=plan_s, walk_s=walk_s
             )
         )
+        self.record_nodes(T, k, index, steps)
+        self.planner.observe(
+            RoundFeedback(
+                T,
+                tuple((s.transition.cut, s.transition.log_accept) for s in steps),
+                tuple((len(r.prefix), len(c.tokens)) for r, c in zip(requests, completions)),
+                elapsed,
+                timed=not batch.shared,
+            )
+        )
+
+    def record_nodes(self, T: int, k: int, index: int, steps: Sequence[Step]) -> None:
+        """A node record per transition walked (call ``index``, from ``k``), and ``on_transition``."""
         length = T  # the length of the state each decision was taken at (it varies under ending="eos")
         for i, step in enumerate(steps):
             tr = step.transition
-            rec.record_node(
+            self.rec.record_node(
                 NodeRecord(
                     call=index,
                     stage=self.stage,
@@ -292,15 +305,6 @@ class StageExecutor:
             length = step.state.length
             if self.on_transition:
                 self.on_transition(self.stage, k + i, step.state, tr)
-        self.planner.observe(
-            RoundFeedback(
-                T,
-                tuple((s.transition.cut, s.transition.log_accept) for s in steps),
-                tuple((len(r.prefix), len(c.tokens)) for r, c in zip(requests, completions)),
-                elapsed,
-                timed=not batch.shared,
-            )
-        )
 
 
 @dataclass(frozen=True)

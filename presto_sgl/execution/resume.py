@@ -55,28 +55,8 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     """The last boundary recorded in the trace at ``path``; ValueError naming the line for a
     trace that is not one chain's (a corrupt line, a second run, no run record)."""
     name = str(path)
-    try:
-        lines = Path(path).read_bytes().decode("utf-8").splitlines(keepends=True)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read trace {name}: {getattr(exc, 'strerror', None) or exc}") from None
-    if lines and not lines[-1].endswith("\n"):
-        lines.pop()  # after the last newline: a write that was cut off
-    ends = list(itertools.accumulate(len(line.encode("utf-8")) for line in lines))  # byte offset after each line
-    try:
-        records = [(rec, ends[n - 1]) for n, rec in trace_records(lines)]  # (record, offset after its line)
-    except TraceLineError as exc:
-        raise ValueError(
-            f"trace {name} line {exc.line} is corrupt (not {exc.reason}): not a presto-sgl trace, or edited"
-        ) from None
-    if not records:
-        raise EmptyTrace(f"trace {name} has no complete record: the run stopped before it began; start it again")
-    runs = [r for r, _ in records if r["type"] == "run"]
-    if len(runs) != 1 or records[0][0]["type"] != "run":
-        got = "no 'run' record first" if not runs or records[0][0]["type"] != "run" else f"{len(runs)} runs"
-        raise ValueError(f"trace {name} has {got}: resume takes the trace of one `sample` run")
-    run = runs[0]
-    if "prompt" not in run:
-        raise ValueError(f"trace {name} was written by an older presto-sgl (no prompt ids in its run record): rerun it")
+    records = _one_run(name, path)
+    run = records[0][0]
     last = max((j for j, (r, _) in enumerate(records) if r["type"] == "state"), default=0)
     calls: list[CallRecord] = []
     nodes: list[NodeRecord] = []
@@ -106,6 +86,33 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         offset=records[last][1],
         finished=finished,
     )
+
+
+def _one_run(name: str, path: str | Path) -> list[tuple[dict[str, Any], int]]:
+    """The complete records of the trace at ``path``, each with the byte offset after its line;
+    ValueError unless they are one run's, its run record first."""
+    try:
+        lines = Path(path).read_bytes().decode("utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read trace {name}: {getattr(exc, 'strerror', None) or exc}") from None
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()  # after the last newline: a write that was cut off
+    ends = list(itertools.accumulate(len(line.encode("utf-8")) for line in lines))  # byte offset after each line
+    try:
+        records = [(rec, ends[n - 1]) for n, rec in trace_records(lines)]  # (record, offset after its line)
+    except TraceLineError as exc:
+        raise ValueError(
+            f"trace {name} line {exc.line} is corrupt (not {exc.reason}): not a presto-sgl trace, or edited"
+        ) from None
+    if not records:
+        raise EmptyTrace(f"trace {name} has no complete record: the run stopped before it began; start it again")
+    runs = [r for r, _ in records if r["type"] == "run"]
+    if len(runs) != 1 or records[0][0]["type"] != "run":
+        got = "no 'run' record first" if not runs or records[0][0]["type"] != "run" else f"{len(runs)} runs"
+        raise ValueError(f"trace {name} has {got}: resume takes the trace of one `sample` run")
+    if "prompt" not in runs[0]:
+        raise ValueError(f"trace {name} was written by an older presto-sgl (no prompt ids in its run record): rerun it")
+    return records
 
 
 def check_same_run(name: str, recorded: Mapping[str, Any], current: Mapping[str, Any]) -> None:

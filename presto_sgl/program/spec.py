@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
@@ -125,37 +125,16 @@ def gen_spec(
 ) -> GenSpec:
     """The validated :class:`GenSpec` of a power_gen call; a ConfigError names the bad argument."""
     _check_name(name)
-    for arg in REFUSED:
-        if arg in options:
-            raise ConfigError(
-                arg,
-                options[arg],
-                f"{{{arg}}} is an sgl.gen argument that power_gen cannot honour ({REFUSED[arg]}); drop it",
-            )
+    _refuse(options)
     _check_keys(seed, chain_id)
     _with_temperature(temperature, options)
     stop_regexes = _stop_regexes(stop_regex)
     if min_tokens is not None and min_new_tokens is not None and min_tokens != min_new_tokens:
         raise ConfigError("min_new_tokens", min_new_tokens, "give {min_tokens} or {min_new_tokens}, not both")
-    constraint = Constraint.of(
-        regex=regex,
-        json_schema=json_schema,
-        dtype=dtype,
-        min_tokens=min_tokens if min_tokens is not None else min_new_tokens,
-        ebnf=ebnf,
-    )
+    min_tokens = min_tokens if min_tokens is not None else min_new_tokens
+    constraint = Constraint.of(regex=regex, json_schema=json_schema, dtype=dtype, min_tokens=min_tokens, ebnf=ebnf)
     if max_tokens is not None:
-        _check_cap(max_tokens)
-        if "max_new_tokens" in options:
-            raise ConfigError(
-                "max_new_tokens",
-                options["max_new_tokens"],
-                "pass {max_tokens} (the answer's cap; "
-                "the response is rounded up to whole blocks) or {max_new_tokens} (the exact response "
-                "length), not both",
-            )
-        staged = not _is_baseline(options) or "block_size" in registry.BASELINES[options["method"]].uses
-        options |= capped(max_tokens, options.get("block_size", Target.block_size) if staged else None)
+        _cap(max_tokens, options)
     # a cap on an answer that ends at EOS: the responses that end (a short answer stops paying for
     # the cap on every MH step); ending="fixed" gives the paper's, max_new_tokens an exact length
     default_eos = (max_tokens is not None or constraint is not None) and "ending" not in options
@@ -166,13 +145,7 @@ def gen_spec(
     if constraint is not None:
         grammar.check(constraint)
         method = constrained(method, constraint)
-    if isinstance(method.config, PowerConfig) and method.config.kernel.steps == 0:
-        raise ConfigError(
-            "steps",
-            0,
-            "{steps} (=0) runs no MH transition: the answer would be a plain draw at tau, not power "
-            "sampling; use steps >= 1 (default 10), or method='lowtemp' for that draw",
-        )
+    _check_steps(method)
     call = {"max_tokens": max_tokens, "stop": stop, "stop_token_ids": stop_token_ids, "return_logprob": return_logprob}
     given = {arg for arg, value in call.items() if value is not None} | ({"max_new_tokens", "ending"} & set(options))
     return GenSpec(
@@ -189,6 +162,41 @@ def gen_spec(
         stop_regex=stop_regexes,
         given=frozenset(given),
     )
+
+
+def _refuse(options: Mapping[str, Any]) -> None:
+    """A ConfigError naming the first sgl.gen argument power_gen cannot honour exactly."""
+    for arg in REFUSED:
+        if arg in options:
+            raise ConfigError(
+                arg,
+                options[arg],
+                f"{{{arg}}} is an sgl.gen argument that power_gen cannot honour ({REFUSED[arg]}); drop it",
+            )
+
+
+def _cap(max_tokens: Any, options: dict[str, Any]) -> None:
+    """``max_tokens`` caps the answer: the response length (and block size) it sets, in ``options``."""
+    _check_cap(max_tokens)
+    if "max_new_tokens" in options:
+        raise ConfigError(
+            "max_new_tokens",
+            options["max_new_tokens"],
+            "pass {max_tokens} (the answer's cap; the response is rounded up to whole blocks) or "
+            "{max_new_tokens} (the exact response length), not both",
+        )
+    staged = not _is_baseline(options) or "block_size" in registry.BASELINES[options["method"]].uses
+    options |= capped(max_tokens, options.get("block_size", Target.block_size) if staged else None)
+
+
+def _check_steps(method: MethodConfig) -> None:
+    if isinstance(method.config, PowerConfig) and method.config.kernel.steps == 0:
+        raise ConfigError(
+            "steps",
+            0,
+            "{steps} (=0) runs no MH transition: the answer would be a plain draw at tau, not power "
+            "sampling; use steps >= 1 (default 10), or method='lowtemp' for that draw",
+        )
 
 
 def _check_cap(max_tokens: Any) -> None:

@@ -113,12 +113,7 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
     if main not in given:
         schema = next(f for f in OPENAI if f.name == main).schema(ServerFacts(defaults), kind)
         raise ParamError(main, f"`{main}` is required: {describe(schema)}")
-    if kind == "chat":
-        prompts: tuple[Any, ...] = (given["messages"],)
-    else:
-        prompt = given["prompt"]
-        entries = [prompt] if isinstance(prompt, str) or whole(prompt[0]) is not None else prompt
-        prompts = tuple(p if isinstance(p, str) else token_ids(p) for p in entries)
+    prompts = _prompts(given, kind)
     n = whole(given.get("n", 1)) or 1
     if given.get("best_of", n) != n:
         raise ParamError("best_of", "`best_of` is not supported; power sampling returns each of its `n` chains")
@@ -149,20 +144,7 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
         if scoring:
             raise ParamError(constraint_field, f"`{constraint_field}` does not apply to a scored prompt (`echo`)")
         overrides.setdefault("ending", "eos")  # the constrained space is the responses that end
-    if scoring:
-        config, presto = defaults.config, defaults.presto
-    else:
-        try:
-            base = MethodConfig(defaults.config.kernel.name, defaults.config, defaults.presto)
-            m = method_config(overrides, base)
-            if not isinstance(m.config, PowerConfig) or m.presto is None:
-                kernels = list(registry.KERNELS)
-                raise ConfigError("method", m.method, f"{{method}} (={m.method!r}) must be one of {kernels}")
-            config, presto = m.config, m.presto
-            if constraint is not None:
-                config = replace(config, target=replace(config.target, constraint=constraint))
-        except ConfigError as exc:
-            raise request_error(exc, names) from None
+    config, presto = (defaults.config, defaults.presto) if scoring else _configs(overrides, defaults, constraint, names)
     seed = whole(given["seed"]) if "seed" in given else defaults.seed
     include_usage = bool(given.get("stream_options", {}).get("include_usage", False)) if stream else True
     stop = given.get("stop", ())
@@ -182,6 +164,34 @@ def parse(body: Any, kind: str, defaults: Defaults, *, vocab: int | None = None)
         include_usage=include_usage,
         constraint_field=constraint_field,
     )
+
+
+def _prompts(given: Mapping[str, Any], kind: str) -> tuple[Any, ...]:
+    """The chat's messages, or each completion prompt: a string or token ids."""
+    if kind == "chat":
+        return (given["messages"],)
+    prompt = given["prompt"]
+    entries = [prompt] if isinstance(prompt, str) or whole(prompt[0]) is not None else prompt
+    return tuple(p if isinstance(p, str) else token_ids(p) for p in entries)
+
+
+def _configs(
+    overrides: Mapping[str, Any], defaults: Defaults, constraint: Constraint | None, names: Mapping[str, str]
+) -> tuple[PowerConfig, PrestoConfig]:
+    """The request's chain: the server's configs with the request's fields applied (typed
+    replaces, :func:`~presto_sgl.config.method_config`), and its constraint."""
+    try:
+        base = MethodConfig(defaults.config.kernel.name, defaults.config, defaults.presto)
+        m = method_config(overrides, base)
+        if not isinstance(m.config, PowerConfig) or m.presto is None:
+            kernels = list(registry.KERNELS)
+            raise ConfigError("method", m.method, f"{{method}} (={m.method!r}) must be one of {kernels}")
+        config = m.config
+        if constraint is not None:
+            config = replace(config, target=replace(config.target, constraint=constraint))
+        return config, m.presto
+    except ConfigError as exc:
+        raise request_error(exc, names) from None
 
 
 def _constraint(given: Mapping[str, Any]) -> tuple[Constraint | None, str | None]:
