@@ -9,13 +9,15 @@ this module only says what C is.
 
 A constraint is a grammar (a ``regex``, a ``json_schema`` or an ``ebnf`` grammar, as SGLang's
 ``/generate`` takes them, matched by xgrammar) and/or ``min_tokens``: no stop token before the
-response has that many tokens (SGLang's ``min_new_tokens``).
+response has that many tokens (SGLang's ``min_new_tokens``). The grammar kinds are declared once,
+in :data:`GRAMMARS`: the request fields of ``serve`` and the arguments of ``power_gen`` are theirs.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from .errors import ConfigError
@@ -36,61 +38,98 @@ DTYPES: dict[Any, str] = {
     "bool": REGEX_BOOL,
 }
 """``sgl.gen(dtype=...)`` as SGLang maps it (``sglang.lang.ir``, ``RuntimeEndpoint``): a regex."""
-GRAMMARS = ("regex", "json_schema", "ebnf")
-"""The grammar kinds, by their SGLang sampling-parameter names."""
+
+
+def _text(name: str) -> Callable[[Any], str]:
+    def source(value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty string")
+        return value
+
+    return source
 
 
 @dataclass(frozen=True)
+class Grammar:
+    """A grammar kind. ``name`` is SGLang's sampling parameter, ``serve``'s request field and
+    ``power_gen``'s argument alike; ``annotation`` what a caller passes, ``schema`` and ``doc``
+    its request field's JSON Schema and help, ``source`` the value as the grammar's text (a
+    ConfigError naming it when it is none). An engine that masks compiles each kind by name
+    (:mod:`presto_sgl.engines.grammar`)."""
+
+    name: str
+    annotation: Any
+    _: KW_ONLY
+    schema: dict[str, Any]
+    doc: str
+    source: Callable[[Any], str]
+
+
+GRAMMARS: dict[str, Grammar] = {
+    g.name: g
+    for g in (
+        Grammar(
+            "regex",
+            str,
+            schema={"type": "string", "minLength": 1},
+            doc="the answer must fully match this regular expression",
+            source=_text("regex"),
+        ),
+        Grammar(
+            "json_schema",
+            str | dict,
+            schema={"anyOf": [{"type": "string", "minLength": 2}, {"type": "object"}]},
+            doc="a JSON schema (an object, or its JSON text) the answer must be JSON of",
+            source=lambda value: schema_text(value),
+        ),
+        Grammar(
+            "ebnf",
+            str,
+            schema={"type": "string", "minLength": 1},
+            doc="an EBNF grammar (xgrammar's syntax, rule `root`) the answer must match",
+            source=_text("ebnf"),
+        ),
+    )
+}
+"""The grammar kinds a constraint takes, one per response."""
+
+
+@dataclass(frozen=True, init=False)
 class Constraint:
-    """C: ``regex`` (full match), ``json_schema`` (JSON text) or ``ebnf`` (xgrammar's EBNF, rule
-    ``root``), and/or ``min_tokens``."""
+    """C: a ``grammar`` (its kind and source text: a ``regex`` (full match), a ``json_schema``
+    (compact JSON text) or an ``ebnf`` grammar (xgrammar's EBNF, rule ``root``); see
+    :data:`GRAMMARS`), and/or ``min_tokens``. Built by keyword: ``Constraint(regex="[0-9]+")``."""
 
-    regex: str | None = None
-    json_schema: Any = None  # a dict or its JSON text; kept as compact JSON text
-    min_tokens: int = 0
-    ebnf: str | None = None
+    grammar: tuple[str, str] | None  # ("regex" | "json_schema" | "ebnf", source) or None
+    min_tokens: int
 
-    def __post_init__(self) -> None:
-        given = [k for k in GRAMMARS if getattr(self, k) is not None]
+    def __init__(self, *, min_tokens: int = 0, **grammar: Any) -> None:
+        unknown = sorted(set(grammar) - set(GRAMMARS))
+        if unknown:
+            raise TypeError(f"Constraint got {unknown[0]!r}; the grammar kinds are {list(GRAMMARS)}")
+        given = [k for k in GRAMMARS if grammar.get(k) is not None]
         if len(given) > 1:
             raise ConfigError(
                 given[1],
-                getattr(self, given[1]),
+                grammar[given[1]],
                 f"give {{{given[0]}}} or {{{given[1]}}}, not both (one grammar per response)",
             )
-        for name in ("regex", "ebnf"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty string")
-        if self.json_schema is not None:
-            object.__setattr__(self, "json_schema", schema_text(self.json_schema))
-        integer(0, "answer tokens before it may end")("min_tokens", self.min_tokens)
+        kind = given[0] if given else None
+        object.__setattr__(self, "grammar", (kind, GRAMMARS[kind].source(grammar[kind])) if kind else None)
+        object.__setattr__(self, "min_tokens", integer(0, "answer tokens before it may end")("min_tokens", min_tokens))
 
     @classmethod
-    def of(
-        cls,
-        *,
-        regex: str | None = None,
-        json_schema: Any = None,
-        dtype: Any = None,
-        min_tokens: int | None = None,
-        ebnf: str | None = None,
-    ) -> Constraint | None:
-        """The constraint of ``sgl.gen``-style arguments (``dtype`` as SGLang maps it to a regex),
-        or None when they constrain nothing."""
+    def of(cls, *, dtype: Any = None, min_tokens: int | None = None, **grammar: Any) -> Constraint | None:
+        """The constraint of ``sgl.gen``-style arguments (``dtype`` as SGLang maps it to a regex;
+        a grammar kind of :data:`GRAMMARS` by its name), or None when they constrain nothing."""
         if dtype is not None:
             if dtype not in DTYPES:
                 raise ConfigError("dtype", dtype, f"{{dtype}} (={dtype!r}) must be int, float, str or bool")
-            if regex is not None:
-                raise ConfigError("regex", regex, "give {regex} or {dtype}, not both")
-            regex = DTYPES[dtype]
-        c = cls(regex, json_schema, min_tokens or 0, ebnf)
+            if grammar.get("regex") is not None:
+                raise ConfigError("regex", grammar["regex"], "give {regex} or {dtype}, not both")
+            grammar["regex"] = DTYPES[dtype]
+        c = cls(min_tokens=min_tokens or 0, **grammar)
         return c if c.grammar is not None or c.min_tokens else None
-
-    @property
-    def grammar(self) -> tuple[str, str] | None:
-        """("regex" | "json_schema" | "ebnf", source) or None."""
-        return next(((k, getattr(self, k)) for k in GRAMMARS if getattr(self, k) is not None), None)
 
     def describe(self) -> dict[str, object]:
         """The fields that are set (a run record's ``constraint``)."""

@@ -112,11 +112,16 @@ class Grammars:
             if self._compiler is None:
                 self._compiler = xgr.GrammarCompiler(self._info(xgr), cache_limit_bytes=CACHE_BYTES)
         kind, source = grammar
-        compile_ = {"regex": self._compiler.compile_regex, "ebnf": self._compiler.compile_grammar}.get(kind)
+        compiler = self._compiler
+        compile_ = {
+            "regex": compiler.compile_regex,
+            "json_schema": lambda text: compiler.compile_json_schema(text, any_whitespace=True),
+            "ebnf": compiler.compile_grammar,
+        }.get(kind)  # the kinds of presto_sgl.constraints.GRAMMARS xgrammar compiles
+        if compile_ is None:
+            raise EngineError(f"the grammar library here has no compiler for {kind} constraints")
         try:
-            if compile_ is not None:
-                return compile_(source)
-            return self._compiler.compile_json_schema(source, any_whitespace=True)
+            return compile_(source)
         except Exception as e:  # RuntimeError for a bad grammar; UnicodeError, ValueError for bad text
             raise EngineError(f"the grammar library cannot compile the {kind} {source!r}: {e}") from None
 

@@ -58,6 +58,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import SERVER_SIDE, parameters
+from ..constraints import GRAMMARS
 from . import interpreter
 from .execution import run_expression
 from .spec import ChoiceSpec, GenSpec, spec_of
@@ -65,7 +66,7 @@ from .spec import ChoiceSpec, GenSpec, spec_of
 
 class PowerGen:
     """``power_gen(name, *, max_tokens=None, stop=None, stop_token_ids=None, return_logprob=False,
-    temperature=None, choices=None, regex=None, json_schema=None, dtype=None, min_tokens=None,
+    temperature=None, choices=None, regex=None, json_schema=None, ebnf=None, dtype=None, min_tokens=None,
     stop_regex=None, seed=None, chain_id=None, engine=None, **options)``: a program expression
     (``s += ...``).
 
@@ -86,12 +87,10 @@ class PowerGen:
             inspect.Parameter("return_logprob", kw, default=False, annotation=bool),
             inspect.Parameter("temperature", kw, default=None, annotation=float | None),
             inspect.Parameter("choices", kw, default=None, annotation=list[str] | None),
-            inspect.Parameter("regex", kw, default=None, annotation=str | None),
-            inspect.Parameter("json_schema", kw, default=None, annotation=str | dict | None),
+            *(inspect.Parameter(g.name, kw, default=None, annotation=g.annotation | None) for g in GRAMMARS.values()),
             inspect.Parameter("dtype", kw, default=None, annotation=type | str | None),
             inspect.Parameter("min_tokens", kw, default=None, annotation=int | None),
             inspect.Parameter("stop_regex", kw, default=None, annotation=str | list[str] | None),
-            inspect.Parameter("ebnf", kw, default=None, annotation=str | None),
             inspect.Parameter("seed", kw, default=None, annotation=int | None),
             inspect.Parameter("chain_id", kw, default=None, annotation=int | None),
             inspect.Parameter("engine", kw, default=None),

@@ -25,7 +25,7 @@ from ..config import (
     method_config,
     parameters,
 )
-from ..constraints import Constraint
+from ..constraints import GRAMMARS, Constraint
 from ..engines import grammar
 from ..errors import ConfigError
 from ..fields import integer
@@ -114,16 +114,16 @@ def gen_spec(
     chain_id: int | None = None,
     engine: Any = None,
     temperature: float | None = None,
-    regex: str | None = None,
-    json_schema: Any = None,
     dtype: Any = None,
     min_tokens: int | None = None,
     min_new_tokens: int | None = None,
     stop_regex: str | Sequence[str] | None = None,
-    ebnf: str | None = None,
     **options: Any,
 ) -> GenSpec:
-    """The validated :class:`GenSpec` of a power_gen call; a ConfigError names the bad argument."""
+    """The validated :class:`GenSpec` of a power_gen call; a ConfigError names the bad argument.
+    ``options`` holds the grammar, by its kind's name (:data:`~presto_sgl.constraints.GRAMMARS`),
+    and the method's parameters."""
+    grammars = {kind: options.pop(kind) for kind in GRAMMARS if kind in options}
     _check_name(name)
     _refuse(options)
     _check_keys(seed, chain_id)
@@ -132,7 +132,7 @@ def gen_spec(
     if min_tokens is not None and min_new_tokens is not None and min_tokens != min_new_tokens:
         raise ConfigError("min_new_tokens", min_new_tokens, "give {min_tokens} or {min_new_tokens}, not both")
     min_tokens = min_tokens if min_tokens is not None else min_new_tokens
-    constraint = Constraint.of(regex=regex, json_schema=json_schema, dtype=dtype, min_tokens=min_tokens, ebnf=ebnf)
+    constraint = Constraint.of(dtype=dtype, min_tokens=min_tokens, **grammars)
     if max_tokens is not None:
         _cap(max_tokens, options)
     # a cap on an answer that ends at EOS: the responses that end (a short answer stops paying for

@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import registry
 from ..config import PRESTO, SERVER_SIDE, parameters
+from ..constraints import GRAMMARS
 from ..fields import TEMPERATURE_RANGE, Param, params_of
 from .request import BOTH, LENGTH, MAX_LOGPROBS, ROLES, Defaults, Field, Schema, ServerFacts
 from .schema import NULL, integer
@@ -299,31 +300,27 @@ OPENAI: tuple[Field, ...] = (
         "is then `eos`. `text`: no constraint",
     ),
     Field(
-        "regex",
-        _fixed({"type": "string", "minLength": 1}),
-        "SGLang's field: the answer must fully match this regular expression (structured power sampling, as "
-        "`response_format`); one grammar per request: `regex`, `json_schema`, `ebnf` or `response_format` json",
-    ),
-    Field(
-        "json_schema",
-        _fixed({"anyOf": [{"type": "string", "minLength": 2}, {"type": "object"}]}),
-        "SGLang's field: a JSON schema (an object, or its JSON text) the answer must be JSON of (structured "
-        "power sampling, as `response_format`)",
-    ),
-    Field(
         "min_tokens",
         _fixed(integer(0)),
         "SGLang's and vLLM's field: no EOS before the response has this many tokens (the target is restricted "
         "to such responses; proposals mask EOS until then)",
     ),
-    Field(
-        "ebnf",
-        _fixed({"type": "string", "minLength": 1}),
-        "SGLang's field: an EBNF grammar (xgrammar's syntax, rule `root`) the answer must match (structured "
-        "power sampling, as `response_format`)",
-    ),
 )
-"""The OpenAI fields, in docs/serve.md's order."""
+"""The OpenAI fields, in docs/serve.md's order (then SGLang's grammar fields: :func:`grammar_fields`)."""
+
+
+def grammar_fields() -> tuple[Field, ...]:
+    """SGLang's grammar fields: one per kind of :data:`~presto_sgl.constraints.GRAMMARS`."""
+    kinds = ", ".join(f"`{k}`" for k in GRAMMARS)
+    return tuple(
+        Field(
+            g.name,
+            _fixed(g.schema),
+            f"SGLang's field: {g.doc} (structured power sampling, as `response_format`); one grammar per "
+            f"request: {kinds} or `response_format` json",
+        )
+        for g in GRAMMARS.values()
+    )
 
 
 def _power_schema(param: Param) -> Schema:
@@ -373,7 +370,7 @@ def power_fields() -> tuple[Field, ...]:
 
 def request_fields(kind: str) -> tuple[Field, ...]:
     """Every field a request of ``kind`` ("completions" or "chat") may send."""
-    return tuple(f for f in (*OPENAI, *power_fields()) if kind in f.kinds)
+    return tuple(f for f in (*OPENAI, *grammar_fields(), *power_fields()) if kind in f.kinds)
 
 
 def fields(kind: str) -> frozenset[str]:
@@ -385,7 +382,7 @@ def field_table() -> str:
     """docs/serve.md's table of request fields, from the declarations (consecutive fields with
     the same endpoints and doc share a row)."""
     rows: list[tuple[list[str], str, str]] = []
-    for f in (*OPENAI, *power_fields()):
+    for f in (*OPENAI, *grammar_fields(), *power_fields()):
         where = "both" if f.kinds == BOTH else ", ".join(f.kinds)
         doc = f.doc.replace("|", "\\|")
         if rows and rows[-1][1:] == (where, doc):

@@ -223,3 +223,32 @@ def test_structured_arguments_constrain_the_chains_target():
     ):
         with pytest.raises(ConfigError, match=match):
             gen_spec("x", **bad, **CHAIN)
+
+
+def test_each_declared_grammar_kind_reaches_every_front_end(monkeypatch):
+    """A grammar kind is declared once (:data:`~presto_sgl.constraints.GRAMMARS`): from that
+    declaration alone a toy kind is a ``power_gen`` argument, a request field of both endpoints
+    and a constraint, which an engine that cannot compile it refuses by name. A kind that is not
+    declared is refused, and so are two grammars at once."""
+    import inspect
+
+    from presto_sgl import constraints
+    from presto_sgl.constraints import GRAMMARS, Constraint, Grammar
+    from presto_sgl.program.frontend import power_gen
+    from presto_sgl.serve.fieldtable import request_fields
+
+    toy = Grammar(
+        "toy_regex", str, schema={"type": "string", "minLength": 1}, doc="a regex by another name", source=str
+    )
+    monkeypatch.setitem(constraints.GRAMMARS, "toy_regex", toy)
+    for kind in GRAMMARS:
+        assert kind in inspect.signature(power_gen).parameters
+        for endpoint in ("completions", "chat"):
+            assert kind in {f.name for f in request_fields(endpoint)}
+    assert Constraint(toy_regex="[0-9]+").grammar == ("toy_regex", "[0-9]+")
+    with pytest.raises(ConfigError, match=r"`toy_regex` cannot be compiled.*no compiler for toy_regex"):
+        gen_spec("x", toy_regex="[0-9]+", **CHAIN)
+    with pytest.raises(TypeError, match="the grammar kinds are"):
+        Constraint(lark="start: 'a'")
+    with pytest.raises(ConfigError, match="`regex` or `toy_regex`"):
+        Constraint(regex="a", toy_regex="b")
