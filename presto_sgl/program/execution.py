@@ -24,7 +24,7 @@ from ..methods import Method
 from ..scheduling.scheduler import Scheduler
 from . import interpreter
 from .spec import ChoiceSpec, GenSpec, with_run_defaults
-from .state import prompt_ids, record, record_choice
+from .state import prompt_of, record, record_choice
 
 _engines: dict[str, SGLangEngine] = {}
 _engines_lock = threading.Lock()
@@ -52,14 +52,13 @@ def _keys(executor: Any, spec: GenSpec | ChoiceSpec) -> tuple[int, int]:
 def _run_choice(executor: Any, spec: ChoiceSpec) -> None:
     """Draw ``spec``'s choice after ``executor``'s text and record it."""
     eng = spec.engine if spec.engine is not None else _engine_for(executor.backend)
-    text = executor.text_
-    ids, source = prompt_ids(executor.variables, text, eng)
-    if not ids:
+    prompt = prompt_of(executor.variables, executor.text_, eng)
+    if not prompt.ids:
         raise ValueError(f"power_gen {spec.name!r}: the program text before it is empty; choices need a prompt")
     seed, chain_id = _keys(executor, spec)
     options = [tuple(eng.text.encode(c)) for c in spec.choices]
-    drawn = draw_choice(scorer(eng), ids, options, spec.alpha, seed=seed, prompt_id=chain_id)
-    record_choice(executor, spec, text, ids, source, options, drawn, seed, chain_id)
+    drawn = draw_choice(scorer(eng), prompt.ids, options, spec.alpha, seed=seed, prompt_id=chain_id)
+    record_choice(executor, spec, prompt, options, drawn, {"seed": seed, "chain_id": chain_id})
 
 
 def _run(executor: Any, spec: GenSpec) -> None:
@@ -67,17 +66,16 @@ def _run(executor: Any, spec: GenSpec) -> None:
     record the answer."""
     eng = spec.engine if spec.engine is not None else _engine_for(executor.backend)
     chain = make_method(eng, on_engine(spec, eng))
-    text = executor.text_
-    ids, source = prompt_ids(executor.variables, text, eng)
-    _check_prompt(chain, ids, spec.name)
+    prompt = prompt_of(executor.variables, executor.text_, eng)
+    _check_prompt(chain, prompt.ids, spec.name)
     seed, chain_id = _keys(executor, spec)
     scheduler = _scheduler_for(eng)
     scheduler.adopt(chain)
     start = time.perf_counter()
     with scheduler.chain() as lane:
-        result = chain.run(ids, seed=seed, prompt_id=chain_id, context=RunContext(lane=lane))
-    meta = {"e2e_latency": time.perf_counter() - start, "seed": seed, "chain_id": chain_id}
-    record(executor, spec, eng, chain, text, ids, source, result, meta)
+        result = chain.run(prompt.ids, seed=seed, prompt_id=chain_id, context=RunContext(lane=lane))
+    run = {"e2e_latency": time.perf_counter() - start, "seed": seed, "chain_id": chain_id, "config": chain.describe()}
+    record(executor, spec, eng, prompt, result, run)
 
 
 def on_engine(spec: GenSpec, eng: Any) -> MethodConfig:
