@@ -40,15 +40,6 @@ DTYPES: dict[Any, str] = {
 """``sgl.gen(dtype=...)`` as SGLang maps it (``sglang.lang.ir``, ``RuntimeEndpoint``): a regex."""
 
 
-def _text(name: str) -> Callable[[Any], str]:
-    def source(value: Any) -> str:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty string")
-        return value
-
-    return source
-
-
 @dataclass(frozen=True)
 class Grammar:
     """A grammar kind. ``name`` is SGLang's sampling parameter, ``serve``'s request field and
@@ -65,16 +56,21 @@ class Grammar:
     source: Callable[[Any], str]
 
 
+def _text_kind(name: str, doc: str) -> Grammar:
+    """A grammar kind whose source is a non-empty string."""
+
+    def source(value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty string")
+        return value
+
+    return Grammar(name, str, schema={"type": "string", "minLength": 1}, doc=doc, source=source)
+
+
 GRAMMARS: dict[str, Grammar] = {
     g.name: g
     for g in (
-        Grammar(
-            "regex",
-            str,
-            schema={"type": "string", "minLength": 1},
-            doc="the answer must fully match this regular expression",
-            source=_text("regex"),
-        ),
+        _text_kind("regex", "the answer must fully match this regular expression"),
         Grammar(
             "json_schema",
             str | dict,
@@ -82,13 +78,7 @@ GRAMMARS: dict[str, Grammar] = {
             doc="a JSON schema (an object, or its JSON text) the answer must be JSON of",
             source=lambda value: schema_text(value),
         ),
-        Grammar(
-            "ebnf",
-            str,
-            schema={"type": "string", "minLength": 1},
-            doc="an EBNF grammar (xgrammar's syntax, rule `root`) the answer must match",
-            source=_text("ebnf"),
-        ),
+        _text_kind("ebnf", "an EBNF grammar (xgrammar's syntax, rule `root`) the answer must match"),
     )
 }
 """The grammar kinds a constraint takes, one per response."""
