@@ -12,7 +12,8 @@
 #                                    it) but Gemma 3's in .venv, one at a time, then the files that need
 #                                    sglang importable with .venv-sglang's python (test_sglang_runtime.py,
 #                                    test_power_gen_programs.py, test_sglang_programs.py,
-#                                    test_sglang_attention.py; the .venv run skips them)
+#                                    test_sglang_attention.py, test_power_scope.py; the .venv run
+#                                    skips them)
 #   bash scripts/test.sh --tier 4    Gemma 3 270M on its real SGLang and vLLM servers (marker `gemma3`;
 #                                    PRESTO_SGL_GEMMA3_SGLANG_URL / PRESTO_SGL_GEMMA3_VLLM_URL), then
 #                                    its program file with .venv-sglang (test_gemma3_programs.py)
@@ -33,7 +34,8 @@ if [ ! -x .venv/bin/presto-sgl ]; then
   bash scripts/setup.sh || exit 1
 fi
 RUNTIME_TESTS=(tests/integration/test_sglang_runtime.py tests/integration/test_power_gen_programs.py
-               tests/integration/test_sglang_programs.py tests/integration/test_sglang_attention.py)
+               tests/integration/test_sglang_programs.py tests/integration/test_sglang_attention.py
+               tests/integration/test_power_scope.py)
 TIER1="not server and not law and not fullgrid and not slow"
 TIER2="not server and (law or fullgrid or slow)"
 TIER3="server and not gemma3"
@@ -140,7 +142,7 @@ passed "$rc" || say "pytest in .venv failed (exit $rc)"
 options=() runtime_paths=() named_paths=no
 for arg in "$@"; do
   case "$arg" in
-    *test_sglang_runtime.py*|*test_power_gen_programs.py*|*test_sglang_programs.py*|*test_sglang_attention.py*|*test_gemma3_programs.py*)
+    *test_sglang_runtime.py*|*test_power_gen_programs.py*|*test_sglang_programs.py*|*test_sglang_attention.py*|*test_gemma3_programs.py*|*test_power_scope.py*)
       runtime_paths+=("$arg"); named_paths=yes ;;
     tests/*|*.py|*.py::*) named_paths=yes ;;
     *) options+=("$arg") ;;

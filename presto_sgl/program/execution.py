@@ -32,12 +32,17 @@ _schedulers: weakref.WeakKeyDictionary[Any, Scheduler] = weakref.WeakKeyDictiona
 
 
 def run_expression(executor: Any, expr: Any) -> None:
-    """What the interpreter hook runs for a power_gen expression (on the program's thread): its
-    call with the program's run-level defaults where it left them unset."""
-    if isinstance(expr.spec, ChoiceSpec):
-        _run_choice(executor, expr.spec)
+    """What the interpreter hook runs for a power_gen expression (on the program's thread)."""
+    run_spec(executor, expr.spec)
+
+
+def run_spec(executor: Any, spec: GenSpec | ChoiceSpec) -> None:
+    """A call's chain or choice on ``executor``'s text, with the program's run-level defaults
+    where the call left them unset, its answer recorded."""
+    if isinstance(spec, ChoiceSpec):
+        _run_choice(executor, spec)
     else:
-        _run(executor, with_run_defaults(expr.spec, executor.default_sampling_para))
+        _run(executor, with_run_defaults(spec, executor.default_sampling_para))
 
 
 def _keys(executor: Any, spec: GenSpec | ChoiceSpec) -> tuple[int, int]:

@@ -59,8 +59,7 @@ from typing import Any
 
 from ..config import SERVER_SIDE, parameters
 from ..constraints import GRAMMARS
-from . import interpreter
-from .execution import run_expression
+from .scope import install
 from .spec import ChoiceSpec, GenSpec, spec_of
 
 
@@ -113,7 +112,7 @@ def expression(*args: Any, **kwargs: Any) -> Any:
     """The ``SglGen`` of a power_gen call for ``s += ...``, validated now (installs the interpreter hooks)."""
     spec = spec_of(*args, **kwargs)
     cls = _expression_class()
-    interpreter.install(run_expression)
+    install()
     return cls(spec.name, spec)
 
 
@@ -133,6 +132,18 @@ def power_select(
     return power_gen(
         name, choices=choices, temperature=temperature, alpha=alpha, seed=seed, chain_id=chain_id, engine=engine
     )
+
+
+def power_gen_int(name: str | None = None, **kwargs: Any) -> Any:
+    """``sgl.gen_int``'s drop-in: ``power_gen(name, dtype=int, ...)``, an integer answer (SGLang's
+    regex for int) power-sampled exactly under that constraint."""
+    return power_gen(name, dtype=int, **kwargs)
+
+
+def power_gen_string(name: str | None = None, **kwargs: Any) -> Any:
+    """``sgl.gen_string``'s drop-in: ``power_gen(name, dtype=str, ...)``, a quoted string answer
+    (SGLang's regex for str) power-sampled exactly under that constraint."""
+    return power_gen(name, dtype=str, **kwargs)
 
 
 def _no_sglang(exc: ImportError) -> ImportError:
