@@ -12,6 +12,7 @@ from typing import Any
 from . import registry
 from .config import MethodConfig, PowerConfig, method_config
 from .constraints import Constraint
+from .engines import grammar
 from .engines.base import Engine
 from .errors import ConfigError
 from .methods import Method
@@ -45,6 +46,17 @@ def constrained(method: MethodConfig, constraint: Constraint) -> MethodConfig:
             "constraint: use a power-sampling method (powermh, entropycut, multitry)",
         )
     return replace(method, config=replace(method.config, target=replace(method.config.target, constraint=constraint)))
+
+
+def method_under(options: Mapping[str, Any], constraint: Constraint | None) -> MethodConfig:
+    """The method of flat ``options`` with its target restricted by ``constraint`` (None: the
+    method as it is): the responses that end (``ending="eos"``) unless ``options`` name an
+    ending, the grammar checked to compile (a ConfigError naming its kind)."""
+    if constraint is None:
+        return method_config(options)
+    grammar.check(constraint)
+    baseline = options.get("method") in registry.BASELINES
+    return constrained(method_config({"ending": "eos"} | dict(options) if not baseline else options), constraint)
 
 
 def make_method(engine: Engine, spec: MethodConfig | Mapping[str, Any]) -> Method:

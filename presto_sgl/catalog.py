@@ -52,9 +52,9 @@ class EmbeddedOptions(Validated):
         one_of(("auto", "cpu", "cuda")),
         choices=("auto", "cpu", "cuda"),
     )
-    dtype: str = option(
+    precision: str = option(
         "auto",
-        "embedded engine weights dtype (auto: float32 on cpu, bfloat16 on cuda)",
+        "embedded engine weights precision (auto: float32 on cpu, bfloat16 on cuda)",
         one_of(("auto", "float32", "bfloat16", "float16")),
         choices=("auto", "float32", "bfloat16", "float16"),
     )
@@ -130,7 +130,7 @@ def _embedded(o: EmbeddedOptions) -> Engine:
     from . import models
 
     try:
-        return models.embedded_engine(o.model, device=o.device, dtype=o.dtype, tokenizer=o.tokenizer)
+        return models.embedded_engine(o.model, device=o.device, dtype=o.precision, tokenizer=o.tokenizer)
     except (FileNotFoundError, OSError) as exc:
         raise ConfigError("model", o.model, f"{{model}} {o.model!r}: {exc}") from None
 

@@ -16,6 +16,7 @@ in :data:`GRAMMARS`: the request fields of ``serve`` and the arguments of ``powe
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
@@ -45,7 +46,9 @@ class Grammar:
     """A grammar kind. ``name`` is SGLang's sampling parameter, ``serve``'s request field and
     ``power_gen``'s argument alike; ``annotation`` what a caller passes, ``schema`` and ``doc``
     its request field's JSON Schema and help, ``source`` the value as the grammar's text (a
-    ConfigError naming it when it is none). An engine that masks compiles each kind by name
+    ConfigError naming it when it is none), ``accepts(source, answer)`` whether an answer is in
+    the grammar's language, checked independently of the grammar library that masks the draws
+    (None: no such check here). An engine that masks compiles each kind by name
     (:mod:`presto_sgl.engines.grammar`)."""
 
     name: str
@@ -54,9 +57,10 @@ class Grammar:
     schema: dict[str, Any]
     doc: str
     source: Callable[[Any], str]
+    accepts: Callable[[str, str], bool | None]
 
 
-def _text_kind(name: str, doc: str) -> Grammar:
+def _text_kind(name: str, doc: str, accepts: Callable[[str, str], bool | None]) -> Grammar:
     """A grammar kind whose source is a non-empty string."""
 
     def source(value: Any) -> str:
@@ -64,21 +68,93 @@ def _text_kind(name: str, doc: str) -> Grammar:
             raise ConfigError(name, value, f"{{{name}}} (={value!r}) must be a non-empty string")
         return value
 
-    return Grammar(name, str, schema={"type": "string", "minLength": 1}, doc=doc, source=source)
+    return Grammar(name, str, schema={"type": "string", "minLength": 1}, doc=doc, source=source, accepts=accepts)
+
+
+def _json_of(schema: str, answer: str) -> bool | None:
+    """``answer`` is JSON valid under ``schema`` (jsonschema's check; None without jsonschema)."""
+    try:
+        value = json.loads(answer)
+    except json.JSONDecodeError:
+        return False
+    return _valid(value, json.loads(schema))
+
+
+def _valid(value: Any, schema: dict[str, Any]) -> bool | None:
+    try:
+        import jsonschema
+    except ImportError:
+        return None
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError:
+        return False
+    return True
+
+
+def _tagged(source: str, answer: str) -> bool | None:
+    """``answer`` is free text in which each trigger starts a tagged segment: a structure's
+    ``begin``, JSON valid under its ``schema``, its ``end`` (a structural tag's ``structures`` and
+    ``triggers``); None for the ``format`` form, which has no parser here."""
+    tag = json.loads(source)
+    if "structures" not in tag:
+        return None
+    at, segments, verdicts = 0, 0, []
+    while True:
+        found = [(i, t) for t in tag["triggers"] if (i := answer.find(t, at)) >= 0]
+        if not found:
+            break
+        start = min(found)[0]
+        structure = next((s for s in tag["structures"] if answer.startswith(s["begin"], start)), None)
+        if structure is None:
+            return False
+        body = start + len(structure["begin"])
+        body += len(answer[body:]) - len(answer[body:].lstrip())
+        try:
+            value, after = json.JSONDecoder().raw_decode(answer, body)
+        except json.JSONDecodeError:
+            return False
+        after += len(answer[after:]) - len(answer[after:].lstrip(" \t"))
+        if not answer.startswith(structure["end"], after):
+            return False
+        verdicts.append(_valid(value, structure.get("schema") or {}))
+        at, segments = after + len(structure["end"]), segments + 1
+    if tag.get("at_least_one") and not segments:
+        return False
+    return False if False in verdicts else None if None in verdicts else True
 
 
 GRAMMARS: dict[str, Grammar] = {
     g.name: g
     for g in (
-        _text_kind("regex", "the answer must fully match this regular expression"),
+        _text_kind(
+            "regex",
+            "the answer must fully match this regular expression",
+            lambda source, answer: re.fullmatch(source, answer) is not None,
+        ),
         Grammar(
             "json_schema",
             str | dict,
             schema={"anyOf": [{"type": "string", "minLength": 2}, {"type": "object"}]},
             doc="a JSON schema (an object, or its JSON text) the answer must be JSON of",
             source=lambda value: schema_text(value),
+            accepts=_json_of,
         ),
-        _text_kind("ebnf", "an EBNF grammar (xgrammar's syntax, rule `root`) the answer must match"),
+        _text_kind(
+            "ebnf",
+            "an EBNF grammar (xgrammar's syntax, rule `root`) the answer must match",
+            lambda source, answer: None,  # no EBNF parser here but the grammar library's own
+        ),
+        Grammar(
+            "structural_tag",
+            str | dict,
+            schema={"anyOf": [{"type": "string", "minLength": 2}, {"type": "object"}]},
+            doc="a structural tag (SGLang's tool-call constraint: free text, and after each trigger a tagged "
+            "segment whose content is JSON of its schema), as an object with `structures` and `triggers` or "
+            "with `format`, or its JSON text",
+            source=lambda value: structural_tag_text(value),
+            accepts=lambda source, answer: _tagged(source, answer),
+        ),
     )
 }
 """The grammar kinds a constraint takes, one per response."""
@@ -121,6 +197,18 @@ class Constraint:
         c = cls(min_tokens=min_tokens or 0, **grammar)
         return c if c.grammar is not None or c.min_tokens else None
 
+    def validates(self, answer: str, tokens: int, ended: bool) -> bool | None:
+        """Whether an answer (its text, its token count before the stop token, and whether it
+        ended at one) is one this constraint allows, checked independently of the masking: a
+        response cut at its length is a prefix, not an answer (False); None where its grammar
+        has no independent check here (:attr:`Grammar.accepts`)."""
+        if not ended or tokens < self.min_tokens:
+            return False
+        if self.grammar is None:
+            return True
+        kind, source = self.grammar
+        return GRAMMARS[kind].accepts(source, answer)
+
     def describe(self) -> dict[str, object]:
         """The fields that are set (a run record's ``constraint``)."""
         out: dict[str, object] = {}
@@ -129,6 +217,25 @@ class Constraint:
         if self.min_tokens:
             out["min_tokens"] = self.min_tokens
         return out
+
+
+def structural_tag_text(tag: Any) -> str:
+    """A structural tag (dict, or JSON text) as compact JSON text: SGLang's two forms, one with
+    ``structures`` (each ``begin``, ``schema``, ``end``) and ``triggers``, one with ``format``."""
+    if isinstance(tag, str):
+        try:
+            tag = json.loads(tag)
+        except json.JSONDecodeError as e:
+            raise ConfigError("structural_tag", tag, f"{{structural_tag}} is not valid JSON ({e})") from None
+    legacy = isinstance(tag, dict) and isinstance(tag.get("structures"), list) and isinstance(tag.get("triggers"), list)
+    if not (legacy or (isinstance(tag, dict) and isinstance(tag.get("format"), dict))):
+        raise ConfigError(
+            "structural_tag",
+            tag,
+            "{structural_tag} must be an object with `structures` (each with `begin`, `schema`, `end`) and "
+            "`triggers`, or with `format` (xgrammar's structural tag)",
+        )
+    return json.dumps(tag, separators=(",", ":"))
 
 
 def schema_text(schema: Any) -> str:

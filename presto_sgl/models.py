@@ -16,7 +16,7 @@
   (``HuggingFaceTB/SmolLM2-135M-Instruct``), resolved by transformers through the
   Hugging Face cache (:mod:`presto_sgl.hub`; offline with ``HF_HUB_OFFLINE=1``).
 
-``--dtype``: ``auto`` is float32 on CPU (the exactness tests' precision) and bfloat16 on CUDA
+``--precision``: ``auto`` is float32 on CPU (the exactness tests' precision) and bfloat16 on CUDA
 (float16 where the GPU has no bfloat16); ``--device``: ``auto`` is CUDA when present.
 """
 

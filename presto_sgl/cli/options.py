@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from .. import catalog, registry
-from ..build import make_method
-from ..config import MethodConfig, method_config, parameters
+from ..build import make_method, method_under
+from ..config import MethodConfig, parameters
+from ..constraints import GRAMMARS, Constraint
 from ..engines.text import ModelFolder, TokenizerView
 from ..fields import Param, params_of
 from ..methods import Method
@@ -109,6 +111,39 @@ def method_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
+def add_constraint_options(p: argparse.ArgumentParser) -> None:
+    """Structured power sampling: one flag per grammar kind (:data:`~presto_sgl.constraints.GRAMMARS`;
+    a value that names a file is read from it), ``--dtype`` and ``--min-tokens``."""
+    grp = p.add_argument_group(
+        "constraint (structured power sampling: the target restricted to the answers it allows, sampled exactly)"
+    )
+    for g in GRAMMARS.values():
+        grp.add_argument(
+            "--" + g.name.replace("_", "-"),
+            dest=g.name,
+            metavar="TEXT|FILE",
+            help=f"{g.doc}: inline, or a file holding it (one grammar per run)",
+        )
+    grp.add_argument(
+        "--dtype", choices=("int", "float", "str", "bool"), help="an answer of this type (SGLang's regexes)"
+    )
+    grp.add_argument(
+        "--min-tokens", dest="min_tokens", type=int, metavar="N", help="no stop token before N answer tokens"
+    )
+
+
+def args_constraint(args: argparse.Namespace) -> Constraint | None:
+    """The constraint of the flags (None: none), a grammar given as a file read from it."""
+    grammars = {}
+    for kind in GRAMMARS:
+        value = getattr(args, kind, None)
+        if value is not None:
+            path = Path(value)
+            grammars[kind] = path.read_text(encoding="utf-8") if len(value) < 4096 and path.is_file() else value
+    dtype, min_tokens = getattr(args, "dtype", None), getattr(args, "min_tokens", None)
+    return Constraint.of(dtype=dtype, min_tokens=min_tokens, **grammars)
+
+
 def model_name(engine: Any, args: argparse.Namespace) -> str:
     """The model a run samples from, for its manifest or trace: the server's model folder,
     else the embedded ``--model``, else the engine's name."""
@@ -117,8 +152,9 @@ def model_name(engine: Any, args: argparse.Namespace) -> str:
 
 
 def args_method(args: argparse.Namespace) -> MethodConfig:
-    """The validated method of the flags (ConfigError naming the parameter); no engine is built."""
-    return method_config(method_options(args))
+    """The validated method of the flags, under their constraint (ConfigError naming the
+    parameter); no engine is built."""
+    return method_under(method_options(args), args_constraint(args))
 
 
 def build(args: argparse.Namespace) -> tuple[GuardedEngine, Method]:

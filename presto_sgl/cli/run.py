@@ -23,6 +23,7 @@ from concurrent.futures import FIRST_EXCEPTION, wait
 from pathlib import Path
 from typing import Any
 
+from ..build import make_method, method_under
 from ..chain.trace import TraceWriter
 from ..errors import ConfigError, EngineError
 from ..evaluation.records import make_record
@@ -36,7 +37,17 @@ from ..scheduling.scheduler import Scheduler
 from ..tasks.base import Problem
 from ..tasks.registry import NAMES, load_task
 from .common import PROG, UsageError, cli_message, flag
-from .options import add_engine_options, add_method_options, add_scheduler_flag, build, model_name, note_plain_prompts
+from .options import (
+    add_constraint_options,
+    add_engine_options,
+    add_method_options,
+    add_scheduler_flag,
+    args_constraint,
+    build,
+    method_options,
+    model_name,
+    note_plain_prompts,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -74,6 +85,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     data.add_argument("--out", required=True, metavar="DIR", help="run directory (created, or resumed)")
     add_engine_options(p)
     add_method_options(p)
+    add_constraint_options(p)
     p.add_argument("--seed", type=int, default=0, help="run seed: chain keys and procedural problems (default: 0)")
     p.add_argument(
         "--label",
@@ -156,13 +168,44 @@ def _setup(args: argparse.Namespace):
             },
         }
         note_plain_prompts(engine, args.chat and any(p.chat for p in problems))
-        prompts = {p.id: _encode(engine, sampler, p, args) for p in problems}
+        methods = _methods(args, engine, sampler, problems)
+        prompts = {p.id: _encode(engine, methods[p.id], p, args) for p in problems}
         rundir = RunDir(args.out, config, info)
     except (ValueError, TypeError, ImportError) as exc:
         raise UsageError(cli_message(exc)) from exc
     except EngineError as exc:
         raise UsageError(str(exc)) from exc
-    return task, problems, engine, sampler, rundir, prompts, str(model)
+    return task, problems, engine, methods, rundir, prompts, str(model)
+
+
+def _methods(args: argparse.Namespace, engine: Any, sampler: Method, problems: list[Problem]) -> dict[str, Method]:
+    """Each problem's method: the run's (its flags' constraint), or under the problem's own
+    constraint where its record has one (one method per distinct constraint)."""
+    run_constraint = args_constraint(args)
+    by_constraint: dict[Any, Method] = {run_constraint: sampler}
+    out = {}
+    for p in problems:
+        constraint = p.meta.get("constraint") or run_constraint
+        if constraint not in by_constraint:
+            try:
+                by_constraint[constraint] = make_method(engine, method_under(method_options(args), constraint))
+            except ConfigError as exc:
+                raise ValueError(f"problem {p.id!r}: {exc.render(flag, lambda n, v: f'{n} {v}')}") from None
+        out[p.id] = by_constraint[constraint]
+    return out
+
+
+def _validity(record: dict[str, Any], problem: Problem, args: argparse.Namespace) -> dict[str, Any]:
+    """The record's constraint and whether its answer is one the constraint allows (none: {})."""
+    constraint = problem.meta.get("constraint") or args_constraint(args)
+    if constraint is None:
+        return {}
+    eos = record["eos_index"]
+    kept = eos if eos is not None else len(record["response_ids"])
+    return {
+        "constraint": constraint.describe(),
+        "valid": constraint.validates(record["response_text"], kept, eos is not None),
+    }
 
 
 def _mode(engine: Any) -> str | None:
@@ -216,7 +259,7 @@ def _samples(problems: list[Problem], k: int) -> list[tuple[str, Problem, int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    task, problems, engine, sampler, rundir, prompts, model = _setup(args)
+    task, problems, engine, methods, rundir, prompts, model = _setup(args)
     for w in [*rundir.warnings, *task.errors]:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     done = rundir.done_ids()
@@ -244,12 +287,15 @@ def run(args: argparse.Namespace) -> int:
             checkpoint = _interrupted(path)
             with open(path, "a" if checkpoint is not None else "w", encoding="utf-8") as f:
                 traced = dataclasses.replace(context, trace=TraceWriter(f), resume=checkpoint)
-                result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=traced)
+                result = methods[problem.id].run(
+                    prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=traced
+                )
         else:
-            result = sampler.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=context)
+            result = methods[problem.id].run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=context)
         record = make_record(
             problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer, seconds=time.perf_counter() - t0
         )
+        record |= _validity(record, problem, args)
         if args.samples > 1:
             record |= {"id": chain_id, "problem": problem.id, "sample": sample}
         rundir.append(record)
@@ -259,7 +305,11 @@ def run(args: argparse.Namespace) -> int:
             bar.update(1)
 
     shared = args.scheduler == "shared" and workers > 1
-    scheduler = Scheduler.for_method(sampler, engine.inner, share_from=args.share_from) if shared else None
+    distinct = list({id(m): m for m in methods.values()}.values())
+    scheduler = Scheduler.for_method(distinct[0], engine.inner, share_from=args.share_from) if shared else None
+    if scheduler is not None:
+        for method in distinct[1:]:
+            scheduler.adopt(method)
     pool, ticket = ChainPool(workers, len(todo), scheduler), Ticket(math.inf)
     try:
         futures = pool.submit(ticket, [functools.partial(one, *c) for c in todo], engine) or []
@@ -280,8 +330,18 @@ def run(args: argparse.Namespace) -> int:
     results = aggregate(rundir.records)
     passes = "".join(f", pass@{k} {v:.1%}" for k, v in results.get("pass_at_k", {}).items() if args.samples > 1)
     write_results(rundir.path / "results.json", {"run": str(rundir.path), "config": rundir.config, **results})
-    print(f"{rundir.path}: {len(rundir.records)} records{acc}{passes}; results.json")
+    print(f"{rundir.path}: {len(rundir.records)} records{acc}{passes}{_validated(rundir.records)}; results.json")
     return 0
+
+
+def _validated(records: list[dict[str, Any]]) -> str:
+    """The summary's count of the answers that validate against their constraint ('' with none)."""
+    checked = [r["valid"] for r in records if "valid" in r]
+    if not checked:
+        return ""
+    unchecked = sum(v is None for v in checked)
+    tail = f" ({unchecked} not checked here: no independent validator)" if unchecked else ""
+    return f", {sum(v is True for v in checked)}/{len(checked)} answers validate{tail}"
 
 
 def _accuracy(records: list[dict[str, Any]]) -> tuple[int, int]:

@@ -28,7 +28,15 @@ from ..execution.resume import Checkpoint, check_same_run, read_checkpoint, trun
 from ..methods import Method, SampleResult
 from ..scheduling.pool import GuardedEngine
 from .common import UsageError, cli_message, flag
-from .options import add_engine_options, add_method_options, build, model_name, note_plain_prompts
+from .options import (
+    add_constraint_options,
+    add_engine_options,
+    add_method_options,
+    args_constraint,
+    build,
+    model_name,
+    note_plain_prompts,
+)
 from .progress import Progress
 
 
@@ -61,6 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     prm.add_argument("--prompt-ids", metavar="IDS", type=_prompt_ids, help="prompt token ids, e.g. 1,2,3")
 
     add_method_options(p)
+    add_constraint_options(p)
     keys = p.add_argument_group("chain keys")
     keys.add_argument("--seed", type=int, default=None, help="run seed (default: 0, or the resumed trace's)")
     keys.add_argument(
@@ -203,6 +212,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- output -------------------------------------------------------------------------
+VERDICTS = {
+    True: "the answer validates",
+    False: "the answer does not validate (or is a prefix cut at the length)",
+    None: "not checked here (no independent validator for this grammar)",
+}
+
+
 def _summary(metrics: PromptMetrics) -> str:
     m = metrics
     rate = m.accepted / m.transitions if m.transitions else 0.0
@@ -223,6 +239,11 @@ def _print_result(args: argparse.Namespace, engine: Engine, method: Method, resu
     state = result.state
     # The chain runs with no EOS stop (fixed length T); the answer ends at the first stop token.
     answer = engine.text.answer(state.tokens)
+    constraint = args_constraint(args)
+    valid = None
+    if constraint is not None:
+        kept = answer.eos_index if answer.eos_index is not None else state.length
+        valid = constraint.validates(answer.text, kept, answer.eos_index is not None)
     if args.json:
         loglik = state.log_likelihood()
         payload: dict[str, Any] = {
@@ -238,8 +259,12 @@ def _print_result(args: argparse.Namespace, engine: Engine, method: Method, resu
             "log_likelihood": loglik,
             "log_likelihood_per_token": loglik / state.length if state.length else 0.0,
         }
+        if constraint is not None:
+            payload["valid"] = valid  # the answer is one the constraint allows (None: not checked here)
         print(json.dumps(payload))
     else:
         print(answer.text)
         print()
         print(_summary(result.metrics))
+        if constraint is not None:
+            print(f"constraint        {json.dumps(constraint.describe())}: {VERDICTS[valid]}")

@@ -18,6 +18,7 @@ xgrammar is imported when the first grammar is compiled.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,7 @@ class Grammars:
             "regex": compiler.compile_regex,
             "json_schema": lambda text: compiler.compile_json_schema(text, any_whitespace=True),
             "ebnf": compiler.compile_grammar,
+            "structural_tag": lambda text: compiler.compile_structural_tag(_structural_tag(xgr, text)),
         }.get(kind)  # the kinds of presto_sgl.constraints.GRAMMARS xgrammar compiles
         if compile_ is None:
             raise EngineError(f"the grammar library here has no compiler for {kind} constraints")
@@ -191,3 +193,30 @@ class RowMask:
     def _advance(self, token: int) -> bool:
         self.length += 1
         return self.matcher is None or bool(self.matcher.accept_token(token))
+
+
+def _structural_tag(xgr: Any, text: str) -> Any:
+    """A structural tag as SGLang's xgrammar backend compiles it (``dispatch_structural_tag``):
+    the form with ``structures`` and ``triggers`` through xgrammar's legacy constructor, the one
+    with ``format`` as its JSON text; a missing schema is any JSON."""
+    tag = json.loads(text)
+    if "structures" not in tag:
+        _any_schema(tag["format"])
+        return json.dumps(tag)
+    items = [
+        xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s.get("schema") or {}), end=s["end"])
+        for s in tag["structures"]
+    ]
+    new = xgr.StructuralTag.from_legacy_structural_tag(items, tag["triggers"])
+    new.format.at_least_one = tag.get("at_least_one", False)
+    return new
+
+
+def _any_schema(fmt: Any) -> None:
+    """A ``format``'s JSON parts with no schema take any JSON (as SGLang fills them in)."""
+    if not isinstance(fmt, dict):
+        return
+    if fmt.get("type") in ("json_schema", "qwen_xml_parameter") and fmt.get("json_schema") is None:
+        fmt["json_schema"] = {}
+    for child in (fmt.get("content"), *fmt.get("elements", ()), *fmt.get("tags", ())):
+        _any_schema(child)

@@ -288,16 +288,37 @@ OPENAI: tuple[Field, ...] = (
                             },
                         },
                     },
+                    {
+                        "type": "object",
+                        "required": ["type", "structures", "triggers"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "type": {"type": "string", "enum": ["structural_tag"]},
+                            "structures": {"type": "array", "items": {"type": "object"}},
+                            "triggers": {"type": "array", "items": {"type": "string"}},
+                            "at_least_one": {"type": "boolean"},
+                        },
+                    },
+                    {
+                        "type": "object",
+                        "required": ["type", "format"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "type": {"type": "string", "enum": ["structural_tag"]},
+                            "format": {"type": "object"},
+                        },
+                    },
                 ],
-                "description": '{"type": "text" | "json_object"} or {"type": "json_schema", "json_schema": '
-                '{"name": ..., "schema": {...}}}',
+                "description": '{"type": "text" | "json_object"}, {"type": "json_schema", "json_schema": '
+                '{"name": ..., "schema": {...}}} or {"type": "structural_tag", ...} (SGLang\'s)',
             }
         ),
         "**structured power sampling**: `json_object` (a JSON object) or `json_schema` (its `schema`) "
         "restricts the target to the responses that are complete JSON of the schema ending at EOS (or "
         "valid prefixes cut at `max_tokens`): pi(x) ∝ p0(x)^alpha over them, sampled exactly (proposals "
         "from q masked by the grammar and resumed at each kept prefix; docs/design.md §2.2). `ending` "
-        "is then `eos`. `text`: no constraint",
+        "is then `eos`. `structural_tag` (SGLang's: `structures` and `triggers`, or `format`) restricts "
+        "it to text whose tagged segments are JSON of their schemas. `text`: no constraint",
     ),
     Field(
         "min_tokens",

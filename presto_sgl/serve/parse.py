@@ -203,6 +203,9 @@ def _constraint(given: Mapping[str, Any]) -> tuple[Constraint | None, str | None
         grammars["response_format"] = {"json_schema": {"type": "object"}}
     elif fmt == "json_schema":
         grammars["response_format"] = {"json_schema": given["response_format"]["json_schema"]["schema"]}
+    elif fmt == "structural_tag":
+        tag = {k: v for k, v in given["response_format"].items() if k != "type"}
+        grammars["response_format"] = {"structural_tag": tag}
     for name in GRAMMARS:
         if name in given:
             grammars[name] = {name: given[name]}

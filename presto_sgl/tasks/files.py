@@ -4,7 +4,9 @@ Fields: ``prompt`` (text, required; ``--prompt-field`` names another key), ``id`
 the line number), ``answer`` (``--answer-field`` names another key)
 (optional: graded by number when it is one, else by exact match after trimming, against
 :func:`~presto_sgl.tasks.extract.final_answer` or else the whole response), ``chat``
-(default true: apply the chat template). Blank lines are skipped. A malformed line is
+(default true: apply the chat template), and a constraint of its own (structured power sampling:
+a grammar by its kind's name, ``json_schema``, ``regex`` or ``ebnf``, and/or ``dtype``,
+``min_tokens``), which ``presto-sgl run`` samples that problem under. Blank lines are skipped. A malformed line is
 reported by its line number in :attr:`JsonlTask.errors` and left out; the rest are kept.
 """
 
@@ -13,6 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..constraints import GRAMMARS, Constraint
+from ..errors import ConfigError
 from .base import Grade, Problem
 from .extract import final_answer, last_number, same_number
 
@@ -67,4 +71,13 @@ def _parse(obj: object, line: int, prompt_field: str, answer_field: str) -> Prob
     answer = obj.get(answer_field)
     if answer is not None and not isinstance(answer, (str, int, float)):
         raise ValueError(f"{answer_field!r} must be a string or a number, got {type(answer).__name__}")
-    return Problem(id=str(obj.get("id", line)), prompt=prompt, chat=chat, reference=answer)
+    try:
+        constraint = Constraint.of(**{k: obj[k] for k in CONSTRAINT_FIELDS if k in obj})
+    except ConfigError as exc:
+        raise ValueError(exc.render()) from None
+    meta = {"constraint": constraint} if constraint is not None else {}
+    return Problem(id=str(obj.get("id", line)), prompt=prompt, chat=chat, reference=answer, meta=meta)
+
+
+CONSTRAINT_FIELDS = (*GRAMMARS, "dtype", "min_tokens")
+"""A record's fields that make its constraint."""

@@ -83,6 +83,27 @@ def test_an_ebnf_grammar_resumed_on_the_server(engine, hf_model):
     assert_resumed_masked(engine, hf_model, tok, c, prompt, r"(Yes|No), because [a-z ]+\.", lengths=(24, 32))
 
 
+def test_a_structural_tag_resumed_on_the_server(engine, hf_model):
+    """SGLang's ``structural_tag`` (its ``format`` form: a tool call, a tagged JSON object),
+    resumed inside the tag: masked log q as a masked fp32 forward's."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(engine.model_path)
+    call = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    c = Constraint(
+        structural_tag={
+            "format": {
+                "type": "tag",
+                "begin": "<tool>",
+                "content": {"type": "json_schema", "json_schema": call},
+                "end": "</tool>",
+            }
+        }
+    )
+    prompt = tuple(engine.chat_prompt("Call the weather tool for Paris."))
+    assert_resumed_masked(engine, hf_model, tok, c, prompt, r"<tool>\s*\{[\s\S]*\}\s*</tool>", lengths=(24, 32))
+
+
 def test_structured_power_sampling_on_the_server(engine):
     """Sequential PowerMH and the step rule under a JSON schema: every response validates; PreSTO
     needs fewer calls for the same K transitions."""

@@ -129,9 +129,11 @@ def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, st
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab, stop_token_ids=sorted(stop))
     compiler = xgr.GrammarCompiler(info)
     kind, source = constraint.grammar
-    compile_ = {"regex": compiler.compile_regex, "ebnf": compiler.compile_grammar}.get(
-        kind, compiler.compile_json_schema
-    )
+    compile_ = {
+        "regex": compiler.compile_regex,
+        "ebnf": compiler.compile_grammar,
+        "structural_tag": lambda text: compiler.compile_structural_tag(_structural_tag(xgr, text)),
+    }.get(kind, compiler.compile_json_schema)
     grammar = compile_(source)
     matcher = xgr.GrammarMatcher(grammar)
     for t in prefix[len(prefix) - resume :]:
@@ -168,3 +170,15 @@ def assert_resumed_masked(engine, model, tokenizer, constraint, prompt, pattern:
     assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
     text = engine.text.decode([t for t in first.tokens[:k] + comp.tokens if t not in stop])
     assert comp.tokens[-1] not in stop or re.fullmatch(pattern, text), text
+
+
+def _structural_tag(xgr, text: str):
+    """A structural tag as xgrammar takes it: the ``format`` form as its JSON text, the form
+    with ``structures`` and ``triggers`` through xgrammar's own legacy constructor."""
+    tag = json.loads(text)
+    if "structures" not in tag:
+        return text
+    items = [
+        xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s["schema"]), end=s["end"]) for s in tag["structures"]
+    ]
+    return xgr.StructuralTag.from_legacy_structural_tag(items, tag["triggers"])

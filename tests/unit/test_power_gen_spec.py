@@ -238,7 +238,12 @@ def test_each_declared_grammar_kind_reaches_every_front_end(monkeypatch):
     from presto_sgl.serve.fieldtable import request_fields
 
     toy = Grammar(
-        "toy_regex", str, schema={"type": "string", "minLength": 1}, doc="a regex by another name", source=str
+        "toy_regex",
+        str,
+        schema={"type": "string", "minLength": 1},
+        doc="a regex by another name",
+        source=str,
+        accepts=lambda source, answer: None,
     )
     monkeypatch.setitem(constraints.GRAMMARS, "toy_regex", toy)
     for kind in GRAMMARS:
