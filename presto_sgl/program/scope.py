@@ -64,8 +64,6 @@ class Scope:
                     "a grammar, ...) stay in the program; the scope takes the chain's options "
                     f"{sorted(allowed)}",
                 )
-        if "chain_id" in self.options:
-            raise ConfigError("chain_id", self.options["chain_id"], "{chain_id} is each call's, from its place")
         gen_spec(None, **self.options)  # every value checked once, by name
 
 
