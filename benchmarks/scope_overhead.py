@@ -1,7 +1,8 @@
 """What the power-sampling switch costs a program outside its scope: one plain ``sgl.gen``
 program on a real SGLang server, timed in a process that never imports presto-sgl and in one
 that installed the switch's interpreter hooks (``power_sampling`` entered and left once), side
-by side in one run (the two alternate, ``--rounds`` times each).
+by side in one run (the two alternate, ``--rounds`` times each, in turn first; the server's
+prefix cache flushed before each).
 
     bash scripts/sglang_server.sh start --dtype float32
     .venv-sglang/bin/python -m benchmarks.scope_overhead --url http://127.0.0.1:30000 [--json out.json]
@@ -52,6 +53,13 @@ def child(url: str, hooked: bool) -> list[float]:
     return out
 
 
+def flush(url: str) -> None:
+    """Empty the server's prefix cache (SGLang's ``/flush_cache``)."""
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + "/flush_cache", method="POST"), timeout=60).read()
+
+
 def summary(values: list[float]) -> dict:
     return {
         "median": round(statistics.median(values), 4),
@@ -72,8 +80,9 @@ def main() -> None:
         print(json.dumps(child(args.url, args.child == "hooked")))
         return
     times: dict[str, list[float]] = {"plain": [], "hooked": []}
-    for _ in range(args.rounds):
-        for variant in ("plain", "hooked"):
+    for r in range(args.rounds):
+        for variant in ("plain", "hooked") if r % 2 == 0 else ("hooked", "plain"):
+            flush(args.url)  # neither variant starts from the other's cached prefixes
             cmd = [sys.executable, "-m", "benchmarks.scope_overhead", "--url", args.url, "--child", variant]
             done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ))
             times[variant] += json.loads(done.stdout.strip().splitlines()[-1])

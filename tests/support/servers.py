@@ -7,11 +7,8 @@ import os
 import signal
 import socket
 import subprocess
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (tests/support/servers.py)
 
@@ -50,56 +47,3 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def restartable(script: str, url: str) -> str | None:
-    """The port of ``url`` when ``script`` started the server there (``restart`` has its options)."""
-    port = url.rstrip("/").rsplit(":", 1)[-1]
-    folder = "vllm" if script.startswith("vllm") else "sglang"
-    return port if (ROOT / ".cache" / folder / f"server-{port}.args").is_file() else None
-
-
-def run_through_a_restart(
-    script: str, make_engine: Callable[[str], Any], run: Callable[[Any], Any], shared_url: str | None = None
-):
-    """``run(engine)`` in a thread, with the server stopped while the third call is in flight (the
-    fourth waits until it is down) and started again. The server: the one at ``shared_url`` when
-    ``script`` started it (``script restart`` brings it back with the same options; it stays up),
-    else one of its own (fp32) on a spare port, stopped at the end. Returns run's result."""
-    shared = restartable(script, shared_url) if shared_url else None
-    own = shared is None
-    port = shared or str(free_port())
-    if own:
-        server_script(script, "start", "--port", port, "--dtype", "float32", "--timeout", "600")
-    try:
-        eng = make_engine(f"http://127.0.0.1:{port}")
-        in_call, stopped = threading.Event(), threading.Event()
-        calls = 0
-        real_generate = eng.generate
-
-        def generate(requests):
-            nonlocal calls
-            calls += 1
-            if calls == 3:
-                in_call.set()
-            elif calls > 3:
-                stopped.wait()
-            return real_generate(requests)
-
-        eng.generate = generate
-        out: dict = {}
-        chain = threading.Thread(target=lambda: out.update(result=run(eng)), daemon=True)
-        chain.start()
-        assert in_call.wait(600)
-        t0 = time.monotonic()
-        server_script(script, "stop", "--port", port)
-        stopped.set()
-        server_script(script, "restart", "--port", port)
-        chain.join(600)
-        print(f"restart: down and back in {time.monotonic() - t0:.0f} s, reconnects {eng.stats.reconnects}")
-        assert not chain.is_alive() and "result" in out
-        assert eng.stats.reconnects >= 1
-        return out["result"]
-    finally:
-        if own:
-            server_script(script, "stop", "--port", port)
