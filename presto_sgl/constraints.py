@@ -99,7 +99,7 @@ def _tagged(source: str, answer: str) -> bool | None:
     tag = json.loads(source)
     if "structures" not in tag:
         return None
-    at, segments, verdicts = 0, 0, []
+    at, segments, verdicts, decoder = 0, 0, [], json.JSONDecoder()
     while True:
         found = [(i, t) for t in tag["triggers"] if (i := answer.find(t, at)) >= 0]
         if not found:
@@ -111,7 +111,7 @@ def _tagged(source: str, answer: str) -> bool | None:
         body = start + len(structure["begin"])
         body += len(answer[body:]) - len(answer[body:].lstrip())
         try:
-            value, after = json.JSONDecoder().raw_decode(answer, body)
+            value, after = decoder.raw_decode(answer, body)
         except json.JSONDecodeError:
             return False
         after += len(answer[after:]) - len(answer[after:].lstrip(" \t"))

@@ -144,6 +144,12 @@ def args_constraint(args: argparse.Namespace) -> Constraint | None:
     return Constraint.of(dtype=dtype, min_tokens=min_tokens, **grammars)
 
 
+def answer_valid(constraint: Constraint, text: str, eos_index: int | None, length: int) -> bool | None:
+    """Whether a chain's answer (``text``, ended by the stop token at ``eos_index``; None: cut at
+    the response's ``length``) is one ``constraint`` allows (:meth:`Constraint.validates`)."""
+    return constraint.validates(text, eos_index if eos_index is not None else length, eos_index is not None)
+
+
 def model_name(engine: Any, args: argparse.Namespace) -> str:
     """The model a run samples from, for its manifest or trace: the server's model folder,
     else the embedded ``--model``, else the engine's name."""

@@ -21,10 +21,11 @@ import sys
 import time
 from concurrent.futures import FIRST_EXCEPTION, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..build import make_method, method_under
 from ..chain.trace import TraceWriter
+from ..constraints import Constraint
 from ..errors import ConfigError, EngineError
 from ..evaluation.records import make_record
 from ..evaluation.results import aggregate, write_results
@@ -42,6 +43,7 @@ from .options import (
     add_engine_options,
     add_method_options,
     add_scheduler_flag,
+    answer_valid,
     args_constraint,
     build,
     method_options,
@@ -168,19 +170,26 @@ def _setup(args: argparse.Namespace):
             },
         }
         note_plain_prompts(engine, args.chat and any(p.chat for p in problems))
-        methods = _methods(args, engine, sampler, problems)
-        prompts = {p.id: _encode(engine, methods[p.id], p, args) for p in problems}
+        plans = _plans(args, engine, sampler, problems)
+        prompts = {p.id: _encode(engine, plans[p.id].method, p, args) for p in problems}
         rundir = RunDir(args.out, config, info)
     except (ValueError, TypeError, ImportError) as exc:
         raise UsageError(cli_message(exc)) from exc
     except EngineError as exc:
         raise UsageError(str(exc)) from exc
-    return task, problems, engine, methods, rundir, prompts, str(model)
+    return task, problems, engine, plans, rundir, prompts, str(model)
 
 
-def _methods(args: argparse.Namespace, engine: Any, sampler: Method, problems: list[Problem]) -> dict[str, Method]:
-    """Each problem's method: the run's (its flags' constraint), or under the problem's own
-    constraint where its record has one (one method per distinct constraint)."""
+class Plan(NamedTuple):
+    """A problem's method and the constraint it samples under (None: none)."""
+
+    method: Method
+    constraint: Constraint | None
+
+
+def _plans(args: argparse.Namespace, engine: Any, sampler: Method, problems: list[Problem]) -> dict[str, Plan]:
+    """Each problem's plan: the run's method (under the flags' constraint), or one under the
+    problem's own constraint where its record has one (one method per distinct constraint)."""
     run_constraint = args_constraint(args)
     by_constraint: dict[Any, Method] = {run_constraint: sampler}
     out = {}
@@ -191,21 +200,16 @@ def _methods(args: argparse.Namespace, engine: Any, sampler: Method, problems: l
                 by_constraint[constraint] = make_method(engine, method_under(method_options(args), constraint))
             except ConfigError as exc:
                 raise ValueError(f"problem {p.id!r}: {exc.render(flag, lambda n, v: f'{n} {v}')}") from None
-        out[p.id] = by_constraint[constraint]
+        out[p.id] = Plan(by_constraint[constraint], constraint)
     return out
 
 
-def _validity(record: dict[str, Any], problem: Problem, args: argparse.Namespace) -> dict[str, Any]:
+def _validity(record: dict[str, Any], constraint: Constraint | None) -> dict[str, Any]:
     """The record's constraint and whether its answer is one the constraint allows (none: {})."""
-    constraint = problem.meta.get("constraint") or args_constraint(args)
     if constraint is None:
         return {}
-    eos = record["eos_index"]
-    kept = eos if eos is not None else len(record["response_ids"])
-    return {
-        "constraint": constraint.describe(),
-        "valid": constraint.validates(record["response_text"], kept, eos is not None),
-    }
+    valid = answer_valid(constraint, record["response_text"], record["eos_index"], len(record["response_ids"]))
+    return {"constraint": constraint.describe(), "valid": valid}
 
 
 def _mode(engine: Any) -> str | None:
@@ -259,7 +263,7 @@ def _samples(problems: list[Problem], k: int) -> list[tuple[str, Problem, int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    task, problems, engine, methods, rundir, prompts, model = _setup(args)
+    task, problems, engine, plans, rundir, prompts, model = _setup(args)
     for w in [*rundir.warnings, *task.errors]:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     done = rundir.done_ids()
@@ -281,21 +285,20 @@ def run(args: argparse.Namespace) -> int:
 
     def one(chain_id: str, problem: Problem, sample: int, context: RunContext) -> None:
         t0 = time.perf_counter()
+        method, constraint = plans[problem.id]
         if args.traces:
             name = "".join(c if c.isalnum() or c in "-_." else "_" for c in chain_id)
             path = traces / f"{name}.jsonl"
             checkpoint = _interrupted(path)
             with open(path, "a" if checkpoint is not None else "w", encoding="utf-8") as f:
                 traced = dataclasses.replace(context, trace=TraceWriter(f), resume=checkpoint)
-                result = methods[problem.id].run(
-                    prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=traced
-                )
+                result = method.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=traced)
         else:
-            result = methods[problem.id].run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=context)
+            result = method.run(prompts[problem.id], seed=args.seed, prompt_id=chain_id, context=context)
         record = make_record(
             problem, task, engine.inner, result, seed=args.seed, rescorer=rescorer, seconds=time.perf_counter() - t0
         )
-        record |= _validity(record, problem, args)
+        record |= _validity(record, constraint)
         if args.samples > 1:
             record |= {"id": chain_id, "problem": problem.id, "sample": sample}
         rundir.append(record)
@@ -305,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
             bar.update(1)
 
     shared = args.scheduler == "shared" and workers > 1
-    distinct = list({id(m): m for m in methods.values()}.values())
+    distinct = list({id(p.method): p.method for p in plans.values()}.values())
     scheduler = Scheduler.for_method(distinct[0], engine.inner, share_from=args.share_from) if shared else None
     if scheduler is not None:
         for method in distinct[1:]:

@@ -32,6 +32,7 @@ from .options import (
     add_constraint_options,
     add_engine_options,
     add_method_options,
+    answer_valid,
     args_constraint,
     build,
     model_name,
@@ -240,10 +241,7 @@ def _print_result(args: argparse.Namespace, engine: Engine, method: Method, resu
     # The chain runs with no EOS stop (fixed length T); the answer ends at the first stop token.
     answer = engine.text.answer(state.tokens)
     constraint = args_constraint(args)
-    valid = None
-    if constraint is not None:
-        kept = answer.eos_index if answer.eos_index is not None else state.length
-        valid = constraint.validates(answer.text, kept, answer.eos_index is not None)
+    valid = answer_valid(constraint, answer.text, answer.eos_index, state.length) if constraint is not None else None
     if args.json:
         loglik = state.log_likelihood()
         payload: dict[str, Any] = {

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import pkgutil
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -99,8 +100,6 @@ def install(run: Callable[[Any, Any], None], in_scope: Callable[[Any, Any, Any, 
     with _lock:
         if _installed:
             return
-        from sglang.lang import interpreter as sgl_interpreter
-        from sglang.lang.interpreter import StreamExecutor
         from sglang.lang.ir import SglGen, SglSelect
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -147,17 +146,11 @@ def install(run: Callable[[Any, Any], None], in_scope: Callable[[Any, Any, Any, 
             return children
 
         hooks = {EXECUTE: around_execute, FORK: around_fork, INIT: around_init, RUN: around_run, BATCH: around_batch}
-        targets: list[tuple[Any, str]] = [(StreamExecutor, "_execute"), (StreamExecutor, "fork")]
-        targets += [
-            (StreamExecutor, "__init__"),
-            (sgl_interpreter, "run_program"),
-            (sgl_interpreter, "run_program_batch"),
-        ]
-        before = [getattr(obj, name) for obj, name in targets]
+        before = {target: pkgutil.resolve_name(target) for target in hooks}
         for target, hook in hooks.items():
             HookRegistry.register(target, hook, HookType.AROUND)
         HookRegistry.apply_hooks()
-        missed = [target for target, (obj, name), was in zip(hooks, targets, before) if getattr(obj, name) is was]
+        missed = [target for target in hooks if pkgutil.resolve_name(target) is before[target]]
         if missed:
             raise RuntimeError(
                 f"SGLang's hook registry did not apply presto-sgl's hooks on {missed}; "

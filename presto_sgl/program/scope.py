@@ -66,6 +66,13 @@ class Scope:
                 )
         gen_spec(None, **self.options)  # every value checked once, by name
 
+    @contextmanager
+    def entered(self) -> Iterator[None]:
+        """Programs started in this thread within the block run in this scope (the hooks installed)."""
+        install()
+        with interpreter.scoped(self):
+            yield
+
 
 @contextmanager
 def power_sampling(*, fallback: bool = False, **options: Any) -> Iterator[Scope]:
@@ -74,8 +81,7 @@ def power_sampling(*, fallback: bool = False, **options: Any) -> Iterator[Scope]
     ``rule``, ``steps``, ``block_size``, ``budget``, the kernel's own, ``ending``, ``seed``,
     ``engine``)."""
     scope = Scope(dict(options), fallback)
-    install()
-    with interpreter.scoped(scope):
+    with scope.entered():
         yield scope
 
 
@@ -87,13 +93,11 @@ class PowerSampled:
         self.program, self.scope = program, scope
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        install()
-        with interpreter.scoped(self.scope):
+        with self.scope.entered():
             return self.program.run(*args, **kwargs)
 
     def run_batch(self, *args: Any, **kwargs: Any) -> Any:
-        install()
-        with interpreter.scoped(self.scope):
+        with self.scope.entered():
             return self.program.run_batch(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:

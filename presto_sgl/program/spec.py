@@ -13,7 +13,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from .. import registry
-from ..build import constrained
+from ..build import method_under
 from ..chain.keys import SEED_MASK
 from ..config import (
     SERVER_SIDE,
@@ -22,11 +22,9 @@ from ..config import (
     Target,
     alpha_of_temperature,
     capped,
-    method_config,
     parameters,
 )
 from ..constraints import GRAMMARS, Constraint
-from ..engines import grammar
 from ..errors import ConfigError
 from ..fields import integer
 
@@ -141,10 +139,7 @@ def gen_spec(
     default_eos = default_eos and not _is_baseline(options)
     if default_eos:
         options["ending"] = "eos"
-    method = call_method(options)
-    if constraint is not None:
-        grammar.check(constraint)
-        method = constrained(method, constraint)
+    method = call_method(options, constraint)
     _check_steps(method)
     call = {"max_tokens": max_tokens, "stop": stop, "stop_token_ids": stop_token_ids, "return_logprob": return_logprob}
     given = {arg for arg, value in call.items() if value is not None} | ({"max_new_tokens", "ending"} & set(options))
@@ -332,8 +327,9 @@ def with_run_defaults(spec: GenSpec, defaults: Any) -> GenSpec:
     return dataclasses.replace(spec, **changes)
 
 
-def call_method(options: dict[str, Any]) -> MethodConfig:
-    """The validated method of ``power_gen``'s ``options`` (a ConfigError naming the argument)."""
+def call_method(options: dict[str, Any], constraint: Constraint | None = None) -> MethodConfig:
+    """The validated method of ``power_gen``'s ``options`` under ``constraint`` (a ConfigError
+    naming the argument)."""
     server_side = SERVER_SIDE & set(options)
     if server_side:
         name = sorted(server_side)[0]
@@ -343,4 +339,4 @@ def call_method(options: dict[str, Any]) -> MethodConfig:
             f"{{{name}}} is not a power_gen argument (the predictor is the "
             "package's default); use the library's Sampler for it",
         )
-    return method_config(options)
+    return method_under(options, constraint)

@@ -10,10 +10,11 @@ request's names.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import KW_ONLY, dataclass, replace
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from .. import registry
+from ..build import constrained
 from ..config import MethodConfig, PowerConfig, PrestoConfig, alpha_of_temperature, capped, method_config
 from ..constraints import GRAMMARS, Constraint
 from ..engines.grammar import check as check_grammar
@@ -183,13 +184,12 @@ def _configs(
     try:
         base = MethodConfig(defaults.config.kernel.name, defaults.config, defaults.presto)
         m = method_config(overrides, base)
+        if constraint is not None and m.is_kernel:
+            m = constrained(m, constraint)
         if not isinstance(m.config, PowerConfig) or m.presto is None:
             kernels = list(registry.KERNELS)
             raise ConfigError("method", m.method, f"{{method}} (={m.method!r}) must be one of {kernels}")
-        config = m.config
-        if constraint is not None:
-            config = replace(config, target=replace(config.target, constraint=constraint))
-        return config, m.presto
+        return m.config, m.presto
     except ConfigError as exc:
         raise request_error(exc, names) from None
 
