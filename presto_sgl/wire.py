@@ -13,8 +13,9 @@ Both plugins
 SGLang (``meta_info`` of each ``/generate`` answer, one value per output token)
     ``RAW_LOGPROB_KEY``: log p0 of the sampled token (before temperature);
     ``RAW_ENTROPY_KEY``: the p0 entropy; ``LOGNORM_KEY`` followed by the score temperatures
-    (``raw_lognorm@0.25,0.5,1.0``): per token, the log-normalizers
-    Z_t = log sum_u p0(u)^(1/t) at each of them.
+    (``masked_lognorm@0.25,0.5,1.0``): per token, the log-normalizers
+    Z_t = log sum_u p0(u)^(1/t) at each of them, u over the tokens the row's mask allows
+    (every token without a constraint).
 
 SGLang grammar resume (a ``/generate`` request)
     ``sampling_params.custom_params[GRAMMAR_RESUME_KEY] = k`` (k >= 0) beside SGLang's own
@@ -46,8 +47,9 @@ DEFAULT_SCORE_TEMPERATURES = "0.25,0.5,1.0"
 
 RAW_LOGPROB_KEY = "raw_logprob"
 RAW_ENTROPY_KEY = "raw_entropy"
-LOGNORM_KEY = "raw_lognorm@"
-"""Prefix of the per-token log-normalizer key; the score temperatures follow it."""
+LOGNORM_KEY = "masked_lognorm@"
+"""Prefix of the per-token log-normalizer key; the score temperatures follow it (named apart from
+the unmasked ``raw_lognorm@`` of plugins before MultiTryMH under a constraint, which clients refuse)."""
 GRAMMAR_RESUME_KEY = "presto_resume"
 """``custom_params`` key: how many trailing input ids the request's grammar consumes first."""
 

@@ -41,7 +41,7 @@ def test_masked_draws_equal_a_masked_full_forward(tiny_engine, tiny_adder, patte
         for tau, seed in ((1.0, 2), (0.5, 3), (0.25, 4))
     ]
     for req, comp in zip(reqs, tiny_engine.generate(reqs)):
-        lq, lp = masked_forward(model, tok, c, req.prefix, k, comp.tokens, req.temperature, stop)
+        lq, lp, _ = masked_forward(model, tok, c, req.prefix, k, comp.tokens, req.temperature, stop)
         assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < 1e-4
         assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < 1e-4
         response = first.tokens[:k] + comp.tokens

@@ -14,7 +14,6 @@ from presto_sgl import PowerConfig, Sampler, sampling_configs
 from presto_sgl.config import Target
 from presto_sgl.constraints import Constraint
 from presto_sgl.engines.base import Request
-from presto_sgl.errors import CapabilityError
 from tests.support.forward import TOL
 from tests.support.structured import assert_resumed_masked, masked_forward
 
@@ -65,11 +64,17 @@ def test_resumed_masked_draws_equal_a_masked_full_forward(engine, hf_model):
     (first,) = engine.generate([Request(prompt, 48, 1.0, None, stop=stop, constraint=c)])
     assert valid(engine, first.tokens) or len(first.tokens) == 48
     k = 5  # resumed inside the object: a restarted grammar would allow only "{" here
-    reqs = [Request(prompt + first.tokens[:k], 40, tau, None, stop=stop, constraint=c, resume=k) for tau in (1.0, 0.5)]
+    temps = engine.capabilities.score_temperatures  # MultiTryMH's: masked too
+    reqs = [
+        Request(prompt + first.tokens[:k], 40, tau, None, stop=stop, constraint=c, resume=k, score_temperatures=temps)
+        for tau in (1.0, 0.5)
+    ]
     for req, comp in zip(reqs, engine.generate(reqs)):
-        lq, lp = masked_forward(hf_model, tok, c, req.prefix, k, comp.tokens, req.temperature, stop)
+        lq, lp, at = masked_forward(hf_model, tok, c, req.prefix, k, comp.tokens, req.temperature, stop, temps)
         assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / req.temperature
         assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
+        for t, want, got in zip(temps, zip(*at), zip(*comp.logq_at)):
+            assert max(abs(a - b) for a, b in zip(want, got)) < TOL / t
         assert comp.tokens[-1] not in stop or valid(engine, first.tokens[:k] + comp.tokens)
 
 
@@ -114,7 +119,21 @@ def test_structured_power_sampling_on_the_server(engine):
     assert results["step"].metrics.model_calls < results["sequential"].metrics.model_calls
 
 
-def test_multitry_under_a_constraint_is_refused_by_name(engine):
+def test_multitry_under_a_constraint_on_the_server(engine, hf_model):
+    """MultiTryMH's temperature mixture under a JSON schema, by the step rule: the chain's masked
+    log q at every try temperature is a masked fp32 forward's over the whole response, the
+    response validates, and the K transitions took fewer calls than K (sequential's count)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(engine.model_path)
     prompt = tuple(engine.chat_prompt(QUESTION))
-    with pytest.raises(CapabilityError, match="MultiTryMH under a constraint"):
-        Sampler(engine, *constrained("step", "multitry")).run(prompt, seed=1)
+    c, stop = Constraint(json_schema=PERSON), engine.text.stop_ids
+    sampler = Sampler(engine, *constrained("step", "multitry"))
+    r, temps = sampler.run(prompt, seed=2), sampler.kernel.score_temperatures
+    st = r.state
+    assert r.metrics.transitions == 12 and valid(engine, st.tokens), engine.text.decode(st.tokens)
+    assert temps == (0.25, 0.5, 1.0) and r.metrics.model_calls < 12
+    _, lp, at = masked_forward(hf_model, tok, c, st.prompt, 0, st.tokens, 1.0, stop, temps)
+    assert max(abs(a - b) for a, b in zip(lp, st.logp)) < TOL
+    for t, want, got in zip(temps, zip(*at), zip(*st.logq_at)):
+        assert max(abs(a - b) for a, b in zip(want, got)) < TOL / t

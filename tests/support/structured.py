@@ -117,11 +117,11 @@ def reference_engine(lm: ReferenceLM, language: Language, seeded: bool = True, r
 # -- real models: the masked float32 forward a constrained draw is checked against ----------------
 
 
-def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, stop):
-    """Per-token (log q_tau masked by ``constraint``, log p0 unmasked) of ``tokens`` after
-    ``prefix`` from one full float32 forward of ``model``; the mask is xgrammar's own matcher
-    (SGLang's grammar library, used directly), resumed over the last ``resume`` prefix tokens,
-    with ``stop`` as its stop tokens (allowed where the grammar may end)."""
+def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, stop, temps=()):
+    """Per-token (log q_tau masked by ``constraint``, log p0 unmasked, the masked log q_t at each of
+    ``temps``) of ``tokens`` after ``prefix`` from one full float32 forward of ``model``; the mask
+    is xgrammar's own matcher (SGLang's grammar library, used directly), resumed over the last
+    ``resume`` prefix tokens, with ``stop`` as its stop tokens (allowed where the grammar may end)."""
     import torch
     import xgrammar as xgr
 
@@ -142,15 +142,19 @@ def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, st
         logits = model(torch.tensor([list(prefix) + list(tokens)])).logits[0].float()
     rows = logits[len(prefix) - 1 : len(prefix) - 1 + len(tokens)]
     bitmask = xgr.allocate_token_bitmask(1, vocab)
-    lq, lp = [], []
+    lq, lp, at = [], [], []
     for row, t in zip(rows, tokens):
         matcher.fill_next_token_bitmask(bitmask)
-        masked = (row / tau).clone()[None, :]
-        xgr.apply_token_bitmask_inplace(masked, bitmask)
-        lq.append(float(torch.log_softmax(masked[0], -1)[t]))
+        logq = []
+        for temp in (tau, *temps):
+            masked = (row / temp).clone()[None, :]
+            xgr.apply_token_bitmask_inplace(masked, bitmask)
+            logq.append(float(torch.log_softmax(masked[0], -1)[t]))
+        lq.append(logq[0])
+        at.append(tuple(logq[1:]))
         lp.append(float(torch.log_softmax(row, -1)[t]))
         assert matcher.accept_token(t), f"token {t} outside the grammar"
-    return lq, lp
+    return lq, lp, at
 
 
 def assert_resumed_masked(engine, model, tokenizer, constraint, prompt, pattern: str, lengths=(12, 10)) -> None:
@@ -165,7 +169,7 @@ def assert_resumed_masked(engine, model, tokenizer, constraint, prompt, pattern:
     k = 2
     resumed = Request(prompt + first.tokens[:k], lengths[1], 0.5, None, stop=stop, constraint=constraint, resume=k)
     (comp,) = engine.generate([resumed])
-    lq, lp = masked_forward(model, tokenizer, constraint, resumed.prefix, k, comp.tokens, 0.5, stop)
+    lq, lp, _ = masked_forward(model, tokenizer, constraint, resumed.prefix, k, comp.tokens, 0.5, stop)
     assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / 0.5
     assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
     text = engine.text.decode([t for t in first.tokens[:k] + comp.tokens if t not in stop])

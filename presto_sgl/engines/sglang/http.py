@@ -246,19 +246,14 @@ class SGLangEngine(ServerClient, ModelFolder):
         """SGLang's own fields for ``r.constraint``: its grammar (``regex`` / ``json_schema``), resumed
         by the plugin over the ``r.resume`` response tokens the input ends with, and
         ``min_new_tokens`` less those tokens (SGLang counts new tokens only). Log q is then after
-        SGLang's mask, the plugin's log p0 before it; log q at other temperatures would not be
-        masked, so MultiTryMH's mixture is refused here."""
+        SGLang's mask, the plugin's log p0 before it, and its log-normalizers at the score
+        temperatures over the same mask (MultiTryMH's masked q_t)."""
         c = r.constraint
         assert c is not None
         if self._mode != "one-pass":
             raise CapabilityError(
                 f"a constraint needs presto-sgl's plugin on the SGLang server {self.url} (two-pass mode cannot "
                 "mask the draws exactly); start it with `bash scripts/sglang_server.sh start`"
-            )
-        if r.score_temperatures:
-            raise CapabilityError(
-                "MultiTryMH under a constraint needs the masked log q at each try temperature, which the SGLang "
-                "plugin does not return; use the powermh or entropycut kernel here, or the embedded engine"
             )
         self._check_resumes()
         p: dict[str, Any] = {"min_new_tokens": max(0, c.min_tokens - r.resume)}

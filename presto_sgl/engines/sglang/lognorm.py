@@ -2,7 +2,7 @@
 
 The one-pass plugin (:mod:`presto_sgl.server_side.sglang.plugin`) returns, per output token, the log-normalizers
 Z_t = log sum_u p0(u)^(1/t) at the server's score temperatures under the key
-``raw_lognorm@T1,T2,...``; with log p0 of the token from the same logits row,
+``masked_lognorm@T1,T2,...``; with log p0 of the token from the same logits row,
 log q_t(token) = log p0(token) / t - Z_t (MultiTryMH's temperature mixture).
 """
 
@@ -17,7 +17,7 @@ Lognorm = tuple[tuple[float, ...], list[list[float]]]
 
 
 def parse_lognorm(meta: dict[str, Any], n: int) -> Lognorm | None:
-    """(score temperatures, per-token log-normalizers) from the plugin's ``raw_lognorm@T1,...``
+    """(score temperatures, per-token log-normalizers) from the plugin's ``masked_lognorm@T1,...``
     key, or None when absent or malformed."""
     for key, rows in meta.items():
         if key.startswith(LOGNORM_KEY):

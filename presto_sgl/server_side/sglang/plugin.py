@@ -18,9 +18,13 @@ row. Installed into the server's environment only; never imported by the client 
 key names are :mod:`presto_sgl.wire`'s).
 
 For MultiTryMH's temperature mixture it also records, per output token, the log-normalizers
-Z_t = log sum_u p0(u)^(1/t) at each score temperature t (env ``PRESTO_SGL_SCORE_TEMPERATURES``,
-default ``0.25,0.5,1.0``; empty: none), under the key ``raw_lognorm@T1,T2,...`` that names
-the set: the client then has log q_t(token) = log p0(token) / t - Z_t from the same row.
+Z_t = log sum_{u allowed} p0(u)^(1/t) at each score temperature t (env
+``PRESTO_SGL_SCORE_TEMPERATURES``, default ``0.25,0.5,1.0``; empty: none), under the key
+``masked_lognorm@T1,T2,...`` that names the set: the client then has
+log q_t(token) = log p0(token) / t - Z_t from the same row. "Allowed" is the row's own mask as
+``Sampler.forward`` receives it (the -inf entries ``_preprocess_logits`` wrote: the grammar
+mask and ``min_new_tokens``' stop tokens; every token for an unconstrained row), so under a
+constraint q_t is masked and renormalized exactly as the draw's own q_tau is.
 """
 
 from __future__ import annotations
@@ -69,15 +73,17 @@ def around_sampler_forward(original: Any, sampler: Any, logits_output: Any, *arg
     if raw is None or raw.shape != logits.shape:
         raw = torch.log_softmax(logits.float(), dim=-1)
     entropy = -(raw.exp() * raw).sum(-1)
+    temps = score_temperatures()
+    if temps:  # before the original divides the logits by the temperature in place
+        allowed = raw.masked_fill(torch.isneginf(logits), float("-inf"))
+        lognorm = torch.stack([torch.logsumexp(allowed / t, dim=-1) for t in temps], dim=-1)
     next_ids = original(sampler, logits_output, *args, **kwargs)
     ids = next_ids[0] if isinstance(next_ids, tuple) else next_ids
     chosen = raw.gather(1, ids.view(-1, 1).long().to(raw.device)).view(-1)
     info = dict(logits_output.customized_info or {})
     info[RAW_LOGPROB_KEY] = chosen.tolist()
     info[RAW_ENTROPY_KEY] = entropy.tolist()
-    temps = score_temperatures()
     if temps:
-        lognorm = torch.stack([torch.logsumexp(raw / t, dim=-1) for t in temps], dim=-1)
         info[LOGNORM_KEY + ",".join(repr(t) for t in temps)] = lognorm.tolist()
     logits_output.customized_info = info
     return next_ids
