@@ -17,7 +17,8 @@
 # --kv-cache-gib GiB in blocks of --block-size tokens (default 32, the CPU attention's smallest):
 # vLLM's prefix cache reuses whole blocks only, so at vLLM's CPU default of 128 a 100-token prefix
 # reuses nothing and a 300-token one 256 tokens; at 32, 96 and 288. The server loads presto-sgl's
-# one-pass plugin (VLLM_PLUGINS=presto_onepass);
+# one-pass plugin (VLLM_PLUGINS=presto_onepass) and its structured outputs use xgrammar (vLLM's
+# `auto` could fall back to another library per request);
 # --stock loads no plugin and serves temperature-scaled logprobs (--logprobs-mode
 # processed_logprobs), which the engine's two-pass mode needs. All cores run the model
 # (VLLM_CPU_OMP_THREADS_BIND=0-(n-1), none reserved). Extra arguments after `--` go to vLLM.
@@ -98,6 +99,7 @@ if [ "$STOCK" = yes ]; then
   ARGS+=(--logprobs-mode processed_logprobs)
 else
   export VLLM_PLUGINS=presto_onepass
+  ARGS+=(--structured-outputs-config.backend xgrammar)  # the one grammar library the plugin resumes exactly
 fi
 export VLLM_USE_V2_MODEL_RUNNER=0 VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_OMP_THREADS_BIND="0-$(( CORES - 1 ))"
 export VLLM_CPU_KVCACHE_SPACE="$KV_GIB"

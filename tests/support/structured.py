@@ -120,8 +120,9 @@ def reference_engine(lm: ReferenceLM, language: Language, seeded: bool = True, r
 def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, stop, temps=()):
     """Per-token (log q_tau masked by ``constraint``, log p0 unmasked, the masked log q_t at each of
     ``temps``) of ``tokens`` after ``prefix`` from one full float32 forward of ``model``; the mask
-    is xgrammar's own matcher (SGLang's grammar library, used directly), resumed over the last
-    ``resume`` prefix tokens, with ``stop`` as its stop tokens (allowed where the grammar may end)."""
+    is xgrammar's own matcher (SGLang's and vLLM's grammar library, used directly), resumed over
+    the last ``resume`` prefix tokens (the response's first), with ``stop`` as its stop tokens
+    (allowed where the grammar may end, and not before the response has ``min_tokens``)."""
     import torch
     import xgrammar as xgr
 
@@ -143,12 +144,14 @@ def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, st
     rows = logits[len(prefix) - 1 : len(prefix) - 1 + len(tokens)]
     bitmask = xgr.allocate_token_bitmask(1, vocab)
     lq, lp, at = [], [], []
-    for row, t in zip(rows, tokens):
+    for i, (row, t) in enumerate(zip(rows, tokens)):
         matcher.fill_next_token_bitmask(bitmask)
         logq = []
         for temp in (tau, *temps):
             masked = (row / temp).clone()[None, :]
             xgr.apply_token_bitmask_inplace(masked, bitmask)
+            if resume + i < constraint.min_tokens:  # no stop token before the response has min_tokens
+                masked[0, sorted(stop)] = float("-inf")
             logq.append(float(torch.log_softmax(masked[0], -1)[t]))
         lq.append(logq[0])
         at.append(tuple(logq[1:]))
@@ -186,3 +189,106 @@ def _structural_tag(xgr, text: str):
         xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s["schema"]), end=s["end"]) for s in tag["structures"]
     ]
     return xgr.StructuralTag.from_legacy_structural_tag(items, tag["triggers"])
+
+
+# -- the JSON-schema checks both servers' structured suites run -------------------------------------
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+QUESTION = "Give a JSON object with a person's name and age."
+
+
+def person_config(rule: str, kernel: str = "powermh", **options):
+    """(PowerConfig, PrestoConfig) of ``rule`` under the PERSON schema: K = 12 over 48 tokens in
+    blocks of 16, alpha 4, the EOS-terminated target."""
+    from presto_sgl import PowerConfig, sampling_configs
+    from presto_sgl.config import Target
+    from presto_sgl.constraints import Constraint
+
+    schedule = {"max_new_tokens": 48, "block_size": 16, "steps": 4, **options}
+    cfg, presto = sampling_configs(rule, method=kernel, ending="eos", alpha=4.0, **schedule)
+    t = cfg.target
+    target = Target(t.alpha, t.max_new_tokens, t.block_size, "eos", constraint=Constraint(json_schema=PERSON))
+    return PowerConfig(target, cfg.kernel), presto
+
+
+def person_valid(engine, tokens) -> bool:
+    """The response (stop tokens dropped) is a JSON object of the PERSON schema (``jsonschema``)."""
+    stop = engine.text.stop_ids
+    text = engine.text.decode([t for t in tokens if t not in stop])
+    try:
+        jsonschema.validate(json.loads(text), PERSON)
+    except (json.JSONDecodeError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+def assert_resumed_json_masked(engine, model) -> None:
+    """An answer under the PERSON schema, then two draws resumed 5 tokens in (inside the object: a
+    restarted grammar would allow only "{" there) at tau 1 and 0.5: masked log q, raw log p0 and
+    the masked log q at each of the engine's score temperatures, as :func:`masked_forward` gives
+    them; an answer that ended validates."""
+    from transformers import AutoTokenizer
+
+    from presto_sgl.constraints import Constraint
+    from presto_sgl.engines.base import Request
+    from tests.support.forward import TOL
+
+    tok = AutoTokenizer.from_pretrained(engine.model_path)
+    prompt = tuple(engine.chat_prompt(QUESTION))
+    c, stop = Constraint(json_schema=PERSON), engine.text.stop_ids
+    (first,) = engine.generate([Request(prompt, 48, 1.0, None, stop=stop, constraint=c)])
+    assert person_valid(engine, first.tokens) or len(first.tokens) == 48
+    k, temps = 5, engine.capabilities.score_temperatures
+    reqs = [
+        Request(prompt + first.tokens[:k], 40, tau, 7, stop=stop, constraint=c, resume=k, score_temperatures=temps)
+        for tau in (1.0, 0.5)
+    ]
+    for req, comp in zip(reqs, engine.generate(reqs)):
+        lq, lp, at = masked_forward(model, tok, c, req.prefix, k, comp.tokens, req.temperature, stop, temps)
+        assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / req.temperature
+        assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
+        for t, want, got in zip(temps, zip(*at), zip(*comp.logq_at)):
+            assert max(abs(a - b) for a, b in zip(want, got)) < TOL / t
+        assert comp.tokens[-1] not in stop or person_valid(engine, first.tokens[:k] + comp.tokens)
+
+
+def assert_chain_masked(engine, model, result, temps=()) -> None:
+    """A chain's state under the PERSON schema, as :func:`masked_forward` scores its whole response:
+    raw log p0 and, at ``temps`` (MultiTryMH's), the masked log q; the response validates (or is
+    a prefix cut at the cap)."""
+    from transformers import AutoTokenizer
+
+    from presto_sgl.constraints import Constraint
+    from tests.support.forward import TOL
+
+    tok, st, c = AutoTokenizer.from_pretrained(engine.model_path), result.state, Constraint(json_schema=PERSON)
+    assert person_valid(engine, st.tokens) or len(st.tokens) == 48, engine.text.decode(st.tokens)
+    _, lp, at = masked_forward(model, tok, c, st.prompt, 0, st.tokens, 1.0, engine.text.stop_ids, temps)
+    assert max(abs(a - b) for a, b in zip(lp, st.logp)) < TOL
+    for t, want, got in zip(temps, zip(*at), zip(*(st.logq_at or ()))):
+        assert max(abs(a - b) for a, b in zip(want, got)) < TOL / t
+
+
+def resumed_cases():
+    """Grammar kinds beyond a regex and a schema, each (constraint, question, full-match pattern):
+    an EBNF grammar, and a structural tag (its ``format`` form: a tool call, a tagged JSON object)."""
+    from presto_sgl.constraints import Constraint
+
+    call = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tag = {"type": "tag", "begin": "<tool>", "content": {"type": "json_schema", "json_schema": call}, "end": "</tool>"}
+    return {
+        "ebnf": (
+            Constraint(ebnf='root ::= ("Yes" | "No") ", because " [a-z ]+ "."'),
+            "Is the sky blue? Answer Yes or No and say why.",
+            r"(Yes|No), because [a-z ]+\.",
+        ),
+        "structural_tag": (
+            Constraint(structural_tag={"format": tag}),
+            "Call the weather tool for Paris.",
+            r"<tool>\s*\{[\s\S]*\}\s*</tool>",
+        ),
+    }

@@ -18,6 +18,11 @@ log q_tau and log p0:
 ``mode="auto"`` probes the server once. A stock server in its default ``raw_logprobs``
 mode gives neither pass log q: it is refused with the fix named.
 
+Constraints (one pass only): vLLM's own ``structured_outputs`` (its xgrammar backend), resumed
+by the plugin over the response tokens the prompt ends with (``vllm_xargs``), and
+``min_tokens`` less those tokens; log q and the normalizers come after vLLM's mask, log p0
+before it (:mod:`presto_sgl.server_side.vllm`).
+
 Retries are decided by the finish reason only, never by what was drawn: ``length`` is
 kept (and must then be complete, else EngineError); ``abort`` is re-issued as a fresh
 draw; anything else is an error. A lost connection waits for the server to come back
@@ -31,9 +36,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ConfigError, EngineError
+from ...errors import CapabilityError, ConfigError, EngineError
 from ...fields import integer
-from ...wire import width
+from ...wire import GRAMMAR_RESUME_KEY, width
 from ..base import Completion, EngineCapabilities, Request
 from ..scoring import Scored, check_top
 from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, ServerEngine, map_keeping_lost
@@ -41,6 +46,7 @@ from ..text import ModelFolder
 from .layout import parse_fields, signature_count
 
 if TYPE_CHECKING:
+    from ...constraints import Constraint
     from ..monitor import ServerMonitor
 
 MODES = ("auto", "one-pass", "two-pass")
@@ -60,6 +66,8 @@ _FIXED_PARAMS = {
 (``--generation-config auto``: temperature, top-k, top-p, min-p, repetition penalty) or its
 ``--override-generation-config``, and every other penalty or bias, pinned neutral in every
 request; the temperature is the request's."""
+STRUCTURED = {"regex": "regex", "json_schema": "json", "ebnf": "grammar", "structural_tag": "structural_tag"}
+"""presto-sgl's grammar kinds as vLLM's ``structured_outputs`` names them (each source as its text)."""
 
 
 class VLLMEngine(ServerEngine, ModelFolder):
@@ -120,7 +128,9 @@ class VLLMEngine(ServerEngine, ModelFolder):
             context_length=int(context) if context else None,
             score_temperatures=self._temps,
             stops=True,
+            constraints=mode == "one-pass",  # the plugin resumes vLLM's grammar (checked on first use)
         )
+        self._resumes: bool | None = None  # the server's plugin resumes grammars: probed on the first constraint
 
     @property
     def mode(self) -> str:
@@ -140,6 +150,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
 
     # -- the protocol (ServerEngine.generate calls _attempt) -------------------------------
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
+        self._check_constraints([r.constraint for r in requests if r.constraint is not None])
         decoded: list[Decoded | Lost | None] = map_keeping_lost(self._decode, requests, self.max_concurrency)
         if self._mode == "two-pass":
             kept = [(i, d) for i, d in enumerate(decoded) if isinstance(d, Decoded)]
@@ -194,6 +205,8 @@ class VLLMEngine(ServerEngine, ModelFolder):
             body["seed"] = int(r.seed % (1 << 63))
         if r.stop:  # ending="eos": end at the first stop token, returned with its values
             body |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop), "skip_special_tokens": False}
+        if r.constraint is not None:
+            body |= self._constrained(r)
         answer = self._completion(body, stops=bool(r.stop))
         if answer is None:
             return None
@@ -225,6 +238,56 @@ class VLLMEngine(ServerEngine, ModelFolder):
             cached_tokens=cached,
             logq_at=at,
         )
+
+    def _check_constraints(self, constraints: Sequence[Constraint]) -> None:
+        """CapabilityError unless this server can mask every one of ``constraints`` exactly."""
+        if not constraints:
+            return
+        if self._mode != "one-pass":
+            raise CapabilityError(
+                f"a constraint needs presto-sgl's plugin on the {self.KIND} {self.url} (two-pass mode cannot mask "
+                "the draws exactly); start it with `bash scripts/vllm_server.sh start`"
+            )
+        kinds = {c.grammar[0] for c in constraints if c.grammar is not None}
+        if kinds - set(STRUCTURED):
+            raise CapabilityError(
+                f"the {self.KIND} takes no {sorted(kinds - set(STRUCTURED))} grammar; it takes {sorted(STRUCTURED)}"
+            )
+        if kinds:
+            self._check_resumes()
+
+    @staticmethod
+    def _constrained(r: Request) -> dict[str, Any]:
+        """vLLM's own fields for ``r.constraint``: its ``structured_outputs``, resumed by the plugin
+        over the ``r.resume`` response tokens the prompt ends with, and ``min_tokens`` less those
+        tokens (vLLM counts new tokens only)."""
+        c = r.constraint
+        assert c is not None
+        p: dict[str, Any] = {"min_tokens": max(0, c.min_tokens - r.resume)}
+        if c.grammar is not None:
+            kind, source = c.grammar
+            p |= {"structured_outputs": {STRUCTURED[kind]: source}, "vllm_xargs": {GRAMMAR_RESUME_KEY: r.resume}}
+        return p
+
+    def _check_resumes(self) -> None:
+        """CapabilityError unless the server's plugin resumes a grammar at the prefix: a probe
+        whose resumed token breaks the grammar must fail (vLLM answers HTTP 500; an older plugin
+        would restart the grammar instead, and the chain would be inexact)."""
+        if self._resumes is None:
+            ids = self.text.encode("Hello") if self.text.has_tokenizer else [1]
+            probe = {"prompt": ids, "max_tokens": 1, "temperature": 1.0}
+            probe |= {"structured_outputs": {"regex": "[0-9]+"}, "vllm_xargs": {GRAMMAR_RESUME_KEY: 1}}
+            try:
+                self._call("POST", "/v1/completions", {"model": self.model, **_FIXED_PARAMS, **probe})
+                self._resumes = False
+            except EngineHTTPError as exc:
+                self._resumes = exc.status == 500
+        if not self._resumes:
+            raise CapabilityError(
+                f"the {self.KIND} {self.url} does not resume a grammar at a response prefix (its presto-sgl plugin "
+                "predates structured power sampling on vLLM): reinstall presto-sgl into the server's environment "
+                "and restart it"
+            )
 
     def _score(self, item: tuple[Request, tuple[int, ...]]) -> tuple[float, ...] | None:
         """log p0 of ``tokens`` after the request's prefix (raw ``prompt_logprobs``)."""

