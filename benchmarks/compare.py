@@ -16,7 +16,7 @@ import platform
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from presto_sgl import Sampler, SampleResult, registry, sampling_configs
@@ -61,7 +61,7 @@ class Method:
     def sampler(self, engine, args):
         """The sampler of this method on ``engine`` (``args``: T, K, alpha; blocks of ``args.B``
         tokens, default one block of T; the kernel's own parameters, e.g. beta, tries, try_temperatures, when
-        ``args`` has them)."""
+        ``args`` has them; under ``args.constraint``, when set, with the EOS-terminated target)."""
         own = [p.name for p in params_of(registry.KERNELS[self.kernel].params)]
         kernel = {k: getattr(args, k) for k in own if hasattr(args, k)}
         config, presto = sampling_configs(
@@ -78,6 +78,9 @@ class Method:
             method=self.kernel,
             **kernel,
         )
+        constraint = getattr(args, "constraint", None)
+        if constraint is not None:  # structured: the EOS-terminated target under the constraint
+            config = replace(config, target=replace(config.target, ending="eos", constraint=constraint))
         return Sampler(engine, config, presto)
 
 
@@ -143,6 +146,18 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
             "coordinator_ms_per_call": 1e3 * sum(x.coordinator_time_s for x in ms) / calls,
             "same_final_tokens": same_str,
         }
+        constraint = getattr(args, "constraint", None)
+        if constraint is not None:  # answers that validate, checked apart from the grammar that masked them
+            stop = engine.text.stop_ids
+            ok = [
+                constraint.validates(
+                    engine.text.decode([t for t in r.state.tokens if t not in stop]),
+                    len(r.state.tokens) - bool(r.state.tokens and r.state.tokens[-1] in stop),
+                    bool(r.state.tokens) and r.state.tokens[-1] in stop,
+                )
+                for r in results
+            ]
+            row["valid"] = f"{sum(bool(v) for v in ok)}/{len(ok)}"
         kv = ""
         if server is not None:
             s = server.summary()

@@ -19,6 +19,11 @@ tokens (sampled from /v1/loads or /metrics).
 
 Shapes: ``one`` is the paper's single block scaled down (T = 64 in one block, K = 20);
 ``two`` is T = 64 in blocks of B = 32 with K = 10 per block.
+
+``--structured``: Part B's structured row: the prompts of ``benchmarks/structured.py`` (a JSON
+object with a thing's name and year), every chain under its schema (the EOS-terminated target,
+proposals masked by each engine's own grammar, resumed at the kept prefix); the share of answers
+that validate (``jsonschema``) is added to each row.
 """
 
 from __future__ import annotations
@@ -129,6 +134,7 @@ B_COLUMNS = [
     ("cached", lambda r: f"{r['cached_share']:.0%}"),
     ("KV peak (tokens)", lambda r: str(r.get("kv_tokens_peak", "-"))),
     ("same as seq.", lambda r: r["same_final_tokens"]),
+    ("valid", lambda r: r.get("valid", "-")),
 ]
 
 
@@ -151,10 +157,17 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--alpha", type=float, default=4.0)
     ap.add_argument("--seed", type=int, default=10086)
+    ap.add_argument("--structured", action="store_true", help="under benchmarks/structured.py's JSON schema")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if args.prompts > len(PROMPTS):
-        ap.error(f"--prompts: at most {len(PROMPTS)}")
+    questions = PROMPTS
+    if args.structured:
+        from benchmarks import structured
+        from presto_sgl.constraints import Constraint
+
+        args.constraint, questions = Constraint(json_schema=structured.SCHEMA), structured.PROMPTS
+    if args.prompts > len(questions):
+        ap.error(f"--prompts: at most {len(questions)}")
     args.T, args.B, args.K = SHAPES[args.shape]
     print(machine())
     print(
@@ -170,7 +183,7 @@ def main() -> None:
             f"seeded={engine.capabilities.seeded}",
             flush=True,
         )
-        prompts = [engine.chat_prompt(p) for p in PROMPTS[: args.prompts]]
+        prompts = [engine.chat_prompt(p) for p in questions[: args.prompts]]
         if "F" in args.part:
             out["F"] += part_f(name, engine, prompts, args)
         if "B" in args.part:
@@ -181,7 +194,7 @@ def main() -> None:
                 methods(args.rules.split(","), args.budget),
                 monitor=getattr(engine, "monitor", None),
             )
-            out["B"] += [{"engine": name, **r} for r in rows]
+            out["B"] += [{"engine": name, "structured": args.structured, **r} for r in rows]
         if args.json:
             args.json.write_text(json.dumps(out, indent=2))
     if out["F"]:

@@ -17,6 +17,8 @@ medians (the bar: <= 1.10).
     python -m benchmarks.structured --engine embedded --json benchmarks/results/structured/embedded.json
     python -m benchmarks.structured --engine sglang --url http://127.0.0.1:30200 \\
         --json benchmarks/results/structured/sglang.json
+    python -m benchmarks.structured --engine vllm --url http://127.0.0.1:30125 \\
+        --json benchmarks/results/structured/vllm.json
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def summary(values: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine", choices=["embedded", "sglang"], default="embedded")
+    ap.add_argument("--engine", choices=["embedded", "sglang", "vllm"], default="embedded")
     ap.add_argument("--url", default="http://127.0.0.1:30000")
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--alpha", type=float, default=4.0)
@@ -144,10 +146,14 @@ def main() -> None:
         from presto_sgl.models import embedded_engine
 
         engine = embedded_engine("smollm2")
-    else:
+    elif ns.engine == "sglang":
         from presto_sgl.engines.sglang.http import SGLangEngine
 
         engine = SGLangEngine(ns.url)
+    else:
+        from presto_sgl.engines.vllm.http import VLLMEngine
+
+        engine = VLLMEngine(ns.url)
     info = machine()
     print(info, flush=True)
     rows: list[dict] = []

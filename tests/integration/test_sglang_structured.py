@@ -14,7 +14,6 @@ from tests.support.structured import (
     assert_resumed_json_masked,
     assert_resumed_masked,
     person_config,
-    person_valid,
     resumed_cases,
 )
 
@@ -46,20 +45,13 @@ def test_a_grammar_resumed_on_the_server(engine, hf_model, kind):
     assert_resumed_masked(engine, hf_model, tok, c, tuple(engine.chat_prompt(question)), pattern, lengths=(24, 32))
 
 
-def test_structured_power_sampling_on_the_server(engine):
-    """Sequential PowerMH and the step rule under a JSON schema: every response validates; PreSTO
-    needs fewer calls for the same K transitions."""
-    prompt = tuple(engine.chat_prompt(QUESTION))
-    results = {rule: Sampler(engine, *person_config(rule)).run(prompt, seed=1) for rule in ("sequential", "step")}
-    for r in results.values():
-        assert r.metrics.transitions == 12 and person_valid(engine, r.state.tokens), engine.text.decode(r.state.tokens)
-    assert results["step"].metrics.model_calls < results["sequential"].metrics.model_calls
-
-
 def test_multitry_under_a_constraint_on_the_server(engine, hf_model):
     """MultiTryMH's temperature mixture under a JSON schema, by the step rule: the chain's masked
     log q at every try temperature is a masked fp32 forward's over the whole response, the
-    response validates, and the K transitions took fewer calls than K (sequential's count)."""
+    response validates, and the K transitions took fewer calls than K (sequential's count). (Every
+    rule's chain under a schema is the sequential one on the seeded vLLM server,
+    tests/integration/test_vllm_structured.py; PowerMH's under the switch here,
+    tests/integration/test_power_scope.py.)"""
     sampler = Sampler(engine, *person_config("step", "multitry"))
     r, temps = sampler.run(tuple(engine.chat_prompt(QUESTION)), seed=2), sampler.kernel.score_temperatures
     assert temps == (0.25, 0.5, 1.0) and r.metrics.transitions == 12 and r.metrics.model_calls < 12

@@ -47,14 +47,14 @@ def test_a_constraint_resumed_on_the_server(engine, hf_model, kind):
 
 
 def _coupling_cases():
-    """PowerMH under every rule (of the cost-aware ones, the step rule's, whose keys, walker and
-    carry-over the others share; which draws a cost-aware planner requests is proven bit for bit
+    """PowerMH under each rule (bfs, predictive, step; their cost-aware forms share their keys,
+    walker and carry-over and differ only in which draws the planner requests, proven bit for bit
     on the reference engine, tests/exactness/test_structured_target.py); MultiTryMH (masked q at
     its try temperatures) and EntropyCut under the step rule: the server adds its seeds, batching
-    numerics, resumed grammars and masked fields, which one rule exercises as well as four."""
+    numerics, resumed grammars and masked fields, which one rule exercises as well as three."""
     for kernel in KERNELS:
         for rule in PRESTO_RULES:
-            if (kernel.name == "powermh" and rule.name not in ("bfs-cost", "predictive-cost")) or rule.name == "step":
+            if (kernel.name == "powermh" and not rule.cost_aware) or rule.name == "step":
                 yield pytest.param(kernel, rule, id=f"{kernel}-{rule.name}")
 
 
