@@ -70,8 +70,11 @@ def register() -> None:
             return original(self, logits, sampling_metadata, *args, **kwargs)
         raw = before if held is logits else torch.log_softmax(logits.float(), dim=-1)
         self.__dict__[_ALLOWED] = None
-        out = original(self, logits, sampling_metadata, *args, **kwargs)
-        return _pack(out, raw, self.__dict__.pop(_ALLOWED, None), sampling_metadata.temperature, k)
+        try:
+            out = original(self, logits, sampling_metadata, *args, **kwargs)
+        finally:
+            masked = self.__dict__.pop(_ALLOWED, None)
+        return _pack(out, raw, masked, sampling_metadata.temperature, k)
 
     @functools.wraps(processors)
     def apply_logits_processors(self: Any, logits: Any, *args: Any, **kwargs: Any) -> Any:
