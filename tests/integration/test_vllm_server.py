@@ -15,13 +15,14 @@ import math
 
 import pytest
 
-from tests.support.cases import KERNELS, RULES, sequential_sampler
-from tests.support.coupling import assert_same_states, run_states
+from tests.support.cases import KERNELS, RULES
+from tests.support.coupling import assert_server_couples
 from tests.support.forward import assert_extras_match, assert_matches_forward
 
 pytestmark = pytest.mark.vllm
 
 TEMPS = (0.25, 0.5, 1.0)
+QUESTION = "Name a prime number."
 
 
 def test_one_pass_logprobs_match_a_full_forward(engine, hf_model):
@@ -33,7 +34,7 @@ def test_one_pass_logprobs_match_a_full_forward(engine, hf_model):
     assert engine.capabilities.scores_at(TEMPS) and engine.capabilities.context_length == 2048
     for comp in assert_matches_forward(engine, hf_model):
         assert all(math.isfinite(x) for x in comp.logp + comp.logq)
-    prompt = tuple(engine.chat_prompt("Name a prime number."))
+    prompt = tuple(engine.chat_prompt(QUESTION))
     (comp,) = engine.generate([Request(prompt, 10, 0.5, 3, return_entropy=True, score_temperatures=TEMPS)])
     assert_extras_match(hf_model, prompt, comp.tokens, comp.logq_at, TEMPS, comp.entropy)
 
@@ -69,17 +70,8 @@ def test_presto_visits_the_sequential_states_on_the_server(engine, kernel_case, 
     sequential execution, transition by transition (tokens and decisions identical, log-probs
     within float32 batch numerics), in fewer calls, with both outcomes occurring."""
     cfg, presto = rule.configs(6, **kernel_case.options(alpha=4.0, max_new_tokens=16, block_size=8, steps=6, tau=0.5))
-    kernel = kernel_case.make(cfg)
-    prompt = engine.chat_prompt("Name a prime number.")
-    seq, seq_result = run_states(sequential_sampler(engine, cfg, kernel, presto.keying), prompt, 1)
-    pre, pre_result = run_states(rule.sampler(engine, cfg, presto, kernel), prompt, 1)
-    if kernel_case.state_cut and [s[3] for s in seq] != [s[3] for s in pre]:
-        pytest.xfail("EntropyCut's race flipped on float32 batch numerics (KernelCase.state_cut)")
-    assert len(seq) == len(pre) == 12
-    assert_same_states(seq, pre, 1e-4)
-    assert pre_result.state.tokens == seq_result.state.tokens
-    assert pre_result.metrics.model_calls < seq_result.metrics.model_calls == 12
-    assert {acc for *_, acc in seq} == {True, False}
+    seq, seq_result, _ = assert_server_couples(engine, kernel_case, rule, cfg, presto, engine.chat_prompt(QUESTION))
+    assert seq_result.metrics.model_calls == 12 and {acc for *_, acc in seq} == {True, False}
 
 
 def test_eos_target_on_the_server(engine, hf_model):
