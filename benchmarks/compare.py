@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from presto_sgl import Sampler, SampleResult, registry, sampling_configs
+from presto_sgl.cli.options import answer_valid
 from presto_sgl.fields import params_of
 from presto_sgl.predictor.certainty import CLASSES, certainty_class
 
@@ -148,15 +149,8 @@ def compare_rules(engine, prompts, args, methods: list[Method] | None = None, mo
         }
         constraint = getattr(args, "constraint", None)
         if constraint is not None:  # answers that validate, checked apart from the grammar that masked them
-            stop = engine.text.stop_ids
-            ok = [
-                constraint.validates(
-                    engine.text.decode([t for t in r.state.tokens if t not in stop]),
-                    len(r.state.tokens) - bool(r.state.tokens and r.state.tokens[-1] in stop),
-                    bool(r.state.tokens) and r.state.tokens[-1] in stop,
-                )
-                for r in results
-            ]
+            answers = [(engine.text.answer(r.state.tokens), r.state.length) for r in results]
+            ok = [answer_valid(constraint, a.text, a.eos_index, n) for a, n in answers]
             row["valid"] = f"{sum(bool(v) for v in ok)}/{len(ok)}"
         kv = ""
         if server is not None:

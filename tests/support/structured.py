@@ -146,13 +146,11 @@ def masked_forward(model, tokenizer, constraint, prefix, resume, tokens, tau, st
     lq, lp, at = [], [], []
     for i, (row, t) in enumerate(zip(rows, tokens)):
         matcher.fill_next_token_bitmask(bitmask)
-        logq = []
-        for temp in (tau, *temps):
-            masked = (row / temp).clone()[None, :]
-            xgr.apply_token_bitmask_inplace(masked, bitmask)
-            if resume + i < constraint.min_tokens:  # no stop token before the response has min_tokens
-                masked[0, sorted(stop)] = float("-inf")
-            logq.append(float(torch.log_softmax(masked[0], -1)[t]))
+        masked = row.clone()[None, :]
+        xgr.apply_token_bitmask_inplace(masked, bitmask)
+        if resume + i < constraint.min_tokens:  # no stop token before the response has min_tokens
+            masked[0, sorted(stop)] = float("-inf")
+        logq = [float(torch.log_softmax(masked[0] / temp, -1)[t]) for temp in (tau, *temps)]
         lq.append(logq[0])
         at.append(tuple(logq[1:]))
         lp.append(float(torch.log_softmax(row, -1)[t]))
@@ -201,15 +199,16 @@ PERSON = {
 QUESTION = "Give a JSON object with a person's name and age."
 
 
-def person_config(rule: str, kernel: str = "powermh", **options):
+def person_config(rule: str, kernel: str = "powermh"):
     """(PowerConfig, PrestoConfig) of ``rule`` under the PERSON schema: K = 12 over 48 tokens in
     blocks of 16, alpha 4, the EOS-terminated target."""
     from presto_sgl import PowerConfig, sampling_configs
     from presto_sgl.config import Target
     from presto_sgl.constraints import Constraint
 
-    schedule = {"max_new_tokens": 48, "block_size": 16, "steps": 4, **options}
-    cfg, presto = sampling_configs(rule, method=kernel, ending="eos", alpha=4.0, **schedule)
+    cfg, presto = sampling_configs(
+        rule, method=kernel, ending="eos", alpha=4.0, max_new_tokens=48, block_size=16, steps=4
+    )
     t = cfg.target
     target = Target(t.alpha, t.max_new_tokens, t.block_size, "eos", constraint=Constraint(json_schema=PERSON))
     return PowerConfig(target, cfg.kernel), presto
@@ -224,6 +223,14 @@ def person_valid(engine, tokens) -> bool:
     except (json.JSONDecodeError, jsonschema.ValidationError):
         return False
     return True
+
+
+def assert_logq_at(temps, want, got) -> None:
+    """Per-token log q at each of ``temps`` (rows of one value per temperature) within TOL / t."""
+    from tests.support.forward import TOL
+
+    for t, w, g in zip(temps, zip(*want), zip(*got)):
+        assert max(abs(a - b) for a, b in zip(w, g)) < TOL / t
 
 
 def assert_resumed_json_masked(engine, model) -> None:
@@ -251,8 +258,7 @@ def assert_resumed_json_masked(engine, model) -> None:
         lq, lp, at = masked_forward(model, tok, c, req.prefix, k, comp.tokens, req.temperature, stop, temps)
         assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / req.temperature
         assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
-        for t, want, got in zip(temps, zip(*at), zip(*comp.logq_at)):
-            assert max(abs(a - b) for a, b in zip(want, got)) < TOL / t
+        assert_logq_at(temps, at, comp.logq_at)
         assert comp.tokens[-1] not in stop or person_valid(engine, first.tokens[:k] + comp.tokens)
 
 
@@ -269,8 +275,7 @@ def assert_chain_masked(engine, model, result, temps=()) -> None:
     assert person_valid(engine, st.tokens) or len(st.tokens) == 48, engine.text.decode(st.tokens)
     _, lp, at = masked_forward(model, tok, c, st.prompt, 0, st.tokens, 1.0, engine.text.stop_ids, temps)
     assert max(abs(a - b) for a, b in zip(lp, st.logp)) < TOL
-    for t, want, got in zip(temps, zip(*at), zip(*(st.logq_at or ()))):
-        assert max(abs(a - b) for a, b in zip(want, got)) < TOL / t
+    assert_logq_at(temps, at, st.logq_at or ())
 
 
 def resumed_cases():

@@ -75,7 +75,8 @@ def around_sampler_forward(original: Any, sampler: Any, logits_output: Any, *arg
     entropy = -(raw.exp() * raw).sum(-1)
     temps = score_temperatures()
     if temps:  # before the original divides the logits by the temperature in place
-        allowed = raw.masked_fill(torch.isneginf(logits), float("-inf"))
+        masked = torch.isneginf(logits)
+        allowed = raw.masked_fill(masked, float("-inf")) if bool(masked.any()) else raw
         lognorm = torch.stack([torch.logsumexp(allowed / t, dim=-1) for t in temps], dim=-1)
     next_ids = original(sampler, logits_output, *args, **kwargs)
     ids = next_ids[0] if isinstance(next_ids, tuple) else next_ids
