@@ -14,6 +14,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from .engines.base import Engine
+from .engines.server import MODES
 from .errors import ConfigError
 from .fields import Validated, integer, nonempty_text, number, one_of, option, params_of
 
@@ -59,9 +60,6 @@ class EmbeddedOptions(Validated):
         choices=("auto", "float32", "bfloat16", "float16"),
     )
     tokenizer: str | None = _tokenizer()
-
-
-MODES = ("auto", "one-pass", "two-pass")
 
 
 def _url(port: int) -> Any:

@@ -137,7 +137,7 @@ class Sampler(MethodBase):
             raise CapabilityError(
                 f"the {self.kernel.name} kernel needs log q at temperatures {list(temps)}, which this engine cannot "
                 f"return (it scores at {list(caps.score_temperatures or [])}); use the embedded or reference engine, "
-                "or an SGLang one-pass server started with PRESTO_SGL_SCORE_TEMPERATURES covering them"
+                "or an SGLang / vLLM server with presto-sgl's plugin (one-pass mode)"
             )
 
     def ended(self, state: ChainState) -> bool:

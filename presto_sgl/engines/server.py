@@ -1,5 +1,9 @@
 """What every server engine shares (standard library only): the HTTP exchange, its errors,
-the client-side counts, and the call loop that never advances a chain on partial data.
+the client-side counts, the call loop that never advances a chain on partial data, and the
+one-pass core: the modes and how the plugin is detected (:meth:`ServerEngine._settle_mode`,
+refused when the engine is built), the capabilities that follow, what a request asks the
+plugin for (:meth:`ServerEngine.ask`), the constraint checks and the grammar-resume probe,
+monitoring and value parsing. A server engine adds only its wire format.
 
 :meth:`ServerEngine.generate` tries every request once (``_attempt``, the engine's own
 passes); what comes back as None (a response the server reported aborted, never one
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import threading
 import time
 import urllib.error
@@ -21,11 +26,35 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailable, EngineError
+from ..errors import BackendUnavailable, CapabilityError, ConfigError, EngineError
 from ..fields import integer, number
-from .base import Completion, Request, validate_completion
+from ..wire import ask
+from .base import Completion, EngineCapabilities, Request, validate_completion
+
+if TYPE_CHECKING:
+    from ..constraints import Constraint
+    from .monitor import ServerMonitor
+
+MODES = ("auto", "one-pass", "two-pass")
+"""How log p0 comes back: ``one-pass`` (the server's presto-sgl plugin, same pass as log q),
+``two-pass`` (a second, scoring pass; PowerMH only), ``auto`` (one-pass when the plugin answers)."""
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ConfigError("mode", mode, f"{{mode}} (={mode!r}) must be one of {MODES}")
+
+
+def as_float(x: Any) -> float:
+    """A log-probability from JSON; null (not computed) and NaN become NaN (caught by validation)."""
+    return math.nan if x is None else float(x)
+
+
+PROBE_ASK = ask(True, (0.375,))
+"""What the plugin probe asks for: the entropy and a temperature no client default uses, so that
+only a plugin that answers per request (not one that answers every request the same) passes."""
 
 
 class EngineHTTPError(EngineError):
@@ -127,6 +156,8 @@ class ServerEngine:
 
     KIND = "server"  # the server's name in messages, e.g. "SGLang server"
     START_HINT = "start it or pass the right --url"
+    PLUGIN_HINT = "install presto-sgl into the server's environment and restart it"
+    GRAMMARS: frozenset[str] = frozenset()  # the grammar kinds the server's structured outputs take
 
     def __init__(self, url: str, timeout_s: float, max_retries: int, restart_timeout_s: float) -> None:
         number(0, strict=True, what="seconds")("timeout_s", timeout_s)
@@ -155,7 +186,90 @@ class ServerEngine:
     @property
     def mode(self) -> str:
         """How log p0 comes back: "one-pass" (the server's plugin) or "two-pass" (a scoring pass)."""
+        return self._mode
+
+    # -- the one-pass core ------------------------------------------------------------------------
+    def _settle_mode(self, requested: str, plugin: str) -> None:
+        """Set the mode from the plugin probe's answer ``plugin``: "yes" (per-request fields),
+        "no" (a stock server) or "stale" (a plugin that answers every request: an older
+        presto-sgl). EngineError, when the engine is built, for one-pass without the plugin and
+        for a stale plugin. Also resets the grammar-resume probe."""
+        if plugin == "stale":
+            raise EngineError(
+                f"{self.KIND} {self.url} runs an older presto-sgl plugin that adds its fields to every request "
+                f"(not only to those that ask); {self.PLUGIN_HINT}"
+            )
+        if requested == "one-pass" and plugin != "yes":
+            raise EngineError(
+                f"{self.KIND} {self.url} does not load presto-sgl's one-pass plugin, so mode='one-pass' cannot "
+                f"work; {self.PLUGIN_HINT}, or use mode='two-pass' (PowerMH only)"
+            )
+        self._mode = ("one-pass" if plugin == "yes" else "two-pass") if requested == "auto" else requested
+        self._resumes: bool | None = None  # the plugin resumes grammars: probed on the first constraint
+
+    def _capabilities(self, seeded: bool, vocab_size: int, context_length: int | None) -> EngineCapabilities:
+        """One pass: the entropy, log q at any score temperature (each request asks for its own),
+        ending at stop tokens, constraints; two passes: log p0 only."""
+        one = self._mode == "one-pass"
+        return EngineCapabilities(
+            seeded=seeded,
+            entropy=one,
+            vocab_size=vocab_size,
+            context_length=context_length,
+            score_temperatures=None if one else (),
+            stops=True,
+            constraints=one,
+        )
+
+    @staticmethod
+    def ask(request: Request) -> str:
+        """What ``request`` asks the plugin for (:func:`presto_sgl.wire.ask`): log p0, and the
+        entropy and the log-normalizers only when its sampler uses them."""
+        return ask(request.return_entropy, request.score_temperatures)
+
+    def _check_constraints(self, constraints: Sequence[Constraint]) -> None:
+        """CapabilityError unless this server can mask every one of ``constraints`` exactly:
+        one pass, a grammar kind it takes, a plugin that resumes grammars (probed once)."""
+        if not constraints:
+            return
+        if self._mode != "one-pass":
+            raise CapabilityError(
+                f"a constraint needs presto-sgl's plugin on the {self.KIND} {self.url} (two-pass mode cannot mask "
+                f"the draws exactly); {self.PLUGIN_HINT}"
+            )
+        kinds = {c.grammar[0] for c in constraints if c.grammar is not None}
+        if kinds - self.GRAMMARS:
+            raise CapabilityError(
+                f"the {self.KIND} takes no {sorted(kinds - self.GRAMMARS)} grammar; it takes {sorted(self.GRAMMARS)}"
+            )
+        if not kinds:
+            return
+        if self._resumes is None:
+            self._resumes = self._resume_refused()
+        if not self._resumes:
+            raise CapabilityError(
+                f"the {self.KIND} {self.url} does not resume a grammar at a response prefix (its presto-sgl plugin "
+                f"predates structured power sampling); {self.PLUGIN_HINT}"
+            )
+
+    def _resume_refused(self) -> bool:
+        """Whether the server refuses a request whose resumed prefix token breaks its grammar
+        (regex ``[0-9]+``, prefix "Hello"): a plugin that resumes does; one that restarts the
+        grammar instead would make the chain inexact."""
         raise NotImplementedError
+
+    def _probe_ids(self) -> list[int]:
+        return self.text.encode("Hello") if self.text.has_tokenizer else [1]  # type: ignore[attr-defined]
+
+    def server_loads(self) -> list[dict[str, Any]]:
+        """One load snapshot per server (a router: per worker), in the monitor's keys."""
+        raise NotImplementedError
+
+    def monitor(self, interval_s: float = 0.25) -> ServerMonitor:
+        """A context manager that samples :meth:`server_loads` while a run is in progress."""
+        from .monitor import ServerMonitor
+
+        return ServerMonitor(self, interval_s)
 
     def _health_urls(self) -> list[str]:
         """Further URLs whose ``/health`` must answer before a retry (a router's workers)."""

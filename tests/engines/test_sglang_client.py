@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from presto_sgl import EngineError, KernelConfig, PowerConfig, PrestoConfig, Sampler, Target
+from presto_sgl import EngineError, KernelConfig, PowerConfig, PrestoConfig, Sampler, Target, wire
 from presto_sgl.engines.base import Request
 from presto_sgl.engines.sglang.http import NEUTRAL, SGLangEngine
 from tests.support.sglang_standin import StandIn
@@ -50,7 +50,8 @@ def test_two_pass_and_one_pass_give_exact_scores(stand_in, one_pass):
         assert sum(c.logp) == pytest.approx(lp, abs=1e-9) and sum(c.logq) == pytest.approx(lq, abs=1e-9)
     decode = srv.bodies[-2] if not one_pass else srv.bodies[-1]
     assert decode["input_ids"] == [[1, 2, 3], [1, 2, 3, 4, 5, 6]]
-    assert decode["sampling_params"][0] == {**NEUTRAL, "temperature": 0.25, "max_new_tokens": 5}
+    asks = {"custom_params": {wire.FIELDS_KEY: "|"}} if one_pass else {}  # log p0 only: PowerMH asks no more
+    assert decode["sampling_params"][0] == {**NEUTRAL, "temperature": 0.25, "max_new_tokens": 5, **asks}
     assert NEUTRAL["ignore_eos"] and NEUTRAL["top_k"] == -1 and NEUTRAL["repetition_penalty"] == 1.0
     if not one_pass:
         score = srv.bodies[-1]

@@ -31,8 +31,9 @@ TEMPS = (0.25, 0.5, 1.0)
 
 
 class StandIn:
-    """``kind``: "plugin" (presto_onepass), "processed" (stock, --logprobs-mode
-    processed_logprobs) or "raw" (stock, vLLM's default)."""
+    """``kind``: "plugin" (presto_onepass: fields for the requests that ask), "stale" (an older
+    presto_onepass: every request's logprobs rewritten, at the server's TEMPS), "processed" (stock,
+    --logprobs-mode processed_logprobs) or "raw" (stock, vLLM's default)."""
 
     def __init__(self, tmp_path, kind="plugin"):
         self.lm = ReferenceLM(V, seed=5)
@@ -108,8 +109,13 @@ class StandIn:
                 {str(prompt[t]): {"logprob": float(self.lm.distribution(prompt[:t])[0][prompt[t]])}}
                 for t in range(1, len(prompt))
             ]
+        asked = (body.get("vllm_xargs") or {}).get(wire.FIELDS_KEY)
+        entropy, temps = wire.parse_ask(asked) if asked is not None else (True, TEMPS)
+        fields_on = self.kind == "stale" or (self.kind == "plugin" and asked is not None)
+        if self.kind == "stale":
+            entropy, temps = True, TEMPS
         (c,) = self.ref.generate(
-            [Request(tuple(prompt), n, temp, body.get("seed"), return_entropy=True, score_temperatures=TEMPS)]
+            [Request(tuple(prompt), n, temp, body.get("seed"), return_entropy=True, score_temperatures=temps)]
         )
         k = body.get("logprobs")
         tokens, logq, logp = list(c.tokens), list(c.logq), list(c.logp)
@@ -119,13 +125,13 @@ class StandIn:
         for i, s in enumerate(tokens):
             own = logq[i] if self.kind == "processed" else logp[i]
             top = {f"token_id:{s}": own}
-            if self.kind == "plugin" and k:
+            if fields_on and k:
                 fields = [
-                    wire.SIGNATURE + len(TEMPS),
+                    wire.SIGNATURE + len(temps),
                     logq[i],
-                    c.entropy[i],
-                    *TEMPS,
-                    *(logp[i] / t - q for t, q in zip(TEMPS, c.logq_at[i])),
+                    c.entropy[i] if entropy else wire.NOT_ASKED,
+                    *temps,
+                    *(logp[i] / t - q for t, q in zip(temps, c.logq_at[i] if temps else ())),
                 ]
                 top.update({f"token_id:{j}": v for j, v in zip(wire.field_ids(s, k, V), fields[:k])})
             elif k:
@@ -195,7 +201,7 @@ def test_both_modes_give_exact_scores(stand_in, kind):
     assert eng.mode == ("one-pass" if kind == "plugin" else "two-pass")
     caps = eng.capabilities
     assert caps.seeded and caps.vocab_size == V and caps.context_length == 48 and caps.entropy == (kind == "plugin")
-    assert caps.score_temperatures == (TEMPS if kind == "plugin" else ())
+    assert caps.score_temperatures == (None if kind == "plugin" else ())  # one pass: each request asks its own
     extras = {"return_entropy": True, "score_temperatures": TEMPS} if kind == "plugin" else {}
     reqs = [Request((1, 2, 3), 5, 0.25, 7, **extras), Request((1, 2, 3, 4, 5, 6), 2, 0.5, 8, **extras)]
     comps = eng.generate(reqs)
@@ -217,6 +223,7 @@ def test_both_modes_give_exact_scores(stand_in, kind):
     assert decode["prompt"] == [1, 2, 3] and decode["ignore_eos"] and decode["return_tokens_as_token_ids"]
     assert (decode["top_k"], decode["top_p"], decode["min_p"], decode["repetition_penalty"]) == (-1, 1.0, 0.0, 1.0)
     assert decode["logprobs"] == (wire.width(3) if kind == "plugin" else 0)
+    assert decode.get("vllm_xargs") == ({wire.FIELDS_KEY: wire.ask(True, TEMPS)} if kind == "plugin" else None)
     if kind == "processed":
         scores = [b["prompt"] for b in srv.bodies if b.get("prompt_logprobs") == 0]
         assert [1, 2, 3, *comps[0].tokens] in scores and [1, 2, 3, 4, 5, 6, *comps[1].tokens] in scores
@@ -230,6 +237,8 @@ def test_a_stock_raw_server_is_refused_and_one_pass_needs_the_plugin(stand_in):
         VLLMEngine(srv.url)
     with pytest.raises(EngineError, match="presto_onepass"):
         VLLMEngine(stand_in(kind="processed").url, mode="one-pass")
+    with pytest.raises(EngineError, match="older presto-sgl plugin"):  # it rewrites every request's logprobs
+        VLLMEngine(stand_in(kind="stale").url)
     with pytest.raises(ValueError, match="`mode`"):
         VLLMEngine(srv.url, mode="fast")
 

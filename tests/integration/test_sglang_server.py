@@ -150,6 +150,7 @@ def test_batched_attention_matches_torch_native(server_url, spare_sglang_url):
     """The session's spare fp32 server with --batched-attention (one masked SDPA per layer for the
     whole batch) against the shared torch_native server: the same greedy tokens, per-token
     log p0 within 1e-5, for a ragged batch that runs both extend and decode."""
+    from presto_sgl import wire
     from presto_sgl.engines.server import http_json
     from presto_sgl.engines.sglang.http import SGLangEngine
 
@@ -165,7 +166,12 @@ def test_batched_attention_matches_torch_native(server_url, spare_sglang_url):
     ids.append(ids[0][:-5])  # a prefix of another request
     body = {
         "input_ids": ids,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
+        "sampling_params": {
+            "temperature": 0.0,
+            "max_new_tokens": 16,
+            "ignore_eos": True,
+            "custom_params": {wire.FIELDS_KEY: wire.ask(False)},  # raw log p0 (the plugin answers who asks)
+        },
         "return_logprob": True,
     }
     batched = http_json("POST", spare_sglang_url + "/generate", body, 600)

@@ -1,7 +1,8 @@
 """A scripted stand-in SGLang server: SGLang's native /generate shapes over a reference LM.
 
 Decode answers carry output_token_logprobs = log q_tau; scoring (max_new_tokens 0) carries
-input_token_logprobs whose first entry is null; optional one-pass raw_logprob; /v1/loads.
+input_token_logprobs whose first entry is null; optional one-pass fields
+(raw_logprob, and raw_entropy and masked_lognorm@... when a request asks for them); /v1/loads.
 It can abort, fail, go away mid-call and come back, and act as sglang-router. Used by the
 SGLang client tests (tests/engines/test_sglang_client.py) and the serve tests.
 """
@@ -16,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
+from presto_sgl import wire
 from presto_sgl.engines.reference import ReferenceLM
 
 HOLD_S = 60.0
@@ -200,7 +202,19 @@ class StandIn:
                 "cached_tokens": len(prefix) - 1,
                 "finish_reason": reason,
             }
-            if self.one_pass and kind != "noraw":
-                meta.update(raw_logprob=lp, raw_entropy=ent)
+            asked = (p.get("custom_params") or {}).get(wire.FIELDS_KEY)
+            if self.one_pass and kind != "noraw" and asked is not None:  # the plugin answers only who asks
+                entropy, temps = wire.parse_ask(asked)
+                meta.update(raw_logprob=lp)
+                if entropy:
+                    meta.update(raw_entropy=ent)
+                if temps:
+                    ctx = list(prefix)
+                    rows = []
+                    for t_ in toks:
+                        logp = self.lm.distribution(ctx)[0]
+                        rows.append([float(np.logaddexp.reduce(logp / t)) for t in temps])
+                        ctx.append(t_)
+                    meta[wire.LOGNORM_KEY + ",".join(repr(t) for t in temps)] = rows
             out.append({"output_ids": toks, "meta_info": meta})
         return out[0] if single else out

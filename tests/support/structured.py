@@ -249,7 +249,7 @@ def assert_resumed_json_masked(engine, model) -> None:
     c, stop = Constraint(json_schema=PERSON), engine.text.stop_ids
     (first,) = engine.generate([Request(prompt, 48, 1.0, None, stop=stop, constraint=c)])
     assert person_valid(engine, first.tokens) or len(first.tokens) == 48
-    k, temps = 5, engine.capabilities.score_temperatures
+    k, temps = 5, (0.25, 0.5, 1.0)  # MultiTryMH's default try temperatures, asked per request
     reqs = [
         Request(prompt + first.tokens[:k], 40, tau, 7, stop=stop, constraint=c, resume=k, score_temperatures=temps)
         for tau in (1.0, 0.5)

@@ -38,23 +38,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...errors import CapabilityError, ConfigError, EngineError
-from ...wire import GRAMMAR_RESUME_KEY, RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
-from ..base import Completion, EngineCapabilities, Request
+from ...errors import EngineError
+from ...wire import FIELDS_KEY, GRAMMAR_RESUME_KEY, RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
+from ..base import Completion, Request
 from ..scoring import Scored, check_top
-from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, map_keeping_lost
+from ..server import (
+    PROBE_ASK,
+    Decoded,
+    EngineHTTPError,
+    EngineUnreachable,
+    Lost,
+    as_float,
+    check_mode,
+    map_keeping_lost,
+)
 from ..text import ModelFolder
 from .lognorm import logq_at, parse_lognorm
 from .transport import ServerClient
 
-if TYPE_CHECKING:
-    from ..monitor import ServerMonitor
-
-MODES = ("auto", "one-pass", "two-pass")
 NEUTRAL: dict[str, Any] = {
     "top_k": -1,
     "top_p": 1.0,
@@ -128,8 +132,7 @@ class SGLangEngine(ServerClient, ModelFolder):
         context_length: int | None = None,
         tokenizer: str | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise ConfigError("mode", mode, f"{{mode}} (={mode!r}) must be one of {MODES}")
+        check_mode(mode)
         super().__init__(url, timeout_s, max_retries, restart_timeout_s)
         self._seeded = seeded
         info = self._get_with_fallback("/model_info", "/get_model_info")
@@ -141,28 +144,16 @@ class SGLangEngine(ServerClient, ModelFolder):
             vocab_size=vocab_size,
             context_length=context_length,
         )
-        self._list_params, one_pass, temps = self._probe()
+        self._list_params, plugin = self._probe()
         if self.text.has_tokenizer:
             self.check_tokenizer(self._server_ids(self.probe_text()), self.probe_text())
-        self._mode = ("one-pass" if one_pass else "two-pass") if mode == "auto" else mode
-        self.capabilities = EngineCapabilities(
-            seeded=seeded,
-            entropy=self._mode == "one-pass",
-            vocab_size=vocab,
-            context_length=context,
-            score_temperatures=temps if self._mode == "one-pass" else (),
-            stops=True,
-            constraints=self._mode == "one-pass",  # the plugin resumes SGLang's grammar (checked on first use)
-        )
-        self._resumes: bool | None = None  # the server's plugin resumes grammars: probed on the first constraint
-
-    @property
-    def mode(self) -> str:
-        return self._mode
+        self._settle_mode(mode, plugin)
+        self.capabilities = self._capabilities(seeded, vocab, context)
 
     # -- the protocol (ServerEngine.generate calls _attempt) -------------------------------
     def _attempt(self, requests: Sequence[Request]) -> list[Completion | None]:
         """One try at every request: a validated completion, or None where the server aborted it."""
+        self._check_constraints([r.constraint for r in requests if r.constraint is not None])
         decoded = self._decode(requests)
         lost = next((d.cause for d in decoded if isinstance(d, Lost)), None)
         good = [(i, d) for i, d in enumerate(decoded) if isinstance(d, Decoded)]
@@ -192,8 +183,10 @@ class SGLangEngine(ServerClient, ModelFolder):
                 p |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop)}
             if self._seeded and r.seed is not None:
                 p["sampling_seed"] = int(r.seed % (1 << 31))
+            if self._mode == "one-pass":
+                p["custom_params"] = {FIELDS_KEY: self.ask(r)}
             if r.constraint is not None:
-                p |= self._constrained(r)
+                p |= self._constrained(r, p["custom_params"])
             items.append((list(r.prefix), p, None, r.route))
         out: list[Decoded | Lost | None] = []
         for r, res in zip(requests, self._generate(items), strict=True):
@@ -212,17 +205,16 @@ class SGLangEngine(ServerClient, ModelFolder):
                     f"SGLang server {self.url} finished a request of {r.max_new_tokens} tokens with "
                     f"{len(ids)} tokens and {len(lps)} log-probs (or of other tokens): it must be whole"
                 )
-            logq = tuple(_as_float(e[0]) for e in lps)
+            logq = tuple(as_float(e[0]) for e in lps)
             raw = meta.get(RAW_LOGPROB_KEY)
             ent = meta.get(RAW_ENTROPY_KEY)
             if self._mode == "one-pass" and (raw is None or len(raw) != len(ids)):
                 raise EngineError(
                     f"SGLang server {self.url} returned {'no' if raw is None else len(raw)} raw log-probs for "
-                    f"{len(ids)} tokens (a restart without the plugin?); "
-                    "start it with `bash scripts/sglang_server.sh start`"
+                    f"{len(ids)} tokens (a restart without the plugin?); {self.PLUGIN_HINT}"
                 )
-            raw_t = tuple(_as_float(x) for x in raw) if raw is not None and len(raw) == len(ids) else None
-            ent_t = tuple(float(x) for x in ent) if ent is not None and len(ent) == len(ids) else None
+            raw_t = tuple(as_float(x) for x in raw) if raw is not None and len(raw) == len(ids) else None
+            ent_t = tuple(as_float(x) for x in ent) if ent is not None and len(ent) == len(ids) else None
             # log q at the score temperatures from the decode pass's row: one-pass only (never mix passes)
             at = None
             if self._mode == "one-pass" and raw_t is not None:  # (one pass: raw_t is whole, checked above)
@@ -242,45 +234,30 @@ class SGLangEngine(ServerClient, ModelFolder):
             )
         return out
 
-    def _constrained(self, r: Request) -> dict[str, Any]:
-        """SGLang's own fields for ``r.constraint``: its grammar (``regex`` / ``json_schema``), resumed
-        by the plugin over the ``r.resume`` response tokens the input ends with, and
-        ``min_new_tokens`` less those tokens (SGLang counts new tokens only). Log q is then after
+    @staticmethod
+    def _constrained(r: Request, custom: dict[str, Any]) -> dict[str, Any]:
+        """SGLang's own fields for ``r.constraint`` (checked by ``_check_constraints``): its grammar
+        (``regex`` / ``json_schema`` / ``ebnf`` / ``structural_tag``), resumed by the plugin over the
+        ``r.resume`` response tokens the input ends with (beside the request's ask in ``custom``),
+        and ``min_new_tokens`` less those tokens (SGLang counts new tokens only). Log q is then after
         SGLang's mask, the plugin's log p0 before it, and its log-normalizers at the score
         temperatures over the same mask (MultiTryMH's masked q_t)."""
         c = r.constraint
         assert c is not None
-        if self._mode != "one-pass":
-            raise CapabilityError(
-                f"a constraint needs presto-sgl's plugin on the SGLang server {self.url} (two-pass mode cannot "
-                "mask the draws exactly); start it with `bash scripts/sglang_server.sh start`"
-            )
-        self._check_resumes()
         p: dict[str, Any] = {"min_new_tokens": max(0, c.min_tokens - r.resume)}
         if c.grammar is not None:
             kind, source = c.grammar
-            p |= {kind: source, "custom_params": {GRAMMAR_RESUME_KEY: r.resume}}
+            p |= {kind: source, "custom_params": {**custom, GRAMMAR_RESUME_KEY: r.resume}}
         return p
 
-    def _check_resumes(self) -> None:
-        """CapabilityError unless the server's plugin resumes a grammar at the prefix: a probe
-        whose resumed token breaks the grammar must be refused (an older plugin would restart the
-        grammar instead, and the chain would be inexact)."""
-        if self._resumes is None:
-            ids = self.text.encode("Hello") if self.text.has_tokenizer else [1]
-            one = {**NEUTRAL, "max_new_tokens": 1, "temperature": 1.0, "regex": "[0-9]+"}
-            one["custom_params"] = {GRAMMAR_RESUME_KEY: 1}
-            try:
-                self._call("POST", "/generate", {"input_ids": ids, "sampling_params": one})
-                self._resumes = False
-            except EngineHTTPError as exc:
-                self._resumes = exc.status == 400 and GRAMMAR_RESUME_KEY in str(exc)
-        if not self._resumes:
-            raise CapabilityError(
-                f"the SGLang server {self.url} does not resume a grammar at a response prefix (its presto-sgl "
-                "plugin predates structured power sampling): reinstall presto-sgl into the server's environment "
-                "and restart it"
-            )
+    def _resume_refused(self) -> bool:
+        one = {**NEUTRAL, "max_new_tokens": 1, "temperature": 1.0, "regex": "[0-9]+"}
+        one["custom_params"] = {GRAMMAR_RESUME_KEY: 1}
+        try:
+            self._call("POST", "/generate", {"input_ids": self._probe_ids(), "sampling_params": one})
+            return False
+        except EngineHTTPError as exc:
+            return exc.status == 400 and GRAMMAR_RESUME_KEY in str(exc)
 
     def _score(
         self, requests: Sequence[Request], outputs: Sequence[tuple[int, ...]]
@@ -303,7 +280,7 @@ class SGLangEngine(ServerClient, ModelFolder):
             tail = entries[1:]  # entry 0 scores the last prefix token: null
             if len(tail) != len(o) or any(e[1] != t for e, t in zip(tail, o, strict=True)):
                 raise EngineError(f"SGLang server {self.url} scored {len(tail)} tokens of {len(o)} (or other tokens)")
-            scores.append(tuple(_as_float(e[0]) for e in tail))
+            scores.append(tuple(as_float(e[0]) for e in tail))
         return scores
 
     def score_tokens(self, sequences: Sequence[Sequence[int]], top: int) -> list[Scored]:
@@ -335,8 +312,8 @@ class SGLangEngine(ServerClient, ModelFolder):
                     f"SGLang server {self.url} scored {len(given)} of {len(ids)} prompt tokens "
                     f"(or other tokens) with {len(tops)} top lists"
                 )
-            pairs = lambda entries: tuple((int(e[1]), _as_float(e[0])) for e in (entries or [])[:k])  # noqa: E731
-            logp = (None, *(_as_float(e[0]) for e in given[1:]))
+            pairs = lambda entries: tuple((int(e[1]), as_float(e[0])) for e in (entries or [])[:k])  # noqa: E731
+            logp = (None, *(as_float(e[0]) for e in given[1:]))
             out.append(Scored(logp, ((), *(pairs(t) for t in tops[1:]), pairs(after[0]))))
         return out
 
@@ -400,10 +377,12 @@ class SGLangEngine(ServerClient, ModelFolder):
                 out[i] = results if isinstance(results, Lost) else results[j]
         return out
 
-    def _probe(self) -> tuple[bool, bool, tuple[float, ...]]:
-        """(does /generate take per-request parameter lists, does the server load the one-pass
-        plugin, the plugin's score temperatures)."""
-        one = {**NEUTRAL, "temperature": 1.0, "max_new_tokens": 1}
+    def _probe(self) -> tuple[bool, str]:
+        """(does /generate take per-request parameter lists, the one-pass plugin: "yes", "no" or
+        "stale"; :meth:`_settle_mode`). The probe asks for the entropy and log-normalizers at
+        :data:`~..server.PROBE_ASK`'s temperature; a plugin that answers per request returns
+        exactly those."""
+        one = {**NEUTRAL, "temperature": 1.0, "max_new_tokens": 1, "custom_params": {FIELDS_KEY: PROBE_ASK}}
         body: dict[str, Any] = {"input_ids": [[1, 2, 3], [1, 2]], "sampling_params": [one, one], "return_logprob": True}
         try:
             res = self._call("POST", "/generate", body)
@@ -417,8 +396,11 @@ class SGLangEngine(ServerClient, ModelFolder):
         if not isinstance(res, list) or not res or not isinstance(res[0], dict):
             raise EngineError(f"SGLang server {self.url} answered a probe /generate with {str(res)[:200]!r}")
         meta = res[0].get("meta_info", {})
+        if RAW_LOGPROB_KEY not in meta:
+            return list_params, "no"
         lognorm = parse_lognorm(meta, 1)
-        return list_params, RAW_LOGPROB_KEY in meta, lognorm[0] if lognorm else ()
+        fresh = RAW_ENTROPY_KEY in meta and lognorm is not None and lognorm[0] == (0.375,)
+        return list_params, "yes" if fresh else "stale"
 
     def _server_ids(self, text: str) -> list[int] | None:
         """How the server tokenizes ``text`` (a prefill-only request scoring its input); None
@@ -433,15 +415,3 @@ class SGLangEngine(ServerClient, ModelFolder):
         res = res[0] if isinstance(res, list) and res else res
         entries = res.get("meta_info", {}).get("input_token_logprobs") if isinstance(res, dict) else None
         return [int(e[1]) for e in entries] if entries else None
-
-    # -- server facts and text -------------------------------------------------------------------
-    def monitor(self, interval_s: float = 0.25) -> ServerMonitor:
-        """A context manager that samples :meth:`server_loads` while a run is in progress."""
-        from ..monitor import ServerMonitor
-
-        return ServerMonitor(self, interval_s)
-
-
-def _as_float(x: Any) -> float:
-    """A log-probability from JSON; null (not computed) and NaN become NaN (caught downstream)."""
-    return math.nan if x is None else float(x)

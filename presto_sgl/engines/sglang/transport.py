@@ -20,6 +20,11 @@ class ServerClient(ServerEngine):
 
     KIND = "SGLang server"
     START_HINT = "start it with `bash scripts/sglang_server.sh start` or pass the right --url"
+    PLUGIN_HINT = (
+        "install presto-sgl into the SGLang server's environment and restart it (SGLANG_PLUGINS unset or listing "
+        "presto_raw_logprob), e.g. `bash scripts/sglang_server.sh start`"
+    )
+    GRAMMARS = frozenset({"regex", "json_schema", "ebnf", "structural_tag"})  # SGLang's own sampling params
 
     def __init__(self, url: str, timeout_s: float, max_retries: int, restart_timeout_s: float) -> None:
         super().__init__(url, timeout_s, max_retries, restart_timeout_s)

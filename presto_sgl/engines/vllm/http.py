@@ -34,22 +34,27 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...errors import CapabilityError, ConfigError, EngineError
+from ...errors import EngineError
 from ...fields import integer
-from ...wire import GRAMMAR_RESUME_KEY, width
-from ..base import Completion, EngineCapabilities, Request
+from ...wire import FIELDS_KEY, GRAMMAR_RESUME_KEY, width
+from ..base import Completion, Request
 from ..scoring import Scored, check_top
-from ..server import Decoded, EngineHTTPError, EngineUnreachable, Lost, ServerEngine, map_keeping_lost
+from ..server import (
+    PROBE_ASK,
+    Decoded,
+    EngineHTTPError,
+    EngineUnreachable,
+    Lost,
+    ServerEngine,
+    as_float,
+    check_mode,
+    map_keeping_lost,
+)
 from ..text import ModelFolder
 from .layout import parse_fields, signature_count
 
-if TYPE_CHECKING:
-    from ...constraints import Constraint
-    from ..monitor import ServerMonitor
-
-MODES = ("auto", "one-pass", "two-pass")
 _FIXED_PARAMS = {
     "top_k": -1,
     "top_p": 1.0,
@@ -75,6 +80,11 @@ class VLLMEngine(ServerEngine, ModelFolder):
 
     KIND = "vLLM server"
     START_HINT = "start it with `bash scripts/vllm_server.sh start` or pass the right --url"
+    PLUGIN_HINT = (
+        "install presto-sgl into the vLLM server's environment and restart it (VLLM_PLUGINS unset or listing "
+        "presto_onepass), e.g. `bash scripts/vllm_server.sh start`"
+    )
+    GRAMMARS = frozenset(STRUCTURED)
 
     def __init__(
         self,
@@ -89,8 +99,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
         vocab_size: int | None = None,
         tokenizer: str | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise ConfigError("mode", mode, f"{{mode}} (={mode!r}) must be one of {MODES}")
+        check_mode(mode)
         integer(1, "requests in flight")("max_concurrency", max_concurrency)
         super().__init__(url, timeout_s, max_retries, restart_timeout_s)
         self._seeded = seeded
@@ -109,32 +118,10 @@ class VLLMEngine(ServerEngine, ModelFolder):
         )
         if self.text.has_tokenizer:
             self.check_tokenizer(self._server_ids(self.probe_text()), self.probe_text())
-        self._m = self._probe_plugin()
-        if mode == "auto":
-            mode = "one-pass" if self._m is not None else "two-pass"
-        if mode == "one-pass" and self._m is None:
-            raise EngineError(
-                f"{self.KIND} {self.url} does not load the presto_onepass plugin; start it with "
-                "`bash scripts/vllm_server.sh start` (VLLM_PLUGINS=presto_onepass) or use mode='two-pass'"
-            )
-        if mode == "two-pass":
+        self._settle_mode(mode, self._probe_plugin())
+        if self._mode == "two-pass":
             self._check_processed()
-        self._mode = mode
-        self._temps: tuple[float, ...] = self._probe_temperatures() if mode == "one-pass" else ()
-        self.capabilities = EngineCapabilities(
-            seeded=seeded,
-            entropy=mode == "one-pass",
-            vocab_size=self._vocab,
-            context_length=int(context) if context else None,
-            score_temperatures=self._temps,
-            stops=True,
-            constraints=mode == "one-pass",  # the plugin resumes vLLM's grammar (checked on first use)
-        )
-        self._resumes: bool | None = None  # the server's plugin resumes grammars: probed on the first constraint
-
-    @property
-    def mode(self) -> str:
-        return self._mode
+        self.capabilities = self._capabilities(seeded, self._vocab, int(context) if context else None)
 
     def _call(self, method: str, path: str, body: Any = None, headers: Any = None) -> Any:
         """The shared transport, plus: HTTP 500 "EngineCore encountered an issue" is vLLM's API
@@ -195,25 +182,28 @@ class VLLMEngine(ServerEngine, ModelFolder):
         return choice, cached
 
     def _decode(self, r: Request) -> Decoded | None:
+        one = self._mode == "one-pass"
         body: dict[str, Any] = {
             "prompt": list(r.prefix),
             "max_tokens": r.max_new_tokens,
             "temperature": r.temperature,
-            "logprobs": width(self._m or 0) if self._mode == "one-pass" else 0,
+            "logprobs": width(len(r.score_temperatures)) if one else 0,
         }
+        if one:
+            body["vllm_xargs"] = {FIELDS_KEY: self.ask(r)}
         if self._seeded and r.seed is not None:
             body["seed"] = int(r.seed % (1 << 63))
         if r.stop:  # ending="eos": end at the first stop token, returned with its values
             body |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop), "skip_special_tokens": False}
         if r.constraint is not None:
-            body |= self._constrained(r)
+            body |= self._constrained(r, body["vllm_xargs"])
         answer = self._completion(body, stops=bool(r.stop))
         if answer is None:
             return None
         choice, cached = answer
         lp = choice.get("logprobs") or {}
         tokens = tuple(_token_id(t) for t in lp.get("tokens") or [])
-        values = tuple(_as_float(x) for x in lp.get("token_logprobs") or [])
+        values = tuple(as_float(x) for x in lp.get("token_logprobs") or [])
         if self._mode == "two-pass":
             return Decoded(tokens=tokens, logq=values, logp=None, entropy=None, cached_tokens=cached)
         tops = lp.get("top_logprobs") or []
@@ -222,7 +212,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
         if len(fields) != len(tokens):
             raise EngineError(
                 f"{self.KIND} {self.url} returned no presto_onepass fields for a request (a restart without the "
-                "plugin?); start it with `bash scripts/vllm_server.sh start`"
+                f"plugin?); {self.PLUGIN_HINT}"
             )
         at = None
         if r.score_temperatures:
@@ -234,60 +224,37 @@ class VLLMEngine(ServerEngine, ModelFolder):
             tokens=tokens,
             logq=tuple(f.logq for f in fields),
             logp=values,
-            entropy=tuple(f.entropy for f in fields),
+            entropy=tuple(f.entropy for f in fields) if r.return_entropy else None,
             cached_tokens=cached,
             logq_at=at,
         )
 
-    def _check_constraints(self, constraints: Sequence[Constraint]) -> None:
-        """CapabilityError unless this server can mask every one of ``constraints`` exactly."""
-        if not constraints:
-            return
-        if self._mode != "one-pass":
-            raise CapabilityError(
-                f"a constraint needs presto-sgl's plugin on the {self.KIND} {self.url} (two-pass mode cannot mask "
-                "the draws exactly); start it with `bash scripts/vllm_server.sh start`"
-            )
-        kinds = {c.grammar[0] for c in constraints if c.grammar is not None}
-        if kinds - set(STRUCTURED):
-            raise CapabilityError(
-                f"the {self.KIND} takes no {sorted(kinds - set(STRUCTURED))} grammar; it takes {sorted(STRUCTURED)}"
-            )
-        if kinds:
-            self._check_resumes()
-
     @staticmethod
-    def _constrained(r: Request) -> dict[str, Any]:
-        """vLLM's own fields for ``r.constraint``: its ``structured_outputs``, resumed by the plugin
-        over the ``r.resume`` response tokens the prompt ends with, and ``min_tokens`` less those
+    def _constrained(r: Request, xargs: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's own fields for ``r.constraint`` (checked by ``_check_constraints``): its
+        ``structured_outputs``, resumed by the plugin over the ``r.resume`` response tokens the
+        prompt ends with (beside the request's ask in ``xargs``), and ``min_tokens`` less those
         tokens (vLLM counts new tokens only)."""
         c = r.constraint
         assert c is not None
         p: dict[str, Any] = {"min_tokens": max(0, c.min_tokens - r.resume)}
         if c.grammar is not None:
             kind, source = c.grammar
-            p |= {"structured_outputs": {STRUCTURED[kind]: source}, "vllm_xargs": {GRAMMAR_RESUME_KEY: r.resume}}
+            p |= {
+                "structured_outputs": {STRUCTURED[kind]: source},
+                "vllm_xargs": {**xargs, GRAMMAR_RESUME_KEY: r.resume},
+            }
         return p
 
-    def _check_resumes(self) -> None:
-        """CapabilityError unless the server's plugin resumes a grammar at the prefix: a probe
-        whose resumed token breaks the grammar must fail (vLLM answers HTTP 500; an older plugin
-        would restart the grammar instead, and the chain would be inexact)."""
-        if self._resumes is None:
-            ids = self.text.encode("Hello") if self.text.has_tokenizer else [1]
-            probe = {"prompt": ids, "max_tokens": 1, "temperature": 1.0}
-            probe |= {"structured_outputs": {"regex": "[0-9]+"}, "vllm_xargs": {GRAMMAR_RESUME_KEY: 1}}
-            try:
-                self._call("POST", "/v1/completions", {"model": self.model, **_FIXED_PARAMS, **probe})
-                self._resumes = False
-            except EngineHTTPError as exc:
-                self._resumes = exc.status == 500
-        if not self._resumes:
-            raise CapabilityError(
-                f"the {self.KIND} {self.url} does not resume a grammar at a response prefix (its presto-sgl plugin "
-                "predates structured power sampling on vLLM): reinstall presto-sgl into the server's environment "
-                "and restart it"
-            )
+    def _resume_refused(self) -> bool:
+        """(vLLM fails the request with HTTP 500.)"""
+        probe = {"prompt": self._probe_ids(), "max_tokens": 1, "temperature": 1.0}
+        probe |= {"structured_outputs": {"regex": "[0-9]+"}, "vllm_xargs": {GRAMMAR_RESUME_KEY: 1}}
+        try:
+            self._call("POST", "/v1/completions", {"model": self.model, **_FIXED_PARAMS, **probe})
+            return False
+        except EngineHTTPError as exc:
+            return exc.status == 500
 
     def _score(self, item: tuple[Request, tuple[int, ...]]) -> tuple[float, ...] | None:
         """log p0 of ``tokens`` after the request's prefix (raw ``prompt_logprobs``)."""
@@ -301,7 +268,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
         entries = (choice.get("prompt_logprobs") or [])[len(r.prefix) :]
         if len(entries) != len(tokens):
             raise EngineError(f"{self.KIND} {self.url} scored {len(entries)} of {len(tokens)} tokens")
-        return tuple(_as_float((e or {}).get(str(t), {}).get("logprob")) for e, t in zip(entries, tokens, strict=True))
+        return tuple(as_float((e or {}).get(str(t), {}).get("logprob")) for e, t in zip(entries, tokens, strict=True))
 
     def score_tokens(self, sequences: Sequence[Sequence[int]], top: int) -> list[Scored]:
         """log p0 of each token and the ``top`` alternatives at each position (:mod:`..scoring`),
@@ -321,7 +288,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
             def ranked(entry: Any) -> tuple[tuple[int, float], ...]:
                 best = sorted(
                     (
-                        (v.get("rank") or 0, int(t), _as_float(v.get("logprob")))
+                        (v.get("rank") or 0, int(t), as_float(v.get("logprob")))
                         for t, v in (entry or {}).items()
                         if 1 <= (v.get("rank") or 0) <= k
                     )
@@ -330,7 +297,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
 
             logp = (
                 None,
-                *(_as_float((entries[t] or {}).get(str(ids[t]), {}).get("logprob")) for t in range(1, len(ids))),
+                *(as_float((entries[t] or {}).get(str(ids[t]), {}).get("logprob")) for t in range(1, len(ids))),
             )
             out.append(Scored(logp, ((), *(ranked(entries[t]) for t in range(1, len(ids) + 1)))))
         return out
@@ -348,23 +315,25 @@ class VLLMEngine(ServerEngine, ModelFolder):
         tokens = res.get("tokens") if isinstance(res, dict) else None
         return [int(t) for t in tokens] if isinstance(tokens, list) else None
 
-    def _probe_one(self, temperature: float, logprobs: int) -> dict[str, Any]:
-        answer = self._completion({"prompt": [0], "max_tokens": 1, "temperature": temperature, "logprobs": logprobs})
+    def _probe_one(self, temperature: float, logprobs: int, xargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = {"prompt": [0], "max_tokens": 1, "temperature": temperature, "logprobs": logprobs}
+        answer = self._completion(body | ({"vllm_xargs": xargs} if xargs else {}))
         if answer is None:
             raise EngineError(f"{self.KIND} {self.url} aborted a probe request")
         return answer[0].get("logprobs") or {}
 
-    def _probe_plugin(self) -> int | None:
-        """The plugin's number of score temperatures, or None for a stock server."""
-        lp = self._probe_one(1.0, 1)
-        return signature_count(_top(lp["top_logprobs"][0]), _token_id(lp["tokens"][0]), self._vocab)
-
-    def _probe_temperatures(self) -> tuple[float, ...]:
-        lp = self._probe_one(1.0, width(self._m or 0))
-        fields = parse_fields(_token_id(lp["tokens"][0]), 0.0, _top(lp["top_logprobs"][0]), self._vocab)
-        if fields is None:
-            raise EngineError(f"{self.KIND} {self.url} returned malformed presto_onepass fields: {str(lp)[:200]!r}")
-        return fields.temperatures
+    def _probe_plugin(self) -> str:
+        """The one-pass plugin: "yes", "no" or "stale" (:meth:`_settle_mode`): a request that asks
+        (:data:`~..server.PROBE_ASK`) must get exactly its fields, one that does not, none."""
+        lp = self._probe_one(1.0, width(1), {FIELDS_KEY: PROBE_ASK})
+        sampled, top = _token_id(lp["tokens"][0]), _top(lp["top_logprobs"][0])
+        if signature_count(top, sampled, self._vocab) is None:
+            return "no"
+        fields = parse_fields(sampled, 0.0, top, self._vocab)
+        plain = self._probe_one(1.0, width(1))  # an older plugin rewrites every request's logprobs
+        touched = signature_count(_top(plain["top_logprobs"][0]), _token_id(plain["tokens"][0]), self._vocab)
+        fresh = fields is not None and fields.temperatures == (0.375,) and fields.entropy >= 0
+        return "yes" if fresh and touched is None else "stale"
 
     def _check_processed(self) -> None:
         """Refuse a stock server whose logprobs are raw: two passes need log q_tau from the decode."""
@@ -409,12 +378,6 @@ class VLLMEngine(ServerEngine, ModelFolder):
             }
         ]
 
-    def monitor(self, interval_s: float = 0.25) -> ServerMonitor:
-        """A context manager that samples :meth:`server_loads` while a run is in progress."""
-        from ..monitor import ServerMonitor
-
-        return ServerMonitor(self, interval_s)
-
 
 def _token_id(text: Any) -> int:
     """A token id from ``return_tokens_as_token_ids`` (``"token_id:123"``)."""
@@ -425,9 +388,4 @@ def _token_id(text: Any) -> int:
 
 
 def _top(entry: Any) -> dict[int, float]:
-    return {_token_id(k): _as_float(v) for k, v in (entry or {}).items()}
-
-
-def _as_float(x: Any) -> float:
-    """A log-probability from JSON; null becomes NaN (caught by validation)."""
-    return math.nan if x is None else float(x)
+    return {_token_id(k): as_float(v) for k, v in (entry or {}).items()}

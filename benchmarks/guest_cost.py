@@ -1,0 +1,227 @@
+"""What presto-sgl's server plugins cost the server they are guests in (issue 56).
+
+Two measurements, each side by side in one run:
+
+1. ``hooks``: the per-step cost of the SGLang plugin's hooks (the real hook functions, SGLang's own
+   sampler replaced by an argmax) on a batch of R rows of float32 logits, at SmolLM2's (49,152) and
+   Gemma 3's (262,144) vocabularies: the plugin before this change (every row: log-softmax, entropy,
+   three log-normalizers, a host copy; its hook body is copied here as :func:`before`), and after
+   it for a batch with no asking row, one PowerMH row among ordinary ones, and R rows of each of
+   PowerMH (log p0), EntropyCut (+ entropy) and MultiTryMH (+ normalizers at 0.25, 0.5, 1.0).
+2. ``traffic``: ordinary clients (no presto field, no logprobs; ``--clients`` concurrent, 64 new
+   tokens, temperature 0.7, each a different prompt of ``--prompts``) against a server with the
+   plugin and the same server without it (``--plugin-url`` / ``--stock-url``, SGLang or vLLM),
+   rounds alternating between the two; tokens/s per round, the ratio of medians and the per-round
+   ratios' range.
+
+    python -m benchmarks.guest_cost hooks [--rows 20] [--repeat 7]
+    python -m benchmarks.guest_cost traffic --engine sglang --plugin-url URL --stock-url URL [--rounds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from benchmarks.compare import machine
+
+VOCABS = {"smollm2": 49152, "gemma3": 262144}
+KINDS = {
+    "powermh": "|",
+    "entropycut": "entropy|",
+    "multitry": "|0.25,0.5,1.0",
+}
+PROMPTS = [
+    "Explain how a refrigerator keeps food cold.",
+    "Write a short poem about the sea at night.",
+    "What are three uses of copper?",
+    "Describe the water cycle in simple words.",
+    "Give advice to someone learning to cook.",
+    "Why do leaves change colour in autumn?",
+    "Summarize the plot of a detective story you invent.",
+    "List some ways to save energy at home.",
+    "How does a bicycle stay upright?",
+    "Tell me about the history of the printing press.",
+    "What makes a good team leader?",
+    "Describe a busy market in the morning.",
+]
+
+
+def timed(fn: Any, repeat: int) -> float:
+    """Median seconds of ``fn()`` over ``repeat`` runs (after one warm-up)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def before(logits: Any) -> dict[str, list[Any]]:
+    """The SGLang plugin's per-step work before issue 56 (every row of every batch; its
+    ``around_preprocess_logits`` + ``around_sampler_forward`` at 9807efa, the sampler an argmax)."""
+    import torch
+
+    raw = torch.log_softmax(logits.float(), dim=-1)
+    entropy = -(raw.exp() * raw).sum(-1)
+    masked = torch.isneginf(logits)
+    allowed = raw.masked_fill(masked, float("-inf")) if bool(masked.any()) else raw
+    lognorm = torch.stack([torch.logsumexp(allowed / t, dim=-1) for t in (0.25, 0.5, 1.0)], dim=-1)
+    ids = logits.argmax(-1)
+    chosen = raw.gather(1, ids.view(-1, 1)).view(-1)
+    return {"raw": chosen.tolist(), "entropy": entropy.tolist(), "lognorm": lognorm.tolist()}
+
+
+def after(logits: Any, asks: list[str | None]) -> None:
+    """One step through the plugin's four hooks for a batch whose row i asked ``asks[i]``
+    (None: an ordinary request)."""
+    from presto_sgl import wire
+    from presto_sgl.server_side.sglang import plugin
+
+    reqs = [
+        SimpleNamespace(
+            sampling_params=SimpleNamespace(custom_params=None if a is None else {wire.FIELDS_KEY: a}),
+            customized_info=None,
+        )
+        for a in asks
+    ]
+    forward_batch = SimpleNamespace()
+    plugin.after_init_new(forward_batch, None, SimpleNamespace(reqs=reqs))
+    out = SimpleNamespace(next_token_logits=logits.clone(), customized_info=None)
+    plugin.around_sample(
+        lambda runner, lo, fb: plugin.around_sampler_forward(
+            lambda sampler, lo2: lo2.next_token_logits.argmax(-1), None, lo
+        ),
+        None,
+        out,
+        forward_batch,
+    )
+    for i, req in enumerate(reqs):
+        plugin.around_collect(lambda *a: None, None, i, req, out)
+
+
+def hooks(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    rows = args.rows
+    results: dict[str, Any] = {"rows": rows, "machine": machine(), "ms": {}}
+    for name, vocab in VOCABS.items():
+        logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)) * 3
+        cases = {
+            "before (every row)": lambda: before(logits),
+            "after: no asking row": lambda: after(logits, [None] * rows),
+            "after: 1 PowerMH row": lambda: after(logits, ["|"] + [None] * (rows - 1)),
+            **{f"after: {rows} {k} rows": (lambda a=a: after(logits, [a] * rows)) for k, a in KINDS.items()},
+        }
+        results["ms"][name] = {}
+        for case, fn in cases.items():
+            ms = timed(fn, args.repeat) * 1e3
+            results["ms"][name][case] = ms
+            print(f"{name} vocab={vocab} rows={rows} {case}: {ms:.2f} ms", flush=True)
+    return results
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
+    import urllib.request
+
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def ordinary(engine: str, url: str, prompt: str, tokens: int) -> tuple[int, dict[str, Any]]:
+    """One ordinary client's request (no presto field, no logprobs): (new tokens, its answer)."""
+    if engine == "sglang":
+        params = {"temperature": 0.7, "max_new_tokens": tokens, "ignore_eos": True}
+        res = _post(url + "/generate", {"text": prompt, "sampling_params": params})
+        return int(res["meta_info"]["completion_tokens"]), res
+    model = _post_get(url + "/v1/models")["data"][0]["id"]
+    res = _post(
+        url + "/v1/completions",
+        {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0.7, "ignore_eos": True},
+    )
+    return int(res["usage"]["completion_tokens"]), res
+
+
+def _post_get(url: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def one_round(engine: str, url: str, clients: int, prompts: list[str], tokens: int) -> float:
+    """Tokens per second of ``clients`` concurrent ordinary clients working through ``prompts``."""
+    t = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        done = list(pool.map(lambda p: ordinary(engine, url, p, tokens), prompts))
+    return sum(n for n, _ in done) / (time.perf_counter() - t)
+
+
+def traffic(args: argparse.Namespace) -> dict[str, Any]:
+    prompts = PROMPTS[: args.prompts]
+    urls = {"plugin": args.plugin_url.rstrip("/"), "stock": args.stock_url.rstrip("/")}
+    leaks = {
+        side: sorted(set(ordinary(args.engine, url, prompts[0], 4)[1].get("meta_info", {})) & LEAK_KEYS)
+        for side, url in urls.items()
+    }
+    for side, url in urls.items():  # warm-up
+        one_round(args.engine, url, args.clients, prompts[: args.clients], args.tokens)
+    rates: dict[str, list[float]] = {"plugin": [], "stock": []}
+    for r in range(args.rounds):
+        order = ("plugin", "stock") if r % 2 == 0 else ("stock", "plugin")
+        for side in order:
+            rates[side].append(one_round(args.engine, urls[side], args.clients, prompts, args.tokens))
+        print(f"round {r}: plugin {rates['plugin'][-1]:.1f} tok/s, stock {rates['stock'][-1]:.1f} tok/s", flush=True)
+    ratios = [p / s for p, s in zip(rates["plugin"], rates["stock"], strict=True)]
+    out = {
+        "engine": args.engine,
+        "machine": machine(),
+        "clients": args.clients,
+        "prompts": len(prompts),
+        "tokens": args.tokens,
+        "rounds": args.rounds,
+        "tok_s": rates,
+        "ratio_of_medians": statistics.median(rates["plugin"]) / statistics.median(rates["stock"]),
+        "round_ratios": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
+        "presto_keys_in_an_ordinary_answer": leaks,
+    }
+    print(json.dumps({k: out[k] for k in ("ratio_of_medians", "round_ratios", "presto_keys_in_an_ordinary_answer")}))
+    return out
+
+
+LEAK_KEYS = {"raw_logprob", "raw_entropy"} | {f"masked_lognorm@{t}" for t in ("0.25,0.5,1.0",)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    h = sub.add_parser("hooks")
+    h.add_argument("--rows", type=int, default=20)
+    h.add_argument("--repeat", type=int, default=7)
+    t = sub.add_parser("traffic")
+    t.add_argument("--engine", choices=("sglang", "vllm"), required=True)
+    t.add_argument("--plugin-url", required=True)
+    t.add_argument("--stock-url", required=True)
+    t.add_argument("--clients", type=int, default=8)
+    t.add_argument("--prompts", type=int, default=12)
+    t.add_argument("--tokens", type=int, default=64)
+    t.add_argument("--rounds", type=int, default=8)
+    for p in (h, t):
+        p.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    result = hooks(args) if args.what == "hooks" else traffic(args)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
