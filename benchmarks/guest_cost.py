@@ -4,7 +4,8 @@ Two measurements, each side by side in one run:
 
 1. ``hooks``: the per-step cost of the SGLang plugin's hooks (the real hook functions, SGLang's own
    sampler replaced by an argmax) on a batch of R rows of float32 logits, at SmolLM2's (49,152) and
-   Gemma 3's (262,144) vocabularies: the plugin before this change (every row: log-softmax, entropy,
+   Gemma 3's (262,144) vocabularies, beside the same step without a plugin (the logits copied and
+   drawn): the plugin before this change (every row: log-softmax, entropy,
    three log-normalizers, a host copy; its hook body is copied here as :func:`before`), and after
    it for a batch with no asking row, one PowerMH row among ordinary ones, and R rows of each of
    PowerMH (log p0), EntropyCut (+ entropy) and MultiTryMH (+ normalizers at 0.25, 0.5, 1.0).
@@ -53,15 +54,9 @@ PROMPTS = [
 ]
 
 
-def timed(fn: Any, repeat: int) -> float:
-    """Median seconds of ``fn()`` over ``repeat`` runs (after one warm-up)."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def bare(logits: Any) -> Any:
+    """The step without any plugin: the draw (an argmax)."""
+    return logits.argmax(-1)
 
 
 def before(logits: Any) -> dict[str, list[Any]]:
@@ -94,7 +89,7 @@ def after(logits: Any, asks: list[str | None]) -> None:
     ]
     forward_batch = SimpleNamespace()
     plugin.after_init_new(forward_batch, None, SimpleNamespace(reqs=reqs))
-    out = SimpleNamespace(next_token_logits=logits.clone(), customized_info=None)
+    out = SimpleNamespace(next_token_logits=logits, customized_info=None)
     plugin.around_sample(
         lambda runner, lo, fb: plugin.around_sampler_forward(
             lambda sampler, lo2: lo2.next_token_logits.argmax(-1), None, lo
@@ -107,6 +102,10 @@ def after(logits: Any, asks: list[str | None]) -> None:
         plugin.around_collect(lambda *a: None, None, i, req, out)
 
 
+def step(logits: Any, asks: Any) -> Any:
+    return bare(logits) if asks == "bare" else before(logits) if asks is None else after(logits, asks)
+
+
 def hooks(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -115,16 +114,29 @@ def hooks(args: argparse.Namespace) -> dict[str, Any]:
     for name, vocab in VOCABS.items():
         logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)) * 3
         cases: dict[str, Any] = {
+            "no plugin (the draw alone)": "bare",
             "before (every row)": None,
             "after: no asking row": [None] * rows,
             "after: 1 PowerMH row": ["|"] + [None] * (rows - 1),
             **{f"after: {rows} {k} rows": [a] * rows for k, a in KINDS.items()},
         }
+        times: dict[str, list[float]] = {case: [] for case in cases}
+        for asks in cases.values():  # warm-up
+            step(logits, asks)
+        for _ in range(args.repeat):  # the cases interleaved: drift reaches each alike
+            for case, asks in cases.items():
+                fresh = logits.clone()  # the step's own logits (SGLang's hooks edit them in place), not timed
+                t = time.perf_counter()
+                step(fresh, asks)
+                times[case].append((time.perf_counter() - t) * 1e3)
         results["ms"][name] = {}
-        for case, asks in cases.items():
-            ms = timed(lambda x=logits, a=asks: before(x) if a is None else after(x, a), args.repeat) * 1e3
-            results["ms"][name][case] = ms
-            print(f"{name} vocab={vocab} rows={rows} {case}: {ms:.2f} ms", flush=True)
+        for case, ms in times.items():
+            results["ms"][name][case] = {"median": statistics.median(ms), "min": min(ms), "max": max(ms)}
+            print(
+                f"{name} vocab={vocab} rows={rows} {case}: median {statistics.median(ms):.2f} ms "
+                f"(range {min(ms):.2f}-{max(ms):.2f})",
+                flush=True,
+            )
     return results
 
 
@@ -205,7 +217,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     h = sub.add_parser("hooks")
     h.add_argument("--rows", type=int, default=20)
-    h.add_argument("--repeat", type=int, default=7)
+    h.add_argument("--repeat", type=int, default=25)
     t = sub.add_parser("traffic")
     t.add_argument("--engine", choices=("sglang", "vllm"), required=True)
     t.add_argument("--plugin-url", required=True)

@@ -70,13 +70,17 @@ class Plan:
 
         return torch.tensor(self.rows, dtype=torch.long, device=device)
 
+    def take(self, x: Any) -> Any:
+        """The plan's rows of the batch tensor ``x`` (``x`` itself when every row asked)."""
+        return x if len(self.rows) == self.batch_size else x.index_select(0, self.index(x.device))
+
 
 def log_p0(logits: Any, plan: Plan) -> Any:
-    """float32 log-softmax of the plan's rows of ``logits`` (a copy: later in-place edits of
+    """float32 log-softmax of the plan's rows of ``logits`` (a new tensor: later in-place edits of
     ``logits`` do not reach it)."""
     import torch
 
-    return torch.log_softmax(logits.index_select(0, plan.index(logits.device)).float(), dim=-1)
+    return torch.log_softmax(plan.take(logits).float(), dim=-1)
 
 
 def entropy(raw: Any) -> Any:
@@ -148,14 +152,23 @@ def fields(raw: Any, sampled: Any, plan: Plan, masked: Any = None, temperature: 
         table[:, 1] = logp / t.view(-1) - masked_lognorm(raw, masked, t)
     wants = [i for i, a in enumerate(plan.asks) if a.entropy]
     if wants:
-        at = torch.tensor(wants, dtype=torch.long, device=raw.device)
-        table[at, 2] = entropy(raw.index_select(0, at))
+        table[_at(wants, raw), 2] = entropy(_take(raw, wants))
     by_temps: dict[tuple[float, ...], list[int]] = {}
     for i, a in enumerate(plan.asks):
         if a.temperatures:
             by_temps.setdefault(a.temperatures, []).append(i)
     for temps, members in by_temps.items():
-        at = torch.tensor(members, dtype=torch.long, device=raw.device)
-        sub_mask = None if masked is None else masked.index_select(0, at)
-        table[at, 3 : 3 + len(temps)] = masked_lognorm(raw.index_select(0, at), sub_mask, temps)
+        sub_mask = None if masked is None else _take(masked, members)
+        table[_at(members, raw), 3 : 3 + len(temps)] = masked_lognorm(_take(raw, members), sub_mask, temps)
     return Fields(plan, table.to("cpu", non_blocking=True))
+
+
+def _at(members: list[int], like: Any) -> Any:
+    import torch
+
+    return torch.tensor(members, dtype=torch.long, device=like.device)
+
+
+def _take(x: Any, members: list[int]) -> Any:
+    """Rows ``members`` (ascending) of ``x``: ``x`` itself when they are all of its rows."""
+    return x if len(members) == x.shape[0] else x.index_select(0, _at(members, x))

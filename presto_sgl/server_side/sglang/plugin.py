@@ -102,14 +102,12 @@ def around_sampler_forward(original: Any, sampler: Any, logits_output: Any, *arg
     if held is None:
         return original(sampler, logits_output, *args, **kwargs)
     plan, raw = held
-    logits = logits_output.next_token_logits
-    index = plan.index(logits.device)
     masked = None
     if any(a.temperatures for a in plan.asks):  # before the original divides the logits in place
-        masked = logits.index_select(0, index).isneginf()
+        masked = plan.take(logits_output.next_token_logits).isneginf()
     next_ids = original(sampler, logits_output, *args, **kwargs)
     ids = next_ids[0] if isinstance(next_ids, tuple) else next_ids
-    setattr(logits_output, _FIELDS, fields(raw, ids.index_select(0, index.to(ids.device)), plan, masked))
+    setattr(logits_output, _FIELDS, fields(raw, plan.take(ids), plan, masked))
     return next_ids
 
 

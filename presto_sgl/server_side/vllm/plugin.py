@@ -178,14 +178,13 @@ def _wrap_sampler(cls: Any) -> None:
             out = original(self, logits, sampling_metadata, *args, **kwargs)
         finally:
             masked = self.__dict__.pop(_MASKED, None)
-        index = plan.index(raw.device)
         temperature = sampling_metadata.temperature
         got = fields(
             raw,
-            out.sampled_token_ids[:, 0].index_select(0, index),
+            plan.take(out.sampled_token_ids[:, 0]),
             plan,
             masked,
-            None if temperature is None else temperature.index_select(0, index),
+            None if temperature is None else plan.take(temperature),
         )
         return _pack(out, got, raw.shape[1])
 
@@ -194,7 +193,7 @@ def _wrap_sampler(cls: Any) -> None:
         out = processors(self, logits, *args, **kwargs)
         plan: Plan | None = self.__dict__.get(_PLAN)
         if plan is not None and _MASKED in self.__dict__:  # before temperature divides in place
-            self.__dict__[_MASKED] = out.index_select(0, plan.index(out.device)).isneginf()
+            self.__dict__[_MASKED] = plan.take(out).isneginf()
         return out
 
     forward.presto_onepass = True  # type: ignore[attr-defined]  # a marker on vLLM's function object
