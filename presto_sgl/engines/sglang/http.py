@@ -175,19 +175,22 @@ class SGLangEngine(ServerClient, ModelFolder):
         return out
 
     # -- passes ----------------------------------------------------------------------------------
+    def params(self, r: Request) -> dict[str, Any]:
+        """The ``sampling_params`` of ``r``'s decode: :data:`NEUTRAL`, its temperature and length,
+        its stops, seed and constraint, and (one pass) what it asks the plugin for."""
+        p = {**NEUTRAL, "temperature": r.temperature, "max_new_tokens": r.max_new_tokens}
+        if r.stop:  # ending="eos": end at the first stop token, returned with its values
+            p |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop)}
+        if self._seeded and r.seed is not None:
+            p["sampling_seed"] = int(r.seed % (1 << 31))
+        if self._mode == "one-pass":
+            p["custom_params"] = {FIELDS_KEY: self.ask(r)}
+        if r.constraint is not None:
+            p |= self._constrained(r, p["custom_params"])
+        return p
+
     def _decode(self, requests: Sequence[Request]) -> list[Decoded | Lost | None]:
-        items = []
-        for r in requests:
-            p = {**NEUTRAL, "temperature": r.temperature, "max_new_tokens": r.max_new_tokens}
-            if r.stop:  # ending="eos": end at the first stop token, returned with its values
-                p |= {"ignore_eos": False, "stop_token_ids": sorted(r.stop)}
-            if self._seeded and r.seed is not None:
-                p["sampling_seed"] = int(r.seed % (1 << 31))
-            if self._mode == "one-pass":
-                p["custom_params"] = {FIELDS_KEY: self.ask(r)}
-            if r.constraint is not None:
-                p |= self._constrained(r, p["custom_params"])
-            items.append((list(r.prefix), p, None, r.route))
+        items = [(list(r.prefix), self.params(r), None, r.route) for r in requests]
         out: list[Decoded | Lost | None] = []
         for r, res in zip(requests, self._generate(items), strict=True):
             if isinstance(res, Lost):

@@ -23,7 +23,11 @@ Where it reads the logits (SGLang 0.5.23), four hooks (:data:`HOOKS`):
 - around ``SchedulerBatchResultProcessor._maybe_collect_customized_info``: row i's values are
   appended to that request's ``customized_info`` only, which SGLang returns as
   ``meta_info.raw_logprob`` / ``raw_entropy`` / ``masked_lognorm@T1,...`` (one value per output
-  token). ``output_token_logprobs`` stay log q_tau, so q and p0 come from the same logits row.
+  token). ``output_token_logprobs`` stay log q_tau, so q and p0 come from the same logits row;
+- around ``TokenizerManager.update_request_meta_info`` (the HTTP process): SGLang's output
+  streamer pads a key that one request of a batch has with ``None`` for every other request of it,
+  and the tokenizer manager would put that padding into their ``meta_info``; a presto key that a
+  request never had a value for is dropped from its answer.
 
 A hook target this SGLang lacks stops the server at start (:func:`..targets.require`), instead of
 SGLang's default of logging the failure and serving without the hook. Installed into the
@@ -44,6 +48,7 @@ COLLECT = (
     "sglang.srt.managers.scheduler_components.batch_result_processor."
     "SchedulerBatchResultProcessor._maybe_collect_customized_info"
 )
+META = "sglang.srt.managers.tokenizer_manager.TokenizerManager.update_request_meta_info"
 _PLAN = "presto_plan"  # ForwardBatch / LogitsProcessorOutput attribute: the batch's asking rows
 _RAW = "presto_raw"  # LogitsProcessorOutput attribute: (plan, log p0 of its rows) between the hooks
 _FIELDS = "presto_fields"  # LogitsProcessorOutput attribute: the rows' Fields, for the collector
@@ -66,6 +71,7 @@ def register() -> None:
             (SAMPLE, around_sample, HookType.AROUND),
             (TARGET, around_sampler_forward, HookType.AROUND),
             (COLLECT, around_collect, HookType.AROUND),
+            (META, around_update_request_meta_info, HookType.AROUND),
         ]
     )
     grammar.register()
@@ -133,3 +139,29 @@ def around_collect(
         info.setdefault(key, []).append(list(row.lognorm))
     req.customized_info = info
     return out
+
+
+PRESTO_KEYS = (RAW_LOGPROB_KEY, RAW_ENTROPY_KEY, LOGNORM_KEY)
+
+
+def around_update_request_meta_info(
+    original: Any,
+    manager: Any,
+    meta_info: Any,
+    state: Any,
+    customized_info: dict[str, Any],
+    index: int,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """SGLang's own accumulation, without the ``None`` padding of presto keys that request ``index``
+    of the batch never had a value for (it did not ask)."""
+    reported = getattr(state, "customized_info_reported_keys", ())
+    drop = [
+        key
+        for key, values in customized_info.items()
+        if key.startswith(PRESTO_KEYS) and key not in reported and all(v is None for v in (values[index] or ()))
+    ]
+    if drop:
+        customized_info = {k: v for k, v in customized_info.items() if k not in drop}
+    return original(manager, meta_info, state, customized_info, index, *args, **kwargs)
