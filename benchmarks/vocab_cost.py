@@ -4,7 +4,8 @@ Three measurements, each side by side for both models in one run:
 
 1. **The plugin's per-row work** (``presto_sgl/server_side/sglang/plugin.py``, the real hook
    functions, SGLang's own sampler replaced by an argmax): log p0, the p0 entropy and the
-   log-normalizers at the three MultiTryMH temperatures, for R rows of float32 logits.
+   log-normalizers at the three MultiTryMH temperatures, for R rows of float32 logits that ask
+   for all of them.
 2. **The grammar mask** (``presto_sgl/engines/grammar.py``, xgrammar's matcher over the model's
    own tokenizer): one ``allowed()`` (fill the token bitmask, unpack it to a boolean row) and
    one ``accept`` per token, under a JSON schema, over a response of valid JSON.
@@ -22,7 +23,6 @@ import json
 import statistics
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from benchmarks.compare import machine
 
@@ -47,19 +47,15 @@ def timed(fn, repeat: int) -> float:
 
 
 def plugin_row_work(vocab: int, rows: int, repeat: int) -> float:
-    """Seconds of the plugin's two hooks on ``rows`` rows of ``vocab`` float32 logits."""
+    """Seconds of the plugin's hooks on ``rows`` rows of ``vocab`` float32 logits, every row asking
+    for everything (log p0, the entropy, the log-normalizers at 0.25, 0.5, 1.0: EntropyCut's and
+    MultiTryMH's fields; ``benchmarks/guest_cost.py`` splits the cost by what a row asks)."""
     import torch
 
-    from presto_sgl.server_side.sglang import plugin
+    from benchmarks.guest_cost import after
 
     logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)) * 3
-
-    def once() -> None:
-        out = SimpleNamespace(next_token_logits=logits.clone(), customized_info=None)
-        plugin.around_preprocess_logits(lambda runner, lo: None, None, out)
-        plugin.around_sampler_forward(lambda sampler, lo: lo.next_token_logits.argmax(-1), None, out)
-
-    return timed(once, repeat)
+    return timed(lambda: after(logits.clone(), ["entropy|0.25,0.5,1.0"] * rows), repeat)
 
 
 def grammar_per_token(tokenizer, vocab: int, stop: list[int]) -> tuple[float, int]:
