@@ -113,14 +113,17 @@ class Row:
 class Fields:
     """The statistics of a plan's rows, on the device until :meth:`rows` copies them once."""
 
-    def __init__(self, plan: Plan, table: Any) -> None:
+    def __init__(self, plan: Plan, table: Any, copied: Any = None) -> None:
         self.plan = plan
         self._table = table
+        self._copied = copied  # a CUDA event after the table's copy to the host (None: on the host already)
         self._rows: dict[int, Row] | None = None
 
     def rows(self) -> dict[int, Row]:
-        """Batch row -> its values (one host copy, on first use)."""
+        """Batch row -> its values (read on first use, once the copy to the host is done)."""
         if self._rows is None:
+            if self._copied is not None:
+                self._copied.synchronize()
             values = self._table.tolist()
             self._rows = {
                 i: Row(
@@ -137,8 +140,9 @@ class Fields:
 def fields(raw: Any, sampled: Any, plan: Plan, masked: Any = None, temperature: Any = None) -> Fields:
     """The statistics of the plan's rows: ``raw`` their log p0 (:func:`log_p0`), ``sampled`` their
     drawn ids, ``masked`` their excluded tokens (None: none), ``temperature`` their own
-    temperatures (None: no log q_T). The table is moved toward the host without waiting
-    (``non_blocking``); :meth:`Fields.rows` reads it after the server's own sync."""
+    temperatures (None: no log q_T). On a GPU the table is copied to the host without waiting
+    (``non_blocking``, an event recorded after it); :meth:`Fields.rows` waits for that event, which
+    the server's own sync has usually passed (SGLang reads the rows in its result processor)."""
     import torch
 
     if masked is not None and not bool(masked.any()):
@@ -160,7 +164,12 @@ def fields(raw: Any, sampled: Any, plan: Plan, masked: Any = None, temperature: 
     for temps, members in by_temps.items():
         sub_mask = None if masked is None else _take(masked, members)
         table[_at(members, raw), 3 : 3 + len(temps)] = masked_lognorm(_take(raw, members), sub_mask, temps)
-    return Fields(plan, table.to("cpu", non_blocking=True))
+    if table.device.type != "cuda":
+        return Fields(plan, table.cpu())
+    host = table.to("cpu", non_blocking=True)  # pinned, filled asynchronously: read after the event
+    copied = torch.cuda.Event()
+    copied.record()
+    return Fields(plan, host, copied)
 
 
 def _at(members: list[int], like: Any) -> Any:

@@ -323,3 +323,16 @@ def test_cli_trace_has_a_server_record(stand_in, tmp_path, monkeypatch):
     (server,) = [r for r in records if r["type"] == "server"]
     assert server["url"] == srv.url and server["samples"] >= 1 and server["kv_capacity"] == 1000
     assert 0 < server["prefix_hit_rate"] < 1 and server["reconnects"] == 0
+
+
+@pytest.mark.parametrize(
+    ("server", "refusal"),
+    [("stale", "older presto-sgl plugin"), ("speculative", "speculative decoding")],
+)
+def test_a_plugin_that_cannot_serve_one_request_exactly_is_refused_when_the_engine_is_built(stand_in, server, refusal):
+    """An older plugin (fields for every request, at the server's temperatures) and a server whose
+    decode steps bypass the sampler (speculative decoding: fields for the first token only) are
+    refused by name before any chain runs, in every mode that would read them."""
+    srv = stand_in(one_pass=server)
+    with pytest.raises(EngineError, match=refusal):
+        SGLangEngine(srv.url)

@@ -203,9 +203,12 @@ class StandIn:
                 "finish_reason": reason,
             }
             asked = (p.get("custom_params") or {}).get(wire.FIELDS_KEY)
+            if self.one_pass == "stale":  # a plugin before issue 56: every request, the server's temperatures
+                asked = "entropy|0.25,0.5,1.0"
             if self.one_pass and kind != "noraw" and asked is not None:  # the plugin answers only who asks
                 entropy, temps = wire.parse_ask(asked)
-                meta.update(raw_logprob=lp)
+                # "speculative": a server whose decode steps bypass the sampler (the first token's values only)
+                meta.update(raw_logprob=lp[:1] if self.one_pass == "speculative" else lp)
                 if entropy:
                     meta.update(raw_entropy=ent)
                 if temps:

@@ -385,7 +385,7 @@ class SGLangEngine(ServerClient, ModelFolder):
         "stale"; :meth:`_settle_mode`). The probe asks for the entropy and log-normalizers at
         :data:`~..server.PROBE_ASK`'s temperature; a plugin that answers per request returns
         exactly those."""
-        one = {**NEUTRAL, "temperature": 1.0, "max_new_tokens": 1, "custom_params": {FIELDS_KEY: PROBE_ASK}}
+        one = {**NEUTRAL, "temperature": 1.0, "max_new_tokens": 2, "custom_params": {FIELDS_KEY: PROBE_ASK}}
         body: dict[str, Any] = {"input_ids": [[1, 2, 3], [1, 2]], "sampling_params": [one, one], "return_logprob": True}
         try:
             res = self._call("POST", "/generate", body)
@@ -401,7 +401,14 @@ class SGLangEngine(ServerClient, ModelFolder):
         meta = res[0].get("meta_info", {})
         if RAW_LOGPROB_KEY not in meta:
             return list_params, "no"
-        lognorm = parse_lognorm(meta, 1)
+        n = len(res[0].get("output_ids") or [])
+        if len(meta[RAW_LOGPROB_KEY]) != n:  # the decode step bypassed SGLang's sampler, and the plugin
+            raise EngineError(
+                f"SGLang server {self.url} returned presto-sgl's fields for {len(meta[RAW_LOGPROB_KEY])} of {n} "
+                "tokens: its decode steps sample outside SGLang's Sampler (speculative decoding, "
+                "--speculative-algorithm), which the plugin does not hook; start it without speculative decoding"
+            )
+        lognorm = parse_lognorm(meta, n)
         fresh = RAW_ENTROPY_KEY in meta and lognorm is not None and lognorm[0] == (0.375,)
         return list_params, "yes" if fresh else "stale"
 

@@ -82,7 +82,8 @@ class VLLMEngine(ServerEngine, ModelFolder):
     START_HINT = "start it with `bash scripts/vllm_server.sh start` or pass the right --url"
     PLUGIN_HINT = (
         "install presto-sgl into the vLLM server's environment and restart it (VLLM_PLUGINS unset or listing "
-        "presto_onepass), e.g. `bash scripts/vllm_server.sh start`"
+        "presto_onepass, and VLLM_USE_V2_MODEL_RUNNER=0: the plugin does not hook vLLM's V2 model runner), "
+        "e.g. `bash scripts/vllm_server.sh start`"
     )
     GRAMMARS = frozenset(STRUCTURED)
 

@@ -78,6 +78,7 @@ def register() -> None:
     grammar.register()
     if getattr(Sampler.forward, "presto_onepass", False):
         return
+    _warn_on_v2()
     _wrap_input_batch(InputBatch)
     _wrap_bitmask()
     _wrap_sample(GPUModelRunner)
@@ -231,3 +232,33 @@ def _pack(out: Any, got: Fields, vocab: int) -> Any:
             vals[i, 1 : n + 1] = torch.tensor(values[:n], dtype=vals.dtype)
     out.logprobs_tensors = type(lt)(ids, vals, lt.selected_token_ranks)
     return out
+
+
+V2_RUNNER = "vllm.v1.worker.gpu.model_runner.GPUModelRunner"
+V2_WARNING = (
+    "presto-sgl's plugin does not hook vLLM's V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1, or vLLM's "
+    "default where it applies): this server serves every request as without the plugin, and presto-sgl "
+    "clients see no one-pass fields. Start it with VLLM_USE_V2_MODEL_RUNNER=0 for one-pass power sampling."
+)
+
+
+def _warn_on_v2() -> None:
+    """Say so in the server's log when vLLM builds its V2 model runner, whose sampler and request
+    states are other classes than the ones wrapped here: the plugin then changes nothing, and the
+    client, finding no fields, names the fix (``engines/vllm/http.py``)."""
+    import importlib
+
+    try:
+        cls = importlib.import_module(V2_RUNNER.rsplit(".", 1)[0]).GPUModelRunner
+    except (ImportError, AttributeError):
+        return
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        from vllm.logger import init_logger
+
+        init_logger(__name__).warning(V2_WARNING)
+        original(self, *args, **kwargs)
+
+    cls.__init__ = __init__
