@@ -4,7 +4,7 @@ PRESTO_SGL_SGLANG_URL): presto rows and other users' rows in one batch.
 Other users' rows (tests/support/guest.py: top-p / top-k / min-p, penalties, a logit bias, a
 grammar, and an ``n`` = 2 request beside the batch) get no presto field and the same tokens and
 log-probabilities as when they run without presto rows; the presto rows, resumed mid-response,
-one under a JSON schema, are the fp32 model's: log p0, SGLang's log q_tau (masked under the
+two under a JSON schema (at tau 1 and 0.5), are the fp32 model's: log p0, SGLang's log q_tau (masked under the
 schema), the entropy and the masked log-normalizers, each only where asked.
 """
 
@@ -58,9 +58,8 @@ def _answers(results):
 
 
 def test_presto_rows_and_ordinary_rows_in_one_batch(eng, hf_model):
-    from presto_sgl.constraints import Constraint
     from presto_sgl.engines.base import Request
-    from tests.support.structured import PERSON, QUESTION, assert_logq_at, masked_forward
+    from tests.support.structured import assert_resumed_json_masked, resumed_json_requests
 
     ids, params = _ordinary(eng)
     alone = _post(eng, ids, params)
@@ -70,14 +69,10 @@ def test_presto_rows_and_ordinary_rows_in_one_batch(eng, hf_model):
     prompt = tuple(eng.chat_prompt("Name a prime number."))
     (first,) = eng.generate([Request(prompt, 4, 1.0)])
     resumed = prompt + first.tokens  # presto rows resume mid-response
-    schema_prompt = tuple(eng.chat_prompt(QUESTION))
-    c, stop = Constraint(json_schema=PERSON), eng.text.stop_ids
-    (start,) = eng.generate([Request(schema_prompt, 6, 1.0, stop=stop, constraint=c)])
-    k = min(5, len(start.tokens) - 1)
     presto = [
         Request(resumed, N, 0.7),  # PowerMH: log p0 only
         Request(resumed, N, 1.0, return_entropy=True, score_temperatures=TEMPS),  # EntropyCut + MultiTryMH
-        Request(schema_prompt + start.tokens[:k], N, 1.0, stop=stop, constraint=c, resume=k, score_temperatures=TEMPS),
+        *resumed_json_requests(eng),  # MultiTryMH under a JSON schema, resumed inside the object, tau 1 and 0.5
     ]
     n2: dict = {}
     beside = threading.Thread(target=lambda: n2.update(answers=_n2(eng, ids[0])))  # another user's n = 2
@@ -91,7 +86,7 @@ def test_presto_rows_and_ordinary_rows_in_one_batch(eng, hf_model):
     assert_same_answers(_answers(alone), _answers(others))
     assert n2["answers"] and all(presto_keys(a["meta_info"]) == [] for a in n2["answers"])
 
-    (pm, mt, st) = got
+    pm, mt, *structured = got
     assert presto_keys(pm["meta_info"]) == ["raw_logprob"]  # PowerMH asked for log p0 only
     toks = pm["output_ids"]
     assert_scores_match(hf_model, resumed, toks, pm["meta_info"]["raw_logprob"])
@@ -99,26 +94,23 @@ def test_presto_rows_and_ordinary_rows_in_one_batch(eng, hf_model):
     assert max(abs(a - e[0]) for a, e in zip(lq, pm["meta_info"]["output_token_logprobs"])) < TOL / 0.7
 
     assert presto_keys(mt["meta_info"]) == ["masked_lognorm@0.25,0.5,1.0", "raw_entropy", "raw_logprob"]
-    meta, toks = mt["meta_info"], mt["output_ids"]
+    comp = _completion(mt, TEMPS)
+    assert_scores_match(hf_model, resumed, comp.tokens, comp.logp)
+    assert_extras_match(hf_model, resumed, comp.tokens, comp.logq_at, TEMPS, mt["meta_info"]["raw_entropy"])
+
+    assert all(presto_keys(r["meta_info"]) == ["masked_lognorm@0.25,0.5,1.0", "raw_logprob"] for r in structured)
+    assert_resumed_json_masked(eng, hf_model, presto[2:], [_completion(r, TEMPS) for r in structured])
+
+
+def _completion(answer, temps):
+    """A presto row's raw answer as the client reads it: tokens, log q_tau, log p0, log q_t."""
+    from presto_sgl.engines.base import Completion
+
+    meta = answer["meta_info"]
     logp = meta["raw_logprob"]
-    at = [[lp / t - z for t, z in zip(TEMPS, zs)] for lp, zs in zip(logp, meta["masked_lognorm@0.25,0.5,1.0"])]
-    assert_scores_match(hf_model, resumed, toks, logp)
-    assert_extras_match(hf_model, resumed, toks, at, TEMPS, meta["raw_entropy"])
-
-    meta, toks = st["meta_info"], st["output_ids"]
-    assert presto_keys(meta) == ["masked_lognorm@0.25,0.5,1.0", "raw_logprob"]
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(eng.model_path)
-    req = presto[2]
-    lq, lp, at_ref = masked_forward(hf_model, tok, c, req.prefix, k, toks, 1.0, stop, TEMPS)
-    assert max(abs(a - e[0]) for a, e in zip(lq, meta["output_token_logprobs"])) < TOL
-    assert max(abs(a - b) for a, b in zip(lp, meta["raw_logprob"])) < TOL
-    at = [
-        [lp_ / t - z for t, z in zip(TEMPS, zs)]
-        for lp_, zs in zip(meta["raw_logprob"], meta["masked_lognorm@0.25,0.5,1.0"])
-    ]
-    assert_logq_at(TEMPS, at_ref, at)
+    at = [tuple(lp / t - z for t, z in zip(temps, zs)) for lp, zs in zip(logp, meta["masked_lognorm@0.25,0.5,1.0"])]
+    logq = [e[0] for e in meta["output_token_logprobs"]]
+    return Completion(tuple(answer["output_ids"]), tuple(logq), tuple(logp), logq_at=tuple(at))
 
 
 def _n2(eng, ids):

@@ -11,7 +11,6 @@ from presto_sgl import Sampler
 from tests.support.structured import (
     QUESTION,
     assert_chain_masked,
-    assert_resumed_json_masked,
     assert_resumed_masked,
     person_config,
     resumed_cases,
@@ -28,10 +27,6 @@ def engine(server_url):
     if eng.mode != "one-pass":
         pytest.fail("the SGLang server runs without presto-sgl's plugin")
     return eng
-
-
-def test_resumed_masked_draws_equal_a_masked_full_forward(engine, hf_model):
-    assert_resumed_json_masked(engine, hf_model)
 
 
 @pytest.mark.parametrize("kind", ["ebnf", "structural_tag"])

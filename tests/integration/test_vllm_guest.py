@@ -4,7 +4,7 @@ PRESTO_SGL_VLLM_URL): presto requests and other users' requests in the same batc
 Other users' requests (tests/support/guest.py: top-p / top-k / min-p, penalties, a logit bias, a
 grammar, ``n`` = 2; seeded, with ``logprobs: 5``) get vLLM's own top log-probabilities (the fp32
 model's, raw) and the same tokens and values as when they run without presto requests; the presto
-requests, resumed mid-response, one under a JSON schema, are the fp32 model's.
+requests, resumed mid-response, two under a JSON schema (at tau 1 and 0.5), are the fp32 model's.
 """
 
 from __future__ import annotations
@@ -61,25 +61,18 @@ def _answers(results):
 def test_presto_and_ordinary_requests_in_the_same_batches(engine, hf_model):
     import torch
 
-    from presto_sgl.constraints import Constraint
     from presto_sgl.engines.base import Request
-    from tests.support.structured import PERSON, QUESTION, assert_logq_at, masked_forward
+    from tests.support.structured import assert_resumed_json_masked, resumed_json_requests
 
     bodies = _bodies(engine)
     alone = _run(engine, bodies)
     prompt = tuple(engine.chat_prompt("Name a prime number."))
     (first,) = engine.generate([Request(prompt, 4, 1.0, 1)])
     resumed = prompt + first.tokens
-    schema_prompt = tuple(engine.chat_prompt(QUESTION))
-    c, stop = Constraint(json_schema=PERSON), engine.text.stop_ids
-    (start,) = engine.generate([Request(schema_prompt, 6, 1.0, 2, stop=stop, constraint=c)])
-    k = min(5, len(start.tokens) - 1)
     presto = [
         Request(resumed, N, 0.7, 3),
         Request(resumed, N, 1.0, 4, return_entropy=True, score_temperatures=TEMPS),
-        Request(
-            schema_prompt + start.tokens[:k], N, 1.0, 5, stop=stop, constraint=c, resume=k, score_temperatures=TEMPS
-        ),
+        *resumed_json_requests(engine),  # under a JSON schema, resumed inside the object, tau 1 and 0.5
     ]
     with ThreadPoolExecutor(2) as pool:  # presto's requests and the others', at once
         got = pool.submit(engine.generate, presto)
@@ -99,16 +92,11 @@ def test_presto_and_ordinary_requests_in_the_same_batches(engine, hf_model):
                 for t, v in top.items():
                     assert abs(float(row[int(t.split(":")[1])]) - v) < TOL
 
-    pm, mt, st = comps
+    pm, mt, *structured = comps
     assert pm.entropy is None and pm.logq_at is None
     assert_scores_match(hf_model, resumed, pm.tokens, pm.logp)
     lq, _ = reference(hf_model, resumed, pm.tokens, 0.7)
     assert max(abs(a - b) for a, b in zip(lq, pm.logq)) < TOL / 0.7
     assert_scores_match(hf_model, resumed, mt.tokens, mt.logp)
     assert_extras_match(hf_model, resumed, mt.tokens, mt.logq_at, TEMPS, mt.entropy)
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(engine.model_path)
-    lq, lp, at = masked_forward(hf_model, tok, c, presto[2].prefix, k, st.tokens, 1.0, stop, TEMPS)
-    assert max(abs(a - b) for a, b in zip(lq, st.logq)) < TOL and max(abs(a - b) for a, b in zip(lp, st.logp)) < TOL
-    assert_logq_at(TEMPS, at, st.logq_at)
+    assert_resumed_json_masked(engine, hf_model, presto[2:], structured)

@@ -18,17 +18,11 @@ from tests.support.structured import (
     PERSON,
     QUESTION,
     assert_chain_masked,
-    assert_resumed_json_masked,
     assert_resumed_masked,
     resumed_cases,
 )
 
 pytestmark = pytest.mark.vllm
-
-
-def test_resumed_masked_draws_equal_a_masked_full_forward(engine, hf_model):
-    assert engine.capabilities.constraints
-    assert_resumed_json_masked(engine, hf_model)
 
 
 @pytest.mark.parametrize("kind", ["ebnf", "structural_tag", "min_tokens"])

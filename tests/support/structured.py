@@ -233,33 +233,45 @@ def assert_logq_at(temps, want, got) -> None:
         assert max(abs(a - b) for a, b in zip(w, g)) < TOL / t
 
 
-def assert_resumed_json_masked(engine, model) -> None:
-    """An answer under the PERSON schema, then two draws resumed 5 tokens in (inside the object: a
-    restarted grammar would allow only "{" there) at tau 1 and 0.5: masked log q, raw log p0 and
-    the masked log q at each of the engine's score temperatures, as :func:`masked_forward` gives
-    them; an answer that ended validates."""
-    from transformers import AutoTokenizer
+RESUMED_TEMPS = (0.25, 0.5, 1.0)  # MultiTryMH's default try temperatures, asked per request
 
+
+def resumed_json_requests(engine):
+    """An answer under the PERSON schema, then two draws resumed 5 tokens into it (inside the object:
+    a restarted grammar would allow only "{" there) at tau 1 and 0.5, each asking for the masked log
+    q at :data:`RESUMED_TEMPS`: the requests (run them, alone or beside other traffic, and check them
+    with :func:`assert_resumed_json_masked`)."""
     from presto_sgl.constraints import Constraint
     from presto_sgl.engines.base import Request
-    from tests.support.forward import TOL
 
-    tok = AutoTokenizer.from_pretrained(engine.model_path)
     prompt = tuple(engine.chat_prompt(QUESTION))
     c, stop = Constraint(json_schema=PERSON), engine.text.stop_ids
     (first,) = engine.generate([Request(prompt, 48, 1.0, None, stop=stop, constraint=c)])
     assert person_valid(engine, first.tokens) or len(first.tokens) == 48
-    k, temps = 5, (0.25, 0.5, 1.0)  # MultiTryMH's default try temperatures, asked per request
-    reqs = [
-        Request(prompt + first.tokens[:k], 40, tau, 7, stop=stop, constraint=c, resume=k, score_temperatures=temps)
+    k = 5
+    return [
+        Request(
+            prompt + first.tokens[:k], 40, tau, 7, stop=stop, constraint=c, resume=k, score_temperatures=RESUMED_TEMPS
+        )
         for tau in (1.0, 0.5)
     ]
-    for req, comp in zip(reqs, engine.generate(reqs)):
+
+
+def assert_resumed_json_masked(engine, model, reqs, comps) -> None:
+    """Each resumed draw's masked log q, raw log p0 and masked log q at each score temperature are
+    :func:`masked_forward`'s; an answer that ended validates."""
+    from transformers import AutoTokenizer
+
+    from tests.support.forward import TOL
+
+    tok = AutoTokenizer.from_pretrained(engine.model_path)
+    for req, comp in zip(reqs, comps, strict=True):
+        c, k, stop, temps = req.constraint, req.resume, req.stop, req.score_temperatures
         lq, lp, at = masked_forward(model, tok, c, req.prefix, k, comp.tokens, req.temperature, stop, temps)
         assert max(abs(a - b) for a, b in zip(lq, comp.logq)) < TOL / req.temperature
         assert max(abs(a - b) for a, b in zip(lp, comp.logp)) < TOL
         assert_logq_at(temps, at, comp.logq_at)
-        assert comp.tokens[-1] not in stop or person_valid(engine, first.tokens[:k] + comp.tokens)
+        assert comp.tokens[-1] not in stop or person_valid(engine, req.prefix[-k:] + comp.tokens)
 
 
 def assert_chain_masked(engine, model, result, temps=()) -> None:
