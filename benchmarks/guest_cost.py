@@ -106,11 +106,27 @@ def step(logits: Any, asks: Any) -> Any:
     return bare(logits) if asks == "bare" else before(logits) if asks is None else after(logits, asks)
 
 
+def vllm_plan_us(rows: int, asking: int, repeat: int = 20000) -> float:
+    """Microseconds per step of the vLLM plugin's row planning (``plan_of``, what its wrappers add to
+    a step) for a batch of ``rows`` requests of which ``asking`` asked."""
+    from presto_sgl.server_side.rowstats import Ask
+    from presto_sgl.server_side.vllm.plugin import plan_of
+
+    batch = SimpleNamespace(req_id_to_index={f"r{i}": i for i in range(rows)})
+    batch.presto_asks = {f"r{i}": Ask() for i in range(asking)}
+    t = time.perf_counter()
+    for _ in range(repeat):
+        plan_of(batch, rows)
+    return (time.perf_counter() - t) / repeat * 1e6
+
+
 def hooks(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     rows = args.rows
     results: dict[str, Any] = {"rows": rows, "machine": machine(), "ms": {}}
+    results["vllm_plan_us"] = {n: vllm_plan_us(rows, n) for n in (0, 1, rows)}
+    print(f"vLLM row planning per step, {rows} rows, 0 / 1 / {rows} asking: {results['vllm_plan_us']} us", flush=True)
     for name, vocab in VOCABS.items():
         logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)) * 3
         cases: dict[str, Any] = {
@@ -162,6 +178,20 @@ def ordinary(engine: str, url: str, prompt: str, tokens: int) -> tuple[int, dict
     return int(res["usage"]["completion_tokens"]), res
 
 
+def greedy(engine: str, url: str, prompt: str) -> tuple[list[Any], list[float]]:
+    """An ordinary greedy request with log-probabilities and a repetition penalty (tokens, their
+    log-probs): the same on a server with the plugin as on one without it."""
+    if engine == "sglang":
+        params = {"temperature": 0.0, "max_new_tokens": 24, "repetition_penalty": 1.2}
+        res = _post(url + "/generate", {"text": prompt, "sampling_params": params, "return_logprob": True})
+        entries = res["meta_info"]["output_token_logprobs"]
+        return [e[1] for e in entries], [e[0] for e in entries]
+    model = _post_get(url + "/v1/models")["data"][0]["id"]
+    body = {"model": model, "prompt": prompt, "max_tokens": 24, "temperature": 0.0, "logprobs": 5}
+    lp = _post(url + "/v1/completions", body | {"repetition_penalty": 1.2})["choices"][0]["logprobs"]
+    return lp["tokens"], lp["token_logprobs"]
+
+
 def _post_get(url: str) -> dict[str, Any]:
     import urllib.request
 
@@ -184,6 +214,7 @@ def traffic(args: argparse.Namespace) -> dict[str, Any]:
         side: sorted(set(ordinary(args.engine, url, prompts[0], 4)[1].get("meta_info", {})) & LEAK_KEYS)
         for side, url in urls.items()
     }
+    same = {side: [greedy(args.engine, url, p) for p in prompts[:4]] for side, url in urls.items()}
     for url in urls.values():  # warm-up
         one_round(args.engine, url, args.clients, prompts[: args.clients], args.tokens)
     rates: dict[str, list[float]] = {"plugin": [], "stock": []}
@@ -204,8 +235,14 @@ def traffic(args: argparse.Namespace) -> dict[str, Any]:
         "ratio_of_medians": statistics.median(rates["plugin"]) / statistics.median(rates["stock"]),
         "round_ratios": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
         "presto_keys_in_an_ordinary_answer": leaks,
+        "greedy_answers_equal": [a[0] == b[0] for a, b in zip(same["plugin"], same["stock"], strict=True)],
+        "greedy_logprob_max_diff": max(
+            max((abs(x - y) for x, y in zip(a[1], b[1], strict=True)), default=0.0)
+            for a, b in zip(same["plugin"], same["stock"], strict=True)
+        ),
     }
-    print(json.dumps({k: out[k] for k in ("ratio_of_medians", "round_ratios", "presto_keys_in_an_ordinary_answer")}))
+    keys = ("ratio_of_medians", "round_ratios", "presto_keys_in_an_ordinary_answer", "greedy_answers_equal")
+    print(json.dumps({k: out[k] for k in (*keys, "greedy_logprob_max_diff")}))
     return out
 
 

@@ -3,7 +3,7 @@
 # serving SmolLM2-135M-Instruct on 127.0.0.1, on the CPU.
 #
 #   bash scripts/vllm_server.sh start  [--port 8000] [--dtype bfloat16] [--model DIR|NAME] [--timeout 300]
-#                                      [--kv-cache-gib 1] [--block-size 32] [--compile] [--stock]
+#                                      [--kv-cache-gib 1] [--block-size 32] [--compile] [--stock | --no-plugin]
 #   bash scripts/vllm_server.sh stop   [--port 8000]
 #   bash scripts/vllm_server.sh restart [--port 8000]   (stop, then start with the last start's options)
 #   bash scripts/vllm_server.sh status [--port 8000]
@@ -20,7 +20,8 @@
 # one-pass plugin (VLLM_PLUGINS=presto_onepass) and its structured outputs use xgrammar (vLLM's
 # `auto` could fall back to another library per request);
 # --stock loads no plugin and serves temperature-scaled logprobs (--logprobs-mode
-# processed_logprobs), which the engine's two-pass mode needs. All cores run the model
+# processed_logprobs), which the engine's two-pass mode needs; --no-plugin loads no plugin and
+# changes nothing else (the plugin's server without it, as benchmarks/guest_cost.py compares). All cores run the model
 # (VLLM_CPU_OMP_THREADS_BIND=0-(n-1), none reserved). Extra arguments after `--` go to vLLM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +52,7 @@ while [ $# -gt 0 ]; do
     --block-size) BLOCK="$2"; shift 2 ;;
     --compile) COMPILE=yes; shift ;;
     --stock) STOCK=yes; shift ;;
+    --no-plugin) STOCK=plain; shift ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) usage ;;
     *) die "unknown option: $1" ;;
@@ -97,6 +99,9 @@ ARGS=(--model "$MODEL" --host 127.0.0.1 --port "$PORT" --dtype "$DTYPE" --max-mo
 if [ "$STOCK" = yes ]; then
   export VLLM_PLUGINS=""
   ARGS+=(--logprobs-mode processed_logprobs)
+elif [ "$STOCK" = plain ]; then
+  export VLLM_PLUGINS=""  # the plugin's server without it: every other option the same
+  ARGS+=(--structured-outputs-config.backend xgrammar)
 else
   export VLLM_PLUGINS=presto_onepass
   ARGS+=(--structured-outputs-config.backend xgrammar)  # the one grammar library the plugin resumes exactly

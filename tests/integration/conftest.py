@@ -3,8 +3,9 @@ server: ``server_url`` (PRESTO_SGL_SGLANG_URL / PRESTO_SGL_VLLM_URL; skipped whe
 a failure under PRESTO_SGL_REQUIRE_SGLANG=1 / PRESTO_SGL_REQUIRE_VLLM=1, as in CI),
 ``engine`` (vLLM: the client engine on it) and ``hf_model`` (the server's model as a
 transformers fp32 forward). A module may define its own fixture of the same name.
-``spare_sglang_url``: the session's own fp32 SGLang server with --batched-attention, for the
-tests that compare it with the shared one or kill it (one start instead of one per test)."""
+``spare_sglang_url``: the session's own fp32 SGLang server with --batched-attention and a shared
+server's options (:data:`SPARE_OPTIONS`), for the tests that compare it with the shared one, kill it
+or run it out of KV cache (one start instead of one per test)."""
 
 from __future__ import annotations
 
@@ -45,13 +46,18 @@ def server_url(request: pytest.FixtureRequest) -> str:
     return _configured_url(_server(request))
 
 
+SPARE_OPTIONS = ("--max-total-tokens", "2048", "--chunked-prefill-size", "128", "--enable-mixed-chunk")
+"""What an operator of a shared server sets, on the spare server: a small KV pool (SGLang retracts
+running requests when it runs out), small prefill chunks, prefill chunks mixed into decode batches."""
+
+
 @pytest.fixture(scope="session")
 def spare_sglang_url() -> Iterator[str]:
     from tests.support.servers import free_port, server_script
 
     _configured_url("sglang")  # no shared server, no spare one (skip or fail alike)
     port = str(free_port())
-    start = ("--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600")
+    start = ("--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600", "--", *SPARE_OPTIONS)
     server_script("sglang_server.sh", "start", *start)
     try:
         yield f"http://127.0.0.1:{port}"
