@@ -4,8 +4,8 @@ a failure under PRESTO_SGL_REQUIRE_SGLANG=1 / PRESTO_SGL_REQUIRE_VLLM=1, as in C
 ``engine`` (vLLM: the client engine on it) and ``hf_model`` (the server's model as a
 transformers fp32 forward). A module may define its own fixture of the same name.
 ``spare_sglang_url``: the session's own fp32 SGLang server with --batched-attention and a shared
-server's options (:data:`SPARE_OPTIONS`), for the tests that compare it with the shared one, kill it
-or run it out of KV cache (one start instead of one per test)."""
+server's options (:data:`SPARE_OPTIONS`), for the tests that compare it with the shared one or kill
+it (one start instead of one per test)."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def server_url(request: pytest.FixtureRequest) -> str:
 
 
 SPARE_OPTIONS = ("--max-total-tokens", "2048", "--chunked-prefill-size", "128", "--enable-mixed-chunk")
-"""What an operator of a shared server sets, on the spare server: a small KV pool (SGLang retracts
-running requests when it runs out), small prefill chunks, prefill chunks mixed into decode batches."""
+"""What an operator of a shared server sets, on the spare server: a small KV pool, small prefill chunks,
+prefill chunks mixed into decode batches."""
 
 
 @pytest.fixture(scope="session")
