@@ -1,0 +1,65 @@
+"""Loop SGLang's own ``test_regex`` program (sglang/test/test_programs.py, its program body) inside
+``power_sampling(block_size=8, steps=2)`` against a server, with other programs in the same batches,
+and print every answer and whether Python's ``re`` (the test's check) accepts it (issue 56, item 6:
+an empty constrained answer was seen once in five runs on a server with --batched-attention
+--cdf-sampling that had served other programs).
+
+    .venv-sglang/bin/python -m benchmarks.regex_scope_loop http://127.0.0.1:30300 --runs 24
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import threading
+import time
+
+REGEX = r"((25[0-5]|2[0-4]\d|[01]?\d\d?).){3}(25[0-5]|2[0-4]\d|[01]?\d\d?)"
+
+
+def main() -> None:
+    import sglang as sgl
+
+    from presto_sgl.program import power_sampling
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("url")
+    ap.add_argument("--runs", type=int, default=24)
+    args = ap.parse_args()
+
+    @sgl.function
+    def regex_gen(s):
+        s += "Q: What is the IP address of the Google DNS servers?\n"
+        s += "A: " + sgl.gen("answer", temperature=0, regex=REGEX)
+
+    @sgl.function
+    def other(s, q):
+        s += "Q: " + q + "\nA: " + sgl.gen("a", max_tokens=24, temperature=0.7)
+
+    sgl.set_default_backend(sgl.RuntimeEndpoint(args.url))
+    bad = empty = 0
+    for i in range(args.runs):
+        beside = threading.Thread(target=lambda i=i: other.run_batch([{"q": f"Tell me about number {i}"}] * 6))
+        beside.start()
+        t = time.time()
+        with power_sampling(block_size=8, steps=2):
+            state = regex_gen.run()
+        beside.join()
+        answer = state["answer"]
+        ok = bool(re.match(REGEX, answer))
+        bad += not ok
+        empty += answer == ""
+        meta = state.get_meta_info("answer") or {}
+        print(
+            i,
+            repr(answer),
+            "ok" if ok else "REJECTED",
+            f"{time.time() - t:.1f}s",
+            meta.get("finish_reason"),
+            flush=True,
+        )
+    print(f"{bad} of {args.runs} answers rejected by Python's re, {empty} empty")
+
+
+if __name__ == "__main__":
+    main()
