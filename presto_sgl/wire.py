@@ -59,6 +59,8 @@ RAW_ENTROPY_KEY = "raw_entropy"
 LOGNORM_KEY = "masked_lognorm@"
 """Prefix of the per-token log-normalizer key; the score temperatures follow it (named apart from
 the unmasked ``raw_lognorm@`` of plugins before MultiTryMH under a constraint, which clients refuse)."""
+PRESTO_KEYS = (RAW_LOGPROB_KEY, RAW_ENTROPY_KEY, LOGNORM_KEY)
+"""The prefixes of every ``meta_info`` key the SGLang plugin writes (only into answers that asked)."""
 GRAMMAR_RESUME_KEY = "presto_resume"
 """``custom_params`` key: how many trailing input ids the request's grammar consumes first."""
 
@@ -84,6 +86,11 @@ def parse_ask(value: object) -> tuple[bool, tuple[float, ...]]:
     if not all(0 < t < float("inf") for t in out):
         raise ValueError(f"{FIELDS_KEY}: score temperatures must be finite and > 0, got {temps!r}")
     return flag == "entropy", out
+
+
+def lognorm_key(temperatures: Sequence[float]) -> str:
+    """The SGLang ``meta_info`` key of the log-normalizers at ``temperatures`` (``masked_lognorm@0.25,0.5``)."""
+    return LOGNORM_KEY + ",".join(repr(float(t)) for t in temperatures)
 
 
 def width(m: int) -> int:

@@ -52,7 +52,8 @@ def as_float(x: Any) -> float:
     return math.nan if x is None else float(x)
 
 
-PROBE_ASK = ask(True, (0.375,))
+PROBE_TEMPERATURE = 0.375
+PROBE_ASK = ask(True, (PROBE_TEMPERATURE,))
 """What the plugin probe asks for: the entropy and a temperature no client default uses, so that
 only a plugin that answers per request (not one that answers every request the same) passes."""
 

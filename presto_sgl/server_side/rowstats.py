@@ -145,8 +145,6 @@ def fields(raw: Any, sampled: Any, plan: Plan, masked: Any = None, temperature: 
     the server's own sync has usually passed (SGLang reads the rows in its result processor)."""
     import torch
 
-    if masked is not None and not bool(masked.any()):
-        masked = None
     n, width = len(plan.rows), 3 + max(len(a.temperatures) for a in plan.asks)
     table = torch.full((n, width), float("nan"), dtype=torch.float32, device=raw.device)
     logp = raw.gather(1, sampled.view(-1, 1).long().to(raw.device)).view(-1)

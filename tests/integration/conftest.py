@@ -1,7 +1,7 @@
 """Fixtures of the real-server tests. A module marked ``sglang`` or ``vllm`` gets that
 server: ``server_url`` (PRESTO_SGL_SGLANG_URL / PRESTO_SGL_VLLM_URL; skipped when unset,
 a failure under PRESTO_SGL_REQUIRE_SGLANG=1 / PRESTO_SGL_REQUIRE_VLLM=1, as in CI),
-``engine`` (vLLM: the client engine on it) and ``hf_model`` (the server's model as a
+``engine`` (the client engine on it, one pass) and ``hf_model`` (the server's model as a
 transformers fp32 forward). A module may define its own fixture of the same name.
 ``spare_sglang_url``: the session's own fp32 SGLang server with --batched-attention and a shared
 server's options (:data:`SPARE_OPTIONS`), for the tests that compare it with the shared one or kill
@@ -67,11 +67,17 @@ def spare_sglang_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def engine(request: pytest.FixtureRequest, server_url: str):
-    if _server(request) != "vllm":
-        raise pytest.UsageError("the `engine` fixture is the vLLM engine (SGLang tests build theirs)")
-    from presto_sgl.engines.vllm.http import VLLMEngine
+    """The client engine on the shared server, which must load presto-sgl's plugin (one pass)."""
+    if _server(request) == "vllm":
+        from presto_sgl.engines.vllm.http import VLLMEngine
 
-    return VLLMEngine(server_url)
+        return VLLMEngine(server_url)
+    from presto_sgl.engines.sglang.http import SGLangEngine
+
+    eng = SGLangEngine(server_url)
+    if eng.mode != "one-pass":
+        pytest.fail("the SGLang server runs without presto-sgl's plugin")
+    return eng
 
 
 @pytest.fixture(scope="module")

@@ -56,33 +56,34 @@ def _launch(python: str, rename: str, argv: list[str], env: dict[str, str]):
     return proc.returncode, out
 
 
-@pytest.mark.sglang
-def test_sglang_refuses_to_start_without_a_hook_target(tmp_path):
-    python = _python(".venv-sglang", "PRESTO_SGL_REQUIRE_SGLANG")
-    from presto_sgl.models import materialize_smollm2
-
-    model = str(materialize_smollm2())
-    argv = ["sglang.launch_server", "--model-path", model, "--device", "cpu", "--port", "1"]
-    env = {"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_PLUGINS": "presto_raw_logprob"}
-    rename = f"m = importlib.import_module('presto_sgl.server_side.sglang.plugin'); m.SAMPLE += {RENAMED!r}"
-    code, out = _launch(python, rename, argv, env)
-    assert code != 0, out[-2000:]
-    assert f"ModelRunner.sample{RENAMED}" in out and "cannot hook sglang" in out, out[-2000:]
-    assert "SGLANG_PLUGINS=none" in out  # the fix: another presto-sgl, the pinned sglang, or no plugin
-
-
-@pytest.mark.vllm
-def test_vllm_refuses_to_start_without_a_hook_target(tmp_path):
-    python = _python(".venv-vllm", "PRESTO_SGL_REQUIRE_VLLM")
-    from presto_sgl.models import materialize_smollm2
-
-    model = str(materialize_smollm2())
-    argv = ["vllm.entrypoints.openai.api_server", "--model", model, "--port", "1", "--max-model-len", "256"]
-    env = {"VLLM_PLUGINS": "presto_onepass", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    rename = (
+SERVERS = {
+    "sglang": (
+        ".venv-sglang",
+        ["sglang.launch_server", "--model-path", "{model}", "--device", "cpu", "--port", "1"],
+        {"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_PLUGINS": "presto_raw_logprob"},
+        f"m = importlib.import_module('presto_sgl.server_side.sglang.plugin'); m.SAMPLE += {RENAMED!r}",
+        f"ModelRunner.sample{RENAMED}",
+    ),
+    "vllm": (
+        ".venv-vllm",
+        ["vllm.entrypoints.openai.api_server", "--model", "{model}", "--port", "1", "--max-model-len", "256"],
+        {"VLLM_PLUGINS": "presto_onepass", "VLLM_CPU_KVCACHE_SPACE": "1"},
         "m = importlib.import_module('presto_sgl.server_side.vllm.plugin'); "
-        f"m.TARGETS = tuple(t + {RENAMED!r} if t == m.BITMASK else t for t in m.TARGETS)"
-    )
-    code, out = _launch(python, rename, argv, env)
+        f"m.TARGETS = tuple(t + {RENAMED!r} if t == m.BITMASK else t for t in m.TARGETS)",
+        f"apply_grammar_bitmask{RENAMED}",
+    ),
+}
+"""Per server: its venv, its launch as a user runs it, its environment, the renaming, the renamed target."""
+
+
+@pytest.mark.parametrize("server", [pytest.param(s, marks=getattr(pytest.mark, s)) for s in SERVERS])
+def test_a_server_refuses_to_start_without_a_hook_target(server):
+    from presto_sgl.models import materialize_smollm2
+
+    venv, argv, env, rename, target = SERVERS[server]
+    python = _python(venv, f"PRESTO_SGL_REQUIRE_{server.upper()}")
+    model = str(materialize_smollm2())
+    code, out = _launch(python, rename, [a.format(model=model) for a in argv], env)
     assert code != 0, out[-2000:]
-    assert f"apply_grammar_bitmask{RENAMED}" in out and "cannot hook vllm" in out, out[-2000:]
+    assert target in out and f"cannot hook {server}" in out, out[-2000:]
+    assert f"{server.upper()}_PLUGINS=none" in out  # the fix: another presto-sgl, the pinned version, or no plugin

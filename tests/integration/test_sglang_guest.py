@@ -28,56 +28,46 @@ TEMPS = (0.25, 0.5, 1.0)
 N = 12
 
 
-@pytest.fixture(scope="module")
-def eng(server_url):
-    from presto_sgl.engines.sglang.http import SGLangEngine
-
-    e = SGLangEngine(server_url)
-    if e.mode != "one-pass":
-        pytest.fail("the shared SGLang server does not load presto-sgl's plugin")
-    return e
-
-
-def _ordinary(eng):
-    tok = eng.text
+def _ordinary(engine):
+    tok = engine.text
     bias_id = tok.encode(LOGIT_BIAS_TEXT)[-1]
-    ids = [list(eng.chat_prompt(q)) for q in ORDINARY_PROMPTS]
+    ids = [list(engine.chat_prompt(q)) for q in ORDINARY_PROMPTS]
     params = [{"temperature": 0.0, "max_new_tokens": N, **extra} for extra in ordinary_params(bias_id)]
     return ids, params
 
 
-def _post(eng, ids, params):
+def _post(engine, ids, params):
     from presto_sgl.engines.server import http_json
 
     body = {"input_ids": ids, "sampling_params": params, "return_logprob": True}
-    return http_json("POST", eng.url + "/generate", body, 600)
+    return http_json("POST", engine.url + "/generate", body, 600)
 
 
 def _answers(results):
     return [(r["output_ids"], [e[0] for e in r["meta_info"]["output_token_logprobs"]]) for r in results]
 
 
-def test_presto_rows_and_ordinary_rows_in_one_batch(eng, hf_model):
+def test_presto_rows_and_ordinary_rows_in_one_batch(engine, hf_model):
     from presto_sgl.engines.base import Request
     from tests.support.structured import assert_resumed_json_masked, resumed_json_requests
 
-    ids, params = _ordinary(eng)
-    alone = _post(eng, ids, params)
+    ids, params = _ordinary(engine)
+    alone = _post(engine, ids, params)
     for r in alone:
         assert presto_keys(r["meta_info"]) == []
 
-    prompt = tuple(eng.chat_prompt("Name a prime number."))
-    (first,) = eng.generate([Request(prompt, 4, 1.0)])
+    prompt = tuple(engine.chat_prompt("Name a prime number."))
+    (first,) = engine.generate([Request(prompt, 4, 1.0)])
     resumed = prompt + first.tokens  # presto rows resume mid-response
     presto = [
         Request(resumed, N, 0.7),  # PowerMH: log p0 only
         Request(resumed, N, 1.0, return_entropy=True, score_temperatures=TEMPS),  # EntropyCut + MultiTryMH
-        *resumed_json_requests(eng),  # MultiTryMH under a JSON schema, resumed inside the object, tau 1 and 0.5
+        *resumed_json_requests(engine),  # MultiTryMH under a JSON schema, resumed inside the object, tau 1 and 0.5
     ]
     n2: dict = {}
-    beside = threading.Thread(target=lambda: n2.update(answers=_n2(eng, ids[0])))  # another user's n = 2
+    beside = threading.Thread(target=lambda: n2.update(answers=_n2(engine, ids[0])))  # another user's n = 2
     beside.start()
-    mixed = _post(eng, [list(r.prefix) for r in presto] + ids, [eng.params(r) for r in presto] + params)
+    mixed = _post(engine, [list(r.prefix) for r in presto] + ids, [engine.params(r) for r in presto] + params)
     beside.join(600)
     got, others = mixed[: len(presto)], mixed[len(presto) :]
 
@@ -99,7 +89,7 @@ def test_presto_rows_and_ordinary_rows_in_one_batch(eng, hf_model):
     assert_extras_match(hf_model, resumed, comp.tokens, comp.logq_at, TEMPS, mt["meta_info"]["raw_entropy"])
 
     assert all(presto_keys(r["meta_info"]) == ["masked_lognorm@0.25,0.5,1.0", "raw_logprob"] for r in structured)
-    assert_resumed_json_masked(eng, hf_model, presto[2:], [_completion(r, TEMPS) for r in structured])
+    assert_resumed_json_masked(engine, hf_model, presto[2:], [_completion(r, TEMPS) for r in structured])
 
 
 def _completion(answer, temps):
@@ -113,12 +103,12 @@ def _completion(answer, temps):
     return Completion(tuple(answer["output_ids"]), tuple(logq), tuple(logp), logq_at=tuple(at))
 
 
-def _n2(eng, ids):
+def _n2(engine, ids):
     from presto_sgl.engines.server import http_json
 
     res = http_json(
         "POST",
-        eng.url + "/generate",
+        engine.url + "/generate",
         {"input_ids": ids, "sampling_params": {"temperature": 0.0, "max_new_tokens": N, "n": 2}},
         600,
     )

@@ -19,16 +19,6 @@ from tests.support.structured import (
 pytestmark = pytest.mark.sglang
 
 
-@pytest.fixture(scope="module")
-def engine(server_url):
-    from presto_sgl.engines.sglang.http import SGLangEngine
-
-    eng = SGLangEngine(server_url)
-    if eng.mode != "one-pass":
-        pytest.fail("the SGLang server runs without presto-sgl's plugin")
-    return eng
-
-
 @pytest.mark.parametrize("kind", ["ebnf", "structural_tag"])
 def test_a_grammar_resumed_on_the_server(engine, hf_model, kind):
     """SGLang's ``ebnf`` and ``structural_tag`` fields, resumed mid-answer (inside the tag): masked

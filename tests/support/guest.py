@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from presto_sgl import wire
+
 ORDINARY_PROMPTS = (
     "Name three rivers in Europe.",
     "What is the boiling point of water?",
@@ -19,7 +21,6 @@ ORDINARY_PROMPTS = (
 )
 REGEX = r"[A-Z][a-z]+ [0-9]{2}"
 LOGIT_BIAS_TEXT = " blue"  # a token the biased row is pushed toward
-PRESTO_KEYS = ("raw_logprob", "raw_entropy", "masked_lognorm@")
 
 
 def ordinary_params(bias_id: int) -> list[dict[str, Any]]:
@@ -34,7 +35,7 @@ def ordinary_params(bias_id: int) -> list[dict[str, Any]]:
 
 def presto_keys(meta: dict[str, Any]) -> list[str]:
     """The keys of an answer's meta info that only presto-sgl's plugin writes."""
-    return sorted(k for k in meta if k.startswith(PRESTO_KEYS))
+    return sorted(k for k in meta if k.startswith(wire.PRESTO_KEYS))
 
 
 def assert_same_answers(alone: list[tuple[list[int], list[float]]], mixed: list[tuple[list[int], list[float]]]):

@@ -218,6 +218,6 @@ class StandIn:
                         logp = self.lm.distribution(ctx)[0]
                         rows.append([float(np.logaddexp.reduce(logp / t)) for t in temps])
                         ctx.append(t_)
-                    meta[wire.LOGNORM_KEY + ",".join(repr(t) for t in temps)] = rows
+                    meta[wire.lognorm_key(temps)] = rows
             out.append({"output_ids": toks, "meta_info": meta})
         return out[0] if single else out

@@ -47,6 +47,7 @@ from ..base import Completion, Request
 from ..scoring import Scored, check_top
 from ..server import (
     PROBE_ASK,
+    PROBE_TEMPERATURE,
     Decoded,
     EngineHTTPError,
     EngineUnreachable,
@@ -409,7 +410,7 @@ class SGLangEngine(ServerClient, ModelFolder):
                 "--speculative-algorithm), which the plugin does not hook; start it without speculative decoding"
             )
         lognorm = parse_lognorm(meta, n)
-        fresh = RAW_ENTROPY_KEY in meta and lognorm is not None and lognorm[0] == (0.375,)
+        fresh = RAW_ENTROPY_KEY in meta and lognorm is not None and lognorm[0] == (PROBE_TEMPERATURE,)
         return list_params, "yes" if fresh else "stale"
 
     def _server_ids(self, text: str) -> list[int] | None:

@@ -43,6 +43,7 @@ from ..base import Completion, Request
 from ..scoring import Scored, check_top
 from ..server import (
     PROBE_ASK,
+    PROBE_TEMPERATURE,
     Decoded,
     EngineHTTPError,
     EngineUnreachable,
@@ -333,7 +334,7 @@ class VLLMEngine(ServerEngine, ModelFolder):
         fields = parse_fields(sampled, 0.0, top, self._vocab)
         plain = self._probe_one(1.0, width(1))  # an older plugin rewrites every request's logprobs
         touched = signature_count(_top(plain["top_logprobs"][0]), _token_id(plain["tokens"][0]), self._vocab)
-        fresh = fields is not None and fields.temperatures == (0.375,) and fields.entropy >= 0
+        fresh = fields is not None and fields.temperatures == (PROBE_TEMPERATURE,) and fields.entropy >= 0
         return "yes" if fresh and touched is None else "stale"
 
     def _check_processed(self) -> None:

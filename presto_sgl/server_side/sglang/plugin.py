@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...wire import LOGNORM_KEY, RAW_ENTROPY_KEY, RAW_LOGPROB_KEY
+from ...wire import PRESTO_KEYS, RAW_ENTROPY_KEY, RAW_LOGPROB_KEY, lognorm_key
 from ..rowstats import Ask, Fields, Plan, ask_of, fields, log_p0
 
 PLAN = "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new"
@@ -89,9 +89,9 @@ def ask_of_req(req: Any) -> Ask | None:
 
 def after_init_new(forward_batch: Any, cls: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
     """Mark the forward batch with its asking rows (none: nothing is set)."""
-    reqs = getattr(batch, "reqs", None) or ()
-    if any(ask_of_req(r) is not None for r in reqs):
-        setattr(forward_batch, _PLAN, Plan.of([ask_of_req(r) for r in reqs]))
+    plan = Plan.of([ask_of_req(r) for r in getattr(batch, "reqs", None) or ()])
+    if plan is not None:
+        setattr(forward_batch, _PLAN, plan)
 
 
 def around_sample(original: Any, runner: Any, logits_output: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
@@ -135,13 +135,9 @@ def around_collect(
     if ask is not None and ask.entropy:
         info.setdefault(RAW_ENTROPY_KEY, []).append(row.entropy)
     if ask is not None and ask.temperatures:
-        key = LOGNORM_KEY + ",".join(repr(t) for t in ask.temperatures)
-        info.setdefault(key, []).append(list(row.lognorm))
+        info.setdefault(lognorm_key(ask.temperatures), []).append(list(row.lognorm))
     req.customized_info = info
     return out
-
-
-PRESTO_KEYS = (RAW_LOGPROB_KEY, RAW_ENTROPY_KEY, LOGNORM_KEY)
 
 
 def around_update_request_meta_info(

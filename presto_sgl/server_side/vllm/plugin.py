@@ -214,8 +214,9 @@ def _pack(out: Any, got: Fields, vocab: int) -> Any:
     ids = lt.logprob_token_ids.clone()
     vals = lt.logprobs.clone()
     sampled = out.sampled_token_ids[:, 0].long()
-    for i, row in got.rows().items():
-        a = got.plan.asks[got.plan.rows.index(i)]
+    rows = got.rows()
+    for i, a in zip(got.plan.rows, got.plan.asks, strict=True):
+        row = rows[i]
         values = [
             SIGNATURE + len(a.temperatures),
             float("nan") if row.logq is None else row.logq,
