@@ -3,7 +3,7 @@
 # scripts/install_sglang.sh) serving SmolLM2-135M-Instruct on 127.0.0.1.
 #
 #   bash scripts/sglang_server.sh start  [--port 30000] [--dtype bfloat16] [--model DIR|NAME] [--timeout 300]
-#                                        [--batched-attention] [--cdf-sampling] [--profile DIR]
+#                                        [--batched-attention] [--cdf-sampling] [--profile DIR] [--test-retract]
 #   bash scripts/sglang_server.sh stop   [--port 30000]
 #   bash scripts/sglang_server.sh restart [--port 30000]   (stop, then start with the last start's options)
 #   bash scripts/sglang_server.sh status [--port 30000]
@@ -21,11 +21,13 @@
 # of SGLang's one exponential per vocabulary entry (PRESTO_SGL_CDF_SAMPLING=1; sampling.py).
 # --profile DIR times the scheduler's batch steps, model forward, sampling and attention into
 # DIR (PRESTO_SGL_PROFILE; presto_sgl/server_side/sglang/cpu/profile.py, benchmarks/sglang_profile.py).
+# --test-retract sets SGLang's own SGLANG_TEST_RETRACT=1: every third decode step retracts a running
+# request (as a full KV pool would; re-prefilled later), for tests.
 # Extra arguments after `--` go to sglang.launch_server unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 say() { echo "sglang_server: $*"; }
 die() { echo "sglang_server: ERROR: $*" >&2; exit 1; }
 
@@ -45,6 +47,7 @@ while [ $# -gt 0 ]; do
     --timeout) TIMEOUT="$2"; shift 2 ;;
     --batched-attention) export PRESTO_SGL_BATCHED_ATTENTION=1; shift ;;
     --cdf-sampling) export PRESTO_SGL_CDF_SAMPLING=1; shift ;;
+    --test-retract) export SGLANG_TEST_RETRACT=1; shift ;;
     --profile) mkdir -p "$2"; PRESTO_SGL_PROFILE="$(cd "$2" && pwd)"; export PRESTO_SGL_PROFILE; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) usage ;;

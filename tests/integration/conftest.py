@@ -46,9 +46,20 @@ def server_url(request: pytest.FixtureRequest) -> str:
     return _configured_url(_server(request))
 
 
-SPARE_OPTIONS = ("--max-total-tokens", "2048", "--chunked-prefill-size", "128", "--enable-mixed-chunk")
-"""What an operator of a shared server sets, on the spare server: a small KV pool, small prefill chunks,
-prefill chunks mixed into decode batches."""
+SPARE_OPTIONS = (
+    "--max-total-tokens",
+    "2048",
+    "--chunked-prefill-size",
+    "64",
+    "--enable-mixed-chunk",
+    "--disable-radix-cache",
+    "--schedule-policy",
+    "fcfs",
+)
+"""What an operator of a shared server sets, on the spare server: a small KV pool, small prefill chunks
+mixed into decode batches, no prefix cache, first-come-first-served; and the spare retracts a running
+request every third decode step (``--test-retract``: SGLang's own SGLANG_TEST_RETRACT, as a full pool
+would), so every test on it runs under retraction (tests/integration/test_sglang_settings.py)."""
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +68,8 @@ def spare_sglang_url() -> Iterator[str]:
 
     _configured_url("sglang")  # no shared server, no spare one (skip or fail alike)
     port = str(free_port())
-    start = ("--port", port, "--dtype", "float32", "--batched-attention", "--timeout", "600", "--", *SPARE_OPTIONS)
+    flags = ("--dtype", "float32", "--batched-attention", "--test-retract", "--timeout", "600")
+    start = ("--port", port, *flags, "--", *SPARE_OPTIONS)
     server_script("sglang_server.sh", "start", *start)
     try:
         yield f"http://127.0.0.1:{port}"

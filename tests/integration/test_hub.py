@@ -11,7 +11,9 @@ project's scripts), by that id:
   (PRESTO_SGL_HUB_SGLANG_URL);
 - ``python -m vllm.entrypoints.openai.api_server --model HuggingFaceTB/SmolLM2-135M-Instruct`` (what
   ``vllm serve`` runs) with its default ``--generation-config
-  auto`` (PRESTO_SGL_HUB_VLLM_URL).
+  auto`` (PRESTO_SGL_HUB_VLLM_URL) and an operator's settings (no prefix cache, small prefill
+  chunks and KV cache); the step rule's coupling with sequential on it, under its generation
+  config and preemption: ``test_vllm_settings.py``.
 Both load presto-sgl's one-pass plugin from its entry point. Without the URLs these tests
 are skipped (a failure with PRESTO_SGL_REQUIRE_SGLANG / _VLLM=1).
 """
@@ -235,26 +237,6 @@ def test_vllm_by_hub_id_samples_the_unprocessed_model(vllm_url, hf_model):
     cfg, presto = sampling_configs("step", max_new_tokens=16, block_size=8, steps=4, budget=6)
     runs = [Sampler(engine, cfg, presto).run(prompt, seed=7) for _ in range(2)]
     assert runs[0].state.tokens == runs[1].state.tokens
-
-
-@pytest.mark.vllm
-def test_vllm_coupling_is_exact_under_the_generation_config(vllm_url):
-    """With the same keys, PreSTO (step rule) visits the sequential chain's states, transition
-    by transition, on the server whose defaults would bend the chain."""
-    from presto_sgl import Sampler, sampling_configs
-    from presto_sgl.engines.vllm.http import VLLMEngine
-    from tests.support.coupling import assert_same_states, run_states
-
-    engine = VLLMEngine(vllm_url)
-    prompt = engine.chat_prompt("Name a prime number.")
-    cfg, presto = sampling_configs("step", alpha=4.0, max_new_tokens=16, block_size=8, steps=6, tau=0.5, budget=6)
-    seq_cfg, seq_presto = sampling_configs("sequential", alpha=4.0, max_new_tokens=16, block_size=8, steps=6, tau=0.5)
-    seq, seq_result = run_states(Sampler(engine, seq_cfg, seq_presto), prompt, 1)
-    pre, pre_result = run_states(Sampler(engine, cfg, presto), prompt, 1)
-    assert len(seq) == len(pre) == 12
-    assert_same_states(seq, pre, 1e-4)
-    assert pre_result.state.tokens == seq_result.state.tokens
-    assert pre_result.metrics.model_calls < seq_result.metrics.model_calls == 12
 
 
 @pytest.mark.vllm

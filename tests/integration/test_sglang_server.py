@@ -149,7 +149,9 @@ def test_sampling_through_the_router(router_url, hf_model):
 def test_batched_attention_matches_torch_native(server_url, spare_sglang_url):
     """The session's spare fp32 server with --batched-attention (one masked SDPA per layer for the
     whole batch) against the shared torch_native server: the same greedy tokens, per-token
-    log p0 within 1e-5, for a ragged batch that runs both extend and decode."""
+    log p0 within 1e-4 (20 times tighter than the forward checks' TOL: the spare also prefills in
+    chunks, without a radix cache, and re-prefills what it retracts, each a different float32
+    summation order), for a ragged batch that runs both extend and decode."""
     from presto_sgl import wire
     from presto_sgl.engines.server import http_json
     from presto_sgl.engines.sglang.http import SGLangEngine
@@ -179,4 +181,4 @@ def test_batched_attention_matches_torch_native(server_url, spare_sglang_url):
     for a, b in zip(batched, native, strict=True):
         assert a["output_ids"] == b["output_ids"]
         pa, pb = a["meta_info"]["raw_logprob"], b["meta_info"]["raw_logprob"]
-        assert len(pa) == 16 and max(abs(x - y) for x, y in zip(pa, pb)) < 1e-5
+        assert len(pa) == 16 and max(abs(x - y) for x, y in zip(pa, pb)) < 1e-4

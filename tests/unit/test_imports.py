@@ -163,10 +163,10 @@ def test_optional_heavy_dependencies_are_imported_lazily():
     fresh(code)
 
 
-PLUGIN_MODULES = 9
+PLUGIN_MODULES = 10
 """The most presto_sgl modules importing a server plugin may load: it runs inside the user's
 SGLang scheduler / vLLM worker processes, so it loads the wire format, the row statistics and the
-target check (``server_side.rowstats``, ``server_side.targets``), not the library."""
+target check (``server_side.rowstats``, ``server_side.targets``; vLLM's generator rewind), not the library."""
 
 
 @pytest.mark.parametrize("plugin", ["presto_sgl.server_side.sglang.plugin", "presto_sgl.server_side.vllm.plugin"])

