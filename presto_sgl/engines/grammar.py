@@ -138,6 +138,13 @@ class Grammars:
         response = request.prefix[len(request.prefix) - request.resume :] if request.resume else ()
         return RowMask(self, c, matcher, frozenset(request.stop), response=response)
 
+    def violation(self, request: Request, tokens: Sequence[int]) -> int | None:
+        """The index of the first of ``tokens`` (a response continuing ``request``'s prefix) that its
+        constraint forbids, or None: a server engine's check that the server masked its draws
+        (about 1 µs per token)."""
+        mask = self.start(request)
+        return None if mask is None else mask.violation(tokens)
+
 
 class RowMask:
     """One request's constraint state: the tokens allowed next, and advancing by one token."""
@@ -189,6 +196,17 @@ class RowMask:
         """Advance past the drawn ``token`` (one the last :meth:`allowed` allowed)."""
         if token not in self.stop and not self._advance(token):
             raise EngineError(f"the grammar refused token {token}, which its own mask allowed")
+
+    def violation(self, tokens: Sequence[int]) -> int | None:
+        """The index of the first of ``tokens`` that :meth:`allowed` would not have allowed in turn
+        (a stop token: only last, where the grammar may end, after ``min_tokens``), or None."""
+        for i, t in enumerate(tokens):
+            if t in self.stop:
+                ends = self.matcher is None or (t in self.grammar_stops and bool(self.matcher.accept_token(t)))
+                return None if ends and self.length >= self.constraint.min_tokens and i == len(tokens) - 1 else i
+            if t in self.grammar_stops or not self._advance(t):
+                return i
+        return None
 
     def _advance(self, token: int) -> bool:
         self.length += 1

@@ -17,6 +17,7 @@ request is drawn twice. Both are exact: the failure never depends on what was dr
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import math
 import threading
@@ -32,6 +33,7 @@ from ..errors import BackendUnavailable, CapabilityError, ConfigError, EngineErr
 from ..fields import integer, number
 from ..wire import ask
 from .base import Completion, EngineCapabilities, Request, validate_completion
+from .grammar import Grammars
 
 if TYPE_CHECKING:
     from ..constraints import Constraint
@@ -159,6 +161,7 @@ class ServerEngine:
     START_HINT = "start it or pass the right --url"
     PLUGIN_HINT = "install presto-sgl into the server's environment and restart it"
     GRAMMARS: frozenset[str] = frozenset()  # the grammar kinds the server's structured outputs take
+    capabilities: EngineCapabilities  # set by each engine once it has probed its server
 
     def __init__(self, url: str, timeout_s: float, max_retries: int, restart_timeout_s: float) -> None:
         number(0, strict=True, what="seconds")("timeout_s", timeout_s)
@@ -207,6 +210,7 @@ class ServerEngine:
             )
         self._mode = ("one-pass" if plugin == "yes" else "two-pass") if requested == "auto" else requested
         self._resumes: bool | None = None  # the plugin resumes grammars: probed on the first constraint
+        self._grammars: Grammars | None = None  # the check of constrained responses (_check_masked)
 
     def _capabilities(self, seeded: bool, vocab_size: int, context_length: int | None) -> EngineCapabilities:
         """One pass: the entropy, log q at any score temperature (each request asks for its own),
@@ -299,13 +303,48 @@ class ServerEngine:
                 out[i] = comp
             pending = [i for i in pending if out[i] is None]
             if not pending:
-                return out  # type: ignore[return-value]  # no slot is pending: every one holds a Completion
+                self._check_masked(requests, out)  # type: ignore[arg-type]  # no slot is pending
+                return out  # type: ignore[return-value]  # every slot holds a Completion
         cause = f"; last connection failure: {lost}" if lost is not None else ""
         raise EngineError(
             f"{self.KIND} {self.url} returned incomplete results for {len(pending)} request(s) "
             f"after {self.max_retries + 1} attempts (aborted or lost responses){cause}; "
             "raise `max_retries` if the server is flaky"
         )
+
+    def _check_masked(self, requests: Sequence[Request], completions: Sequence[Completion]) -> None:
+        """EngineError when a constrained response holds a token its grammar forbids (the server did not
+        mask that draw): such a response never reaches a chain, and an answer outside the constraint's
+        language never comes back as if sampled. Checked with xgrammar on this machine where it is
+        installed (the ``embedded`` extra, and every SGLang and vLLM environment)."""
+        if not any(r.constraint is not None and r.constraint.grammar is not None for r in requests):
+            return
+        grammars = self._client_grammars()
+        if grammars is None:
+            return
+        for r, comp in zip(requests, completions, strict=True):
+            if r.constraint is None or r.constraint.grammar is None:
+                continue
+            i = grammars.violation(r, comp.tokens)
+            if i is not None:
+                raise EngineError(
+                    f"{self.KIND} {self.url} returned a response whose token {i} (id {comp.tokens[i]}) the "
+                    f"constraint {r.constraint.describe()} forbids there: the server did not mask that draw with "
+                    f"the request's grammar (resumed after {r.resume} response tokens); the chain stops rather "
+                    f"than keep an answer outside the constraint. {self.PLUGIN_HINT}"
+                )
+
+    def _client_grammars(self) -> Grammars | None:
+        """This engine's vocabulary's grammars on this machine (None: no tokenizer, or no xgrammar)."""
+        if self._grammars is None:
+            if not self.text.has_tokenizer or importlib.util.find_spec("xgrammar") is None:  # type: ignore[attr-defined]
+                return None
+            self._grammars = Grammars.for_tokenizer(
+                self.tokenizer,  # type: ignore[attr-defined]
+                self.capabilities.vocab_size,
+                self.text.stop_ids,  # type: ignore[attr-defined]
+            )
+        return self._grammars
 
     def _await_restart(self, exc: EngineUnreachable) -> None:
         """Count a reconnect and wait for ``/health``, or raise EngineError naming the URL."""

@@ -36,10 +36,11 @@ def _retractions(url: str) -> int:
 
 
 def test_sglang_settings_keep_one_pass_exact_under_retraction(spare_sglang_url, hf_model):
-    """On the spare server: the one-pass probe, two draws resumed inside a JSON object (each request
-    retracted and re-prefilled mid-answer keeps its advanced grammar: masked log q as a masked fp32
-    forward's), and a PowerMH chain under the schema by the step rule (its whole state as a masked
-    forward scores it, the answer validates); requests were retracted meanwhile."""
+    """On the spare server: the one-pass probe; two draws resumed inside a JSON object, the only
+    requests on the server, one of them retracted and re-prefilled mid-answer (it keeps its advanced
+    grammar: masked log q as a masked fp32 forward's); and a PowerMH chain under the schema by the
+    step rule, its requests retracted too (its whole state as a masked forward scores it, the answer
+    validates)."""
     from presto_sgl import Sampler
     from presto_sgl.engines.sglang.http import SGLangEngine
 
@@ -47,11 +48,13 @@ def test_sglang_settings_keep_one_pass_exact_under_retraction(spare_sglang_url, 
     info = engine.server_info()
     assert engine.mode == "one-pass"
     assert (info["chunked_prefill_size"], info["disable_radix_cache"], info["schedule_policy"]) == (64, True, "fcfs")
-    before = _retractions(spare_sglang_url)
     assert_matches_forward(engine, hf_model)
     reqs = resumed_json_requests(engine)
+    before = _retractions(spare_sglang_url)
     assert_resumed_json_masked(engine, hf_model, reqs, engine.generate(reqs))
+    after = _retractions(spare_sglang_url)
+    assert after > before
     result = Sampler(engine, *person_config("step")).run(tuple(engine.chat_prompt(QUESTION)), seed=3)
     assert result.metrics.transitions == 12
     assert_chain_masked(engine, hf_model, result)
-    assert _retractions(spare_sglang_url) > before
+    assert _retractions(spare_sglang_url) > after

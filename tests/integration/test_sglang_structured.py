@@ -41,3 +41,20 @@ def test_multitry_under_a_constraint_on_the_server(engine, hf_model):
     r, temps = sampler.run(tuple(engine.chat_prompt(QUESTION)), seed=2), sampler.kernel.score_temperatures
     assert temps == (0.25, 0.5, 1.0) and r.metrics.transitions == 12 and r.metrics.model_calls < 12
     assert_chain_masked(engine, hf_model, r, temps)
+
+
+def test_a_draw_the_server_did_not_mask_is_refused(engine, monkeypatch):
+    """A server that samples a constrained request without its grammar (simulated: the client leaves
+    the grammar out of the request) returns digits-only answers almost never; the engine checks every
+    constrained response against the grammar here and raises, naming the forbidden token, instead
+    of handing the chain an answer outside the constraint (issue 56's empty answer was one)."""
+    from presto_sgl.constraints import Constraint
+    from presto_sgl.engines.base import Request
+    from presto_sgl.errors import EngineError
+
+    prompt = tuple(engine.chat_prompt("Write a story about a cat."))
+    req = Request(prompt, 16, 1.0, None, stop=engine.text.stop_ids, constraint=Constraint(regex="[0-9]{3}"))
+    assert all(t in "0123456789" for t in engine.text.decode(engine.generate([req])[0].tokens[:-1]))
+    monkeypatch.setattr(type(engine), "_constrained", staticmethod(lambda r, custom: {}))
+    with pytest.raises(EngineError, match=r"token \d+ \(id \d+\) the constraint .* forbids there"):
+        engine.generate([req])
