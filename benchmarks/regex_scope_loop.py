@@ -43,7 +43,7 @@ def main() -> None:
 
     sgl.set_default_backend(sgl.RuntimeEndpoint(args.url))
     if args.programs_first:
-        served_other_programs(power_sampling)
+        served_other_programs()
     bad = empty = 0
     for i in range(args.runs):
         beside = threading.Thread(target=lambda i=i: other.run_batch([{"q": f"Tell me about number {i}"}] * 6))
@@ -68,9 +68,11 @@ def main() -> None:
     print(f"{bad} of {args.runs} answers rejected by Python's re, {empty} empty")
 
 
-def served_other_programs(power_sampling) -> None:
+def served_other_programs() -> None:
     """SGLang's own test programs under the switch (their asserts expect greedy answers; a failed one is printed)."""
     import sglang.test.test_programs as tp
+
+    from presto_sgl.program import power_sampling
 
     programs = {
         "few_shot_qa": tp.test_few_shot_qa,

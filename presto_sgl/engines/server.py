@@ -16,6 +16,7 @@ request is drawn twice. Both are exact: the failure never depends on what was dr
 
 from __future__ import annotations
 
+import functools
 import http.client
 import importlib.util
 import json
@@ -210,7 +211,6 @@ class ServerEngine:
             )
         self._mode = ("one-pass" if plugin == "yes" else "two-pass") if requested == "auto" else requested
         self._resumes: bool | None = None  # the plugin resumes grammars: probed on the first constraint
-        self._grammars: Grammars | None = None  # the check of constrained responses (_check_masked)
 
     def _capabilities(self, seeded: bool, vocab_size: int, context_length: int | None) -> EngineCapabilities:
         """One pass: the entropy, log q at any score temperature (each request asks for its own),
@@ -319,7 +319,7 @@ class ServerEngine:
         installed (the ``embedded`` extra, and every SGLang and vLLM environment)."""
         if not any(r.constraint is not None and r.constraint.grammar is not None for r in requests):
             return
-        grammars = self._client_grammars()
+        grammars = self._client_grammars
         if grammars is None:
             return
         for r, comp in zip(requests, completions, strict=True):
@@ -334,17 +334,16 @@ class ServerEngine:
                     f"than keep an answer outside the constraint. {self.PLUGIN_HINT}"
                 )
 
+    @functools.cached_property
     def _client_grammars(self) -> Grammars | None:
         """This engine's vocabulary's grammars on this machine (None: no tokenizer, or no xgrammar)."""
-        if self._grammars is None:
-            if not self.text.has_tokenizer or importlib.util.find_spec("xgrammar") is None:  # type: ignore[attr-defined]
-                return None
-            self._grammars = Grammars.for_tokenizer(
-                self.tokenizer,  # type: ignore[attr-defined]
-                self.capabilities.vocab_size,
-                self.text.stop_ids,  # type: ignore[attr-defined]
-            )
-        return self._grammars
+        if not self.text.has_tokenizer or importlib.util.find_spec("xgrammar") is None:  # type: ignore[attr-defined]
+            return None
+        return Grammars.for_tokenizer(
+            self.tokenizer,  # type: ignore[attr-defined]
+            self.capabilities.vocab_size,
+            self.text.stop_ids,  # type: ignore[attr-defined]
+        )
 
     def _await_restart(self, exc: EngineUnreachable) -> None:
         """Count a reconnect and wait for ``/health``, or raise EngineError naming the URL."""

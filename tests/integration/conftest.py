@@ -3,6 +3,7 @@ server: ``server_url`` (PRESTO_SGL_SGLANG_URL / PRESTO_SGL_VLLM_URL; skipped whe
 a failure under PRESTO_SGL_REQUIRE_SGLANG=1 / PRESTO_SGL_REQUIRE_VLLM=1, as in CI),
 ``engine`` (the client engine on it, one pass) and ``hf_model`` (the server's model as a
 transformers fp32 forward). A module may define its own fixture of the same name.
+``hub_sglang_url`` / ``hub_vllm_url``: the servers ``.ci/run`` starts as a user does, by hub id.
 ``spare_sglang_url``: the session's own fp32 SGLang server with --batched-attention and a shared
 server's options (:data:`SPARE_OPTIONS`), for the tests that compare it with the shared one or kill
 it (one start instead of one per test)."""
@@ -44,6 +45,29 @@ def _configured_url(server: str) -> str:
 @pytest.fixture(scope="module")
 def server_url(request: pytest.FixtureRequest) -> str:
     return _configured_url(_server(request))
+
+
+def _hub_url(var: str, require: str) -> str:
+    """The URL of a server started as a user does, by hub id (``.ci/run``); skipped when unset, a
+    failure where ``require`` is 1."""
+    url = os.environ.get(var)
+    if not url:
+        if os.environ.get(require) == "1":
+            pytest.fail(f"{require}=1 but {var} is not set")
+        pytest.skip(f"no {var}")
+    return url
+
+
+@pytest.fixture(scope="module")
+def hub_sglang_url() -> str:
+    """The user's SGLang server by hub id (test_hub.py)."""
+    return _hub_url("PRESTO_SGL_HUB_SGLANG_URL", "PRESTO_SGL_REQUIRE_SGLANG")
+
+
+@pytest.fixture(scope="module")
+def hub_vllm_url() -> str:
+    """The user's vLLM server by hub id, with an operator's settings (test_hub.py, test_vllm_settings.py)."""
+    return _hub_url("PRESTO_SGL_HUB_VLLM_URL", "PRESTO_SGL_REQUIRE_VLLM")
 
 
 SPARE_OPTIONS = (

@@ -36,25 +36,6 @@ TOL = 1e-4  # per token, float32 server vs a float32 transformers forward of the
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _url(name: str, require: str) -> str:
-    url = os.environ.get(name)
-    if not url:
-        if os.environ.get(require) == "1":
-            pytest.fail(f"{require}=1 but {name} is not set")
-        pytest.skip(f"no {name}")
-    return url
-
-
-@pytest.fixture(scope="module")
-def sglang_url() -> str:
-    return _url("PRESTO_SGL_HUB_SGLANG_URL", "PRESTO_SGL_REQUIRE_SGLANG")
-
-
-@pytest.fixture(scope="module")
-def vllm_url() -> str:
-    return _url("PRESTO_SGL_HUB_VLLM_URL", "PRESTO_SGL_REQUIRE_VLLM")
-
-
 @pytest.fixture(scope="module")
 def model_folder() -> Path:
     from presto_sgl.models import materialize_smollm2
@@ -127,12 +108,12 @@ def _full_vocabulary_draws(engine, model) -> None:
 # -- SGLang ----------------------------------------------------------------------------------------
 @pytest.mark.sglang
 @pytest.mark.parametrize("mode", ["one-pass", "two-pass"])
-def test_sglang_by_hub_id_samples_the_unprocessed_model(sglang_url, hf_model, mode):
+def test_sglang_by_hub_id_samples_the_unprocessed_model(hub_sglang_url, hf_model, mode):
     """A stock server by hub id with penalizing preferred params and generation config: the
     client resolves the id here; every token's log q and log p0 are the unprocessed model's."""
     from presto_sgl.engines.sglang.http import SGLangEngine
 
-    engine = SGLangEngine(sglang_url, mode=mode)
+    engine = SGLangEngine(hub_sglang_url, mode=mode)
     info = engine._call("GET", "/model_info")
     assert info["model_path"] == SMOLLM2_ID and info["preferred_sampling_params"]
     assert engine.model_source == SMOLLM2_ID and engine.text.has_tokenizer
@@ -145,7 +126,7 @@ def test_sglang_by_hub_id_samples_the_unprocessed_model(sglang_url, hf_model, mo
 
 
 @pytest.mark.sglang
-def test_sglang_plugin_reads_the_logits_before_any_penalty(sglang_url, hf_model, monkeypatch):
+def test_sglang_plugin_reads_the_logits_before_any_penalty(hub_sglang_url, hf_model, monkeypatch):
     """A request that does carry a repetition penalty: the server's log q shows it (the
     penalty ran), the plugin's log p0 is still the unprocessed model's (read before
     ``ModelRunner._preprocess_logits``)."""
@@ -153,7 +134,7 @@ def test_sglang_plugin_reads_the_logits_before_any_penalty(sglang_url, hf_model,
 
     from presto_sgl.engines.sglang import http
 
-    engine = http.SGLangEngine(sglang_url, mode="one-pass")
+    engine = http.SGLangEngine(hub_sglang_url, mode="one-pass")
     monkeypatch.setitem(http.NEUTRAL, "repetition_penalty", 1.5)
     prompt = tuple(engine.chat_prompt("Repeat the word cat ten times."))
     req = Request(prompt, 16, 1.0)
@@ -165,12 +146,12 @@ def test_sglang_plugin_reads_the_logits_before_any_penalty(sglang_url, hf_model,
 
 
 @pytest.mark.sglang
-def test_sglang_refuses_a_tokenizer_of_another_model(sglang_url):
+def test_sglang_refuses_a_tokenizer_of_another_model(hub_sglang_url):
     from presto_sgl.engines.sglang.http import SGLangEngine
     from presto_sgl.models import asset_dir
 
     with pytest.raises(ConfigError, match="not the served model") as err:
-        SGLangEngine(sglang_url, tokenizer=str(asset_dir("tiny-adder")))
+        SGLangEngine(hub_sglang_url, tokenizer=str(asset_dir("tiny-adder")))
     assert err.value.param == "tokenizer"
 
 
@@ -199,20 +180,20 @@ SAMPLE = [
 
 
 @pytest.mark.sglang
-def test_sglang_client_on_another_machine(sglang_url, model_folder, tmp_path):
+def test_sglang_client_on_another_machine(hub_sglang_url, model_folder, tmp_path):
     """The client with no model folder on its disk: with nothing cached, an error naming
     --tokenizer before any model call; with only the tokenizer and configs cached (what `hf
     download --include '*.json'` gives), or --tokenizer DIR, it samples and prints text."""
     empty = tmp_path / "empty-hf"
     empty.mkdir()
-    out = _cli([*SAMPLE, "--engine", "sglang", "--url", sglang_url], empty)
+    out = _cli([*SAMPLE, "--engine", "sglang", "--url", hub_sglang_url], empty)
     assert out.returncode == 2 and "--tokenizer" in out.stderr and "Traceback" not in out.stderr, out.stderr
     cached = tmp_path / "tokenizer-hf"
     snapshot = build_cache(model_folder, cached, tokenizer_only=True)
     assert not (snapshot / "model.safetensors").exists()
-    by_id = _cli([*SAMPLE, "--engine", "sglang", "--url", sglang_url], cached)
+    by_id = _cli([*SAMPLE, "--engine", "sglang", "--url", hub_sglang_url], cached)
     assert by_id.returncode == 0, by_id.stderr
-    by_dir = _cli([*SAMPLE, "--engine", "sglang", "--url", sglang_url, "--tokenizer", str(snapshot)], empty)
+    by_dir = _cli([*SAMPLE, "--engine", "sglang", "--url", hub_sglang_url, "--tokenizer", str(snapshot)], empty)
     assert by_dir.returncode == 0, by_dir.stderr
     answer = by_id.stdout.split("transitions")[0].strip()
     assert answer and not answer.replace(" ", "").isdigit(), by_id.stdout  # text, not ids
@@ -220,14 +201,14 @@ def test_sglang_client_on_another_machine(sglang_url, model_folder, tmp_path):
 
 # -- vLLM ------------------------------------------------------------------------------------------
 @pytest.mark.vllm
-def test_vllm_by_hub_id_samples_the_unprocessed_model(vllm_url, hf_model):
+def test_vllm_by_hub_id_samples_the_unprocessed_model(hub_vllm_url, hf_model):
     """``vllm serve ID`` with the model's penalizing generation config as its defaults: every
     token's log q and log p0 are the unprocessed model's, draws span the full vocabulary, and a
     seeded PreSTO chain repeats token for token."""
     from presto_sgl import Sampler, sampling_configs
     from presto_sgl.engines.vllm.http import VLLMEngine
 
-    engine = VLLMEngine(vllm_url)
+    engine = VLLMEngine(hub_vllm_url)
     assert engine.model == SMOLLM2_ID and engine.model_source == SMOLLM2_ID and engine.mode == "one-pass"
     prompt = tuple(engine.chat_prompt("What is 17 + 25?"))
     reqs = [Request(prompt, 12, 0.25, 1), Request(prompt[:-3], 8, 1.0, 2)]
@@ -240,12 +221,12 @@ def test_vllm_by_hub_id_samples_the_unprocessed_model(vllm_url, hf_model):
 
 
 @pytest.mark.vllm
-def test_vllm_plugin_reads_the_logits_before_any_penalty(vllm_url, hf_model, monkeypatch):
+def test_vllm_plugin_reads_the_logits_before_any_penalty(hub_vllm_url, hf_model, monkeypatch):
     """A request carrying a repetition penalty: the plugin's log p0 is the unprocessed
     model's (read at the entry of ``Sampler.forward``, before ``apply_logits_processors``)."""
     from presto_sgl.engines.vllm import http
 
-    engine = http.VLLMEngine(vllm_url)
+    engine = http.VLLMEngine(hub_vllm_url)
     monkeypatch.setitem(http._FIXED_PARAMS, "repetition_penalty", 1.5)
     prompt = tuple(engine.chat_prompt("Repeat the word cat ten times."))
     req = Request(prompt, 16, 1.0, 5)

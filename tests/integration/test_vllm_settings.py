@@ -15,7 +15,6 @@ counterpart: ``test_sglang_settings.py``.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import urllib.request
@@ -28,16 +27,6 @@ from tests.support.structured import QUESTION, assert_chain_masked, person_confi
 pytestmark = pytest.mark.vllm
 
 
-@pytest.fixture(scope="module")
-def user_vllm_url() -> str:
-    url = os.environ.get("PRESTO_SGL_HUB_VLLM_URL")
-    if not url:
-        if os.environ.get("PRESTO_SGL_REQUIRE_VLLM") == "1":
-            pytest.fail("PRESTO_SGL_REQUIRE_VLLM=1 but PRESTO_SGL_HUB_VLLM_URL is not set")
-        pytest.skip("no PRESTO_SGL_HUB_VLLM_URL (the user's vLLM server, started as .ci/run does)")
-    return url
-
-
 def _metric(url: str, name: str) -> str:
     text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
     return next(line for line in text.splitlines() if line.startswith(name))
@@ -47,7 +36,7 @@ def _preemptions(url: str) -> float:
     return float(_metric(url, "vllm:num_preemptions_total").rsplit(" ", 1)[1])
 
 
-def test_vllm_settings_keep_one_pass_exact_under_preemption(user_vllm_url):
+def test_vllm_settings_keep_one_pass_exact_under_preemption(hub_vllm_url):
     """On the user's vLLM server, while 8 ordinary 320-token requests overflow its KV cache: the
     one-pass probe; the step rule visits the sequential chain's states (seeded draws through
     chunked prefills and preemptions, under a generation config that would bend an unpinned
@@ -61,11 +50,11 @@ def test_vllm_settings_keep_one_pass_exact_under_preemption(user_vllm_url):
     from tests.support.cases import KERNELS, RULES
     from tests.support.coupling import assert_server_couples
 
-    engine = VLLMEngine(user_vllm_url)
-    config = _metric(user_vllm_url, "vllm:cache_config_info")
+    engine = VLLMEngine(hub_vllm_url)
+    config = _metric(hub_vllm_url, "vllm:cache_config_info")
     assert 'enable_prefix_caching="False"' in config and 'num_gpu_blocks="72"' in config, config
     model = AutoModelForCausalLM.from_pretrained(engine.model_path, dtype=torch.float32).eval()
-    before = _preemptions(user_vllm_url)
+    before = _preemptions(hub_vllm_url)
     body = {
         "model": engine.model,
         "prompt": ["Tell me a long story about the sea."] * 8,
@@ -73,7 +62,7 @@ def test_vllm_settings_keep_one_pass_exact_under_preemption(user_vllm_url):
         "ignore_eos": True,
         "temperature": 1.0,
     }
-    load = threading.Thread(target=_post, args=(user_vllm_url + "/v1/completions", body), daemon=True)
+    load = threading.Thread(target=_post, args=(hub_vllm_url + "/v1/completions", body), daemon=True)
     load.start()
     time.sleep(2)
     assert_matches_forward(engine, model)
@@ -83,7 +72,7 @@ def test_vllm_settings_keep_one_pass_exact_under_preemption(user_vllm_url):
     result = Sampler(engine, *person_config("step")).run(tuple(engine.chat_prompt(QUESTION)), seed=3)
     assert_chain_masked(engine, model, result)
     load.join(600)
-    assert not load.is_alive() and _preemptions(user_vllm_url) > before
+    assert not load.is_alive() and _preemptions(hub_vllm_url) > before
 
 
 def _post(url: str, body: dict) -> None:
